@@ -1,0 +1,65 @@
+"""Command line: the one place that maps every failure to an exit status."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Mapping, Sequence
+
+from mpi_bootstrap.config import Config
+from mpi_bootstrap.errors import BootstrapError, ConfigError, ExitStatus
+
+
+def _fail(message: str, details: str = "") -> None:
+    sys.stderr.write(f"mpi-bootstrap: {message}\n")
+    if details:
+        sys.stderr.write(details.rstrip("\n") + "\n")
+    sys.stderr.flush()
+
+
+def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
+    """Run the agent with `argv` (without the program name); return the exit status."""
+    if argv and argv[0] in ("-h", "--help"):
+        from mpi_bootstrap.config import make_parser
+
+        make_parser().print_help()
+        return 0
+    if argv and argv[0] == "--version":
+        from mpi_bootstrap import __version__
+
+        print(f"mpi-bootstrap {__version__}")
+        return 0
+    try:
+        config = Config.from_env(environ, argv)
+    except ConfigError as exc:
+        _fail(exc.message, exc.details)
+        return int(exc.status)
+
+    from mpi_bootstrap import log
+
+    log.configure(config.log_format, config.log_level, role=config.role)
+    logger = log.get()
+    try:
+        if config.role == "launcher":
+            from mpi_bootstrap import launcher
+
+            return launcher.main(config, environ, logger)
+        raise BootstrapError("the worker role is not implemented in this version yet; "
+                             "run the launcher role")
+    except BootstrapError as exc:
+        logger.error("failed", error=exc.message, exit_code=int(exc.status))
+        _fail(exc.message, exc.details)
+        return int(exc.status)
+    except KeyboardInterrupt:
+        return 128 + 2
+    except Exception as exc:
+        logger.error("internal error", error=repr(exc), exit_code=int(ExitStatus.INTERNAL),
+                     traceback=traceback.format_exc())
+        _fail(f"internal error: {exc!r} (a bug in mpi-bootstrap; please report it with the "
+              "log above)")
+        return int(ExitStatus.INTERNAL)
+
+
+def main() -> int:
+    return run(sys.argv[1:], os.environ)

@@ -1,0 +1,391 @@
+"""Configuration: every setting from flag, else environment, else default — read once.
+
+`Config.from_env(environ, argv)` is the only reader of the environment and the command
+line. It returns a frozen object, reports every bad setting at once (naming the flag or
+variable), and records where each value came from so `--explain` can show it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn
+
+from mpi_bootstrap.errors import ConfigError
+
+ROLES = ("launcher", "worker")
+REWRITE_MODES = ("none", "fqdn", "ip")
+MPI_CHOICES = ("auto", "openmpi", "openmpi4", "openmpi5", "mpich", "intel")
+LOG_FORMATS = ("auto", "json", "console")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+# A DNS name per RFC 1123 (labels of letters, digits and inner hyphens).
+_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+# Linux interface names: up to 15 bytes, no '/', ':' or whitespace. We are stricter.
+_IFACE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def is_dns_name(text: str) -> bool:
+    """True for a syntactically valid DNS name (RFC 1123 labels, ≤ 253 characters)."""
+    name = text[:-1] if text.endswith(".") else text
+    return 0 < len(name) <= 253 and all(_LABEL.match(label) for label in name.split("."))
+
+
+def is_ip_literal(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- value parsers
+# Each returns the parsed value or raises ValueError with a short reason.
+
+def _str(raw: str) -> str:
+    return raw
+
+
+def _path(raw: str) -> str:
+    if not raw:
+        raise ValueError("must not be empty")
+    if "\0" in raw:
+        raise ValueError("contains a NUL byte")
+    return raw
+
+
+def _seconds(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{raw!r} is not a number of seconds") from None
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{raw!r} must be a finite number ≥ 0")
+    return value
+
+
+def _positive_seconds(raw: str) -> float:
+    value = _seconds(raw)
+    if value <= 0:
+        raise ValueError(f"{raw!r} must be > 0")
+    return value
+
+
+def _positive_int(raw: str) -> int:
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise ValueError(f"{raw!r} is not a whole number") from None
+    if value < 1:
+        raise ValueError(f"{raw!r} must be ≥ 1")
+    return value
+
+
+def _bool(raw: str) -> bool:
+    low = raw.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError(f"{raw!r} is not a boolean (true/false)")
+
+
+def _choice(choices: Sequence[str]) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        low = raw.strip().lower()
+        if low not in choices:
+            raise ValueError(f"{raw!r} is not one of {', '.join(choices)}")
+        return low
+    return parse
+
+
+def _domain(raw: str) -> str:
+    value = raw.strip().strip(".")
+    if not is_dns_name(value):
+        raise ValueError(f"{raw!r} is not a DNS domain")
+    return value.lower()
+
+
+def _iface(raw: str) -> str:
+    if not _IFACE.match(raw):
+        raise ValueError(f"{raw!r} is not an interface name")
+    return raw
+
+
+def _patterns(raw: str) -> tuple[str, ...]:
+    """`A,B PREFIX_*`: names, or prefixes ending in '*'; commas or spaces separate."""
+    out: list[str] = []
+    for item in re.split(r"[,\s]+", raw.strip()):
+        if not item:
+            continue
+        name = item[:-1] if item.endswith("*") else item
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"{item!r} is not a variable name or NAME* prefix")
+        out.append(item)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- the settings table
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting: its flag, the variables that may set it (first wins), its default."""
+
+    name: str
+    flag: str | None
+    envs: tuple[str, ...]
+    default: Any
+    parse: Callable[[str], Any]
+    help: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("hostfile", "--hostfile", ("MPI_HOSTFILE",), "/etc/mpi/hostfile", _path,
+            "hostfile to read (never modified)"),
+    Setting("output_hostfile", "--output-hostfile", ("MPI_BOOTSTRAP_OUTPUT_HOSTFILE",),
+            "/tmp/mpi-hostfile", _path,
+            "where the rewritten hostfile is written; the original text goes to PATH.orig"),
+    Setting("dns_wait_seconds", "--dns-wait-seconds", ("MPI_DNS_WAIT_SECONDS",), 120.0,
+            _seconds, "hard deadline for every host to resolve (0 = one round)"),
+    Setting("dns_wait_interval", "--dns-wait-interval", ("MPI_DNS_WAIT_INTERVAL",), 3.0,
+            _positive_seconds,
+            "paces re-polling: at most max(20, hosts/interval) lookups per second"),
+    Setting("dns_concurrency", "--dns-concurrency", ("MPI_BOOTSTRAP_DNS_CONCURRENCY",), 64,
+            _positive_int, "lookups in flight at once"),
+    Setting("rewrite", "--rewrite", ("MPI_BOOTSTRAP_REWRITE",), "none",
+            _choice(REWRITE_MODES), "rewrite hostnames: none, fqdn (x.svc → x.svc.DOMAIN), ip"),
+    Setting("rewrite_fqdn_legacy", None, ("REWRITE_MPI_HOSTFILE_FQDN",), False, _bool,
+            "legacy switch: true means --rewrite fqdn"),
+    Setting("cluster_domain", "--cluster-domain", ("MPI_BOOTSTRAP_CLUSTER_DOMAIN",),
+            "cluster.local", _domain, "Kubernetes cluster domain"),
+    Setting("control_iface", "--control-iface", ("MPI_BOOTSTRAP_CONTROL_IFACE",), "eth0",
+            _iface, "interface for ssh and MPI control traffic"),
+    Setting("data_iface", "--data-iface", ("MPI_BOOTSTRAP_DATA_IFACE",), None, _iface,
+            "NCCL data interface (default: NCCL_SOCKET_IFNAME, else net1 or dranet0 if present)"),
+    Setting("mpi", "--mpi", ("MPI_BOOTSTRAP_MPI",), "auto", _choice(MPI_CHOICES),
+            "which MPI (auto = detect from `mpirun --version`)"),
+    Setting("mpirun", "--mpirun", ("MPI_BOOTSTRAP_MPIRUN",), None, _path,
+            "mpirun to use (default: `mpirun` on PATH)"),
+    Setting("forward_env", "--forward-env", ("MPI_BOOTSTRAP_FORWARD_ENV",), (), _patterns,
+            "extra variables to forward: NAME or PREFIX*, comma separated"),
+    Setting("np", "--np", ("MPI_BOOTSTRAP_NP",), None, _positive_int,
+            "number of ranks (default: sum of slots)"),
+    Setting("startup_timeout", "--startup-timeout", ("MPI_BOOTSTRAP_STARTUP_TIMEOUT",), 300.0,
+            _seconds, "Open MPI 4: abort if daemons do not report back in time (0 = never)"),
+    Setting("ssh_connect_timeout", "--ssh-connect-timeout",
+            ("MPI_BOOTSTRAP_SSH_CONNECT_TIMEOUT",), 10, _positive_int,
+            "ssh ConnectTimeout used by mpirun's launcher"),
+    Setting("state_dir", "--state-dir", ("MPI_BOOTSTRAP_STATE_DIR",), None, _path,
+            "private directory for generated files (default /run/mpi-bootstrap as root)"),
+    Setting("log_format", "--log-format", ("MPI_BOOTSTRAP_LOG_FORMAT",), "auto",
+            _choice(LOG_FORMATS), "json, console, or auto (console on a TTY)"),
+    Setting("log_level", "--log-level", ("MPI_BOOTSTRAP_LOG_LEVEL",), "info",
+            _choice(LOG_LEVELS), "debug, info, warning, error"),
+)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where a setting's value came from: `default`, `env NAME` or `flag --x`."""
+
+    kind: str  # "default" | "env" | "flag"
+    name: str = ""
+
+    def __str__(self) -> str:
+        return self.kind if self.kind == "default" else f"{self.kind} {self.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Every setting of one run, frozen; `sources` says where each came from."""
+
+    role: str
+    program: tuple[str, ...]
+    explain: bool
+    json: bool
+    hostfile: str
+    output_hostfile: str
+    dns_wait_seconds: float
+    dns_wait_interval: float
+    dns_concurrency: int
+    rewrite: str
+    cluster_domain: str
+    control_iface: str
+    data_iface: str | None
+    mpi: str
+    mpirun: str | None
+    forward_env: tuple[str, ...]
+    np: int | None
+    startup_timeout: float
+    ssh_connect_timeout: int
+    state_dir: str
+    log_format: str
+    log_level: str
+    sources: Mapping[str, Source]
+    notes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], argv: Sequence[str]) -> Config:
+        """Parse `argv` (without the program name) over `environ`; raise ConfigError."""
+        return _build(environ, list(argv))
+
+    def source(self, name: str) -> Source:
+        return self.sources[name]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports problems instead of exiting with 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError([message])
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="mpi-bootstrap",
+        description="Make mpirun work the first time in MPI jobs on Kubernetes.",
+        epilog="Every flag may also be set by the variable named in its help; "
+               "the flag wins. See README.md for the exit codes.",
+    )
+    parser.add_argument("--explain", action="store_true",
+                        help="show every decision and the exact mpirun argv; run nothing")
+    parser.add_argument("--json", action="store_true", help="with --explain: one JSON object")
+    for s in SETTINGS:
+        if s.flag is None:
+            continue
+        envs = ", ".join(s.envs)
+        parser.add_argument(s.flag, dest=s.name, default=None, metavar="VALUE",
+                            help=f"{s.help} [{envs}; default: {_show_default(s.default)}]")
+    parser.add_argument("role", nargs="?", help="launcher or worker "
+                        "(default: MPI_BOOTSTRAP_ROLE, else K_MPI_JOB_ROLE)")
+    parser.add_argument("program", nargs=argparse.REMAINDER,
+                        help="-- PROGRAM ARGS…: the command to run (mpirun … is wrapped)")
+    return parser
+
+
+def _show_default(value: Any) -> str:
+    if value is None:
+        return "auto"
+    if isinstance(value, tuple):
+        return ",".join(value) or "none"
+    return str(value)
+
+
+def _split_role(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
+    """Split argv into (agent options, role word or None, program).
+
+    The role word is optional so that `ENTRYPOINT ["mpi-bootstrap"]` works with the user's
+    command as arguments: the first token that is neither an option nor an option's value
+    starts the program unless it is a role word.
+    """
+    takes_value = {s.flag for s in SETTINGS if s.flag}
+    options: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            return options, None, argv[i + 1:]
+        if tok.startswith("-") and tok != "-":
+            options.append(tok)
+            if tok in takes_value and "=" not in tok:
+                if i + 1 < len(argv):
+                    options.append(argv[i + 1])
+                i += 2
+                continue
+            i += 1
+            continue
+        if tok in ROLES:
+            rest = argv[i + 1:]
+            more, _, program = _split_role(rest)
+            return options + more, tok, program
+        return options, None, argv[i:]
+    return options, None, []
+
+
+def _build(environ: Mapping[str, str], argv: list[str]) -> Config:
+    options, role_word, program = _split_role(argv)
+    parser = make_parser()
+    ns = parser.parse_args(options)
+    problems: list[str] = []
+    values: dict[str, Any] = {}
+    sources: dict[str, Source] = {}
+    notes: list[str] = []
+
+    for s in SETTINGS:
+        raw: str | None = None
+        src = Source("default")
+        flag_value = getattr(ns, s.name, None) if s.flag else None
+        if flag_value is not None:
+            raw, src = flag_value, Source("flag", s.flag or "")
+        else:
+            for env in s.envs:
+                if env in environ:
+                    raw, src = environ[env], Source("env", env)
+                    break
+        if raw is None:
+            values[s.name] = s.default
+        else:
+            try:
+                values[s.name] = s.parse(raw)
+            except ValueError as exc:
+                problems.append(f"{src.name}: {exc}")
+                values[s.name] = s.default
+        sources[s.name] = src
+
+    # REWRITE_MPI_HOSTFILE_FQDN=true (the seed scripts' switch) means --rewrite fqdn,
+    # unless the agent's own setting says otherwise.
+    if values.pop("rewrite_fqdn_legacy") and sources["rewrite"].kind == "default":
+        values["rewrite"] = "fqdn"
+        sources["rewrite"] = Source("env", "REWRITE_MPI_HOSTFILE_FQDN")
+    elif sources["rewrite_fqdn_legacy"].kind != "default" and sources["rewrite"].kind != "default":
+        notes.append(f"REWRITE_MPI_HOSTFILE_FQDN ignored: {sources['rewrite']} "
+                     f"sets rewrite={values['rewrite']}")
+    sources.pop("rewrite_fqdn_legacy")
+
+    role = role_word
+    if role is not None:
+        sources["role"] = Source("flag", role)
+    else:
+        for env in ("MPI_BOOTSTRAP_ROLE", "K_MPI_JOB_ROLE"):
+            if environ.get(env):
+                role = environ[env].strip().lower()
+                sources["role"] = Source("env", env)
+                if role not in ROLES:
+                    problems.append(f"{env}: {environ[env]!r} is not one of {', '.join(ROLES)}")
+                break
+    if role is None:
+        problems.append("no role: give `launcher` or `worker`, or set MPI_BOOTSTRAP_ROLE")
+        role = "launcher"
+
+    if values["state_dir"] is None:
+        values["state_dir"] = (
+            "/run/mpi-bootstrap" if os.geteuid() == 0 else f"/tmp/mpi-bootstrap-{os.geteuid()}"
+        )
+    if ns.json and not ns.explain:
+        problems.append("--json: only valid with --explain")
+    if role == "launcher":
+        if not program:
+            problems.append("launcher: no program given (mpi-bootstrap launcher -- PROGRAM ARGS…)")
+        if os.path.normpath(values["hostfile"]) == os.path.normpath(values["output_hostfile"]):
+            problems.append(
+                f"{sources['output_hostfile'].name or 'MPI_BOOTSTRAP_OUTPUT_HOSTFILE'}: "
+                f"must differ from the input hostfile {values['hostfile']} "
+                "(the input is never modified)")
+
+    if problems:
+        raise ConfigError(problems)
+    return Config(role=role, program=tuple(program), explain=bool(ns.explain),
+                  json=bool(ns.json), sources=sources, notes=tuple(notes), **values)
+
+
+def setting(name: str) -> Setting:
+    return _BY_NAME[name]

@@ -1,0 +1,81 @@
+"""The one exit-code table, and the exceptions that carry a code to `cli.main`.
+
+Every failure the agent knows about is raised as a `BootstrapError` subclass; `cli.main`
+is the only place that turns one into a process exit status (see README "Exit codes").
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitStatus(enum.IntEnum):
+    """Exit codes of the agent. mpirun's own code and 128+N pass through unchanged."""
+
+    OK = 0
+    CONFIG = 64  # EX_USAGE: a flag or variable is wrong
+    HOSTFILE = 65  # EX_DATAERR: the hostfile cannot be used
+    DNS_TIMEOUT = 68  # EX_NOHOST: a host did not resolve before the deadline
+    PEER_UNAVAILABLE = 69  # EX_UNAVAILABLE: a worker is not reachable
+    INTERNAL = 70  # EX_SOFTWARE: a bug in the agent
+    NOT_EXECUTABLE = 126  # the program exists but cannot be executed
+    NOT_FOUND = 127  # the program does not exist
+    SIGNAL_BASE = 128  # 128+N: killed by (or stopped for) signal N
+
+
+class BootstrapError(Exception):
+    """A failure with a known cause: one line for the user, and the exit status."""
+
+    status: ExitStatus = ExitStatus.INTERNAL
+
+    def __init__(self, message: str, *, details: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        # Multi-line context (e.g. the DNS dump) printed after the one-line message.
+        self.details = details
+
+
+class ConfigError(BootstrapError):
+    """One or more settings are invalid; `problems` lists every one of them."""
+
+    status = ExitStatus.CONFIG
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        if len(self.problems) == 1:
+            message = f"bad configuration: {self.problems[0]}"
+        else:
+            message = f"bad configuration ({len(self.problems)} problems)"
+        super().__init__(message, details="\n".join(f"  - {p}" for p in self.problems)
+                         if len(self.problems) > 1 else "")
+
+
+class HostfileError(BootstrapError):
+    """The hostfile is missing, unreadable or malformed; the message names file:line."""
+
+    status = ExitStatus.HOSTFILE
+
+
+class DNSTimeoutError(BootstrapError):
+    """Some hosts did not resolve before the deadline."""
+
+    status = ExitStatus.DNS_TIMEOUT
+
+
+class PeerUnavailableError(BootstrapError):
+    """A worker cannot be reached (no sshd, refused, wrong key)."""
+
+    status = ExitStatus.PEER_UNAVAILABLE
+
+
+class ExecError(BootstrapError):
+    """A program could not be started: not found (127) or not executable (126)."""
+
+    def __init__(self, message: str, status: ExitStatus) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def signal_exit_status(signum: int) -> int:
+    """The shell convention for a process ended by signal `signum`."""
+    return int(ExitStatus.SIGNAL_BASE) + signum

@@ -1,0 +1,187 @@
+"""The launcher role: gather facts, build the Plan, then explain it or carry it out.
+
+    config → mpirun --version → hostfile → DNS wait → Plan → (--explain | write + run)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from mpi_bootstrap import dns, files, netif, proc, render
+from mpi_bootstrap import hostfile as hf
+from mpi_bootstrap import mpi as mpimod
+from mpi_bootstrap.config import Config, is_ip_literal
+from mpi_bootstrap.errors import ConfigError, DNSTimeoutError, ExecError, ExitStatus
+from mpi_bootstrap.model import Decision
+from mpi_bootstrap.plan import Facts, Plan, build_plan, lookup_name
+
+RESOLV_CONF = "/etc/resolv.conf"
+ETC_HOSTS = "/etc/hosts"
+
+
+def find_mpi(config: Config, environ: Mapping[str, str]) -> tuple[
+        mpimod.MPIInfo, dict[str, str], list[Decision]]:
+    """Locate mpirun, ask it `--version`, and return the environment mpirun will get."""
+    env = dict(environ)
+    notes: list[Decision] = []
+    if mpimod.is_launcher(config.program):
+        wanted, source = config.program[0], "the user's command"
+        if config.mpirun:
+            notes.append(Decision("mpirun", config.program[0], "user command",
+                                  f"user wins over {config.source('mpirun')}"))
+    else:
+        wanted = config.mpirun or "mpirun"
+        source = str(config.source("mpirun")) if config.mpirun else "PATH"
+    path = proc.which(wanted, env.get("PATH"))
+    if path is None:
+        raise ExecError(f"{wanted}: command not found (from {source}; set MPI_BOOTSTRAP_MPIRUN "
+                        "or put the MPI's bin directory on PATH)", ExitStatus.NOT_FOUND)
+    bindir = os.path.dirname(os.path.abspath(path))
+    if bindir not in env.get("PATH", "").split(os.pathsep):
+        # Intel's mpirun is a script that runs `mpiexec.hydra` from PATH.
+        env["PATH"] = bindir + os.pathsep + env.get("PATH", os.defpath)
+        notes.append(Decision("PATH", f"{bindir} prepended", "agent default",
+                              "mpirun's own directory must be on PATH for its helpers"))
+    code, text = proc.capture([path, "--version"], env=env)
+    info = mpimod.identify(text, path, config.mpi, str(config.source("mpi")))
+    if code != 0 and info.source == "detected":
+        notes.append(Decision("mpi", info.vendor, "detected",
+                              f"`{path} --version` exited {code} but named its MPI"))
+    if config.mpi != "auto":
+        found = mpimod.parse_version(text)
+        if found and found[0] != info.vendor:
+            notes.append(Decision("mpi", info.vendor, str(config.source("mpi")),
+                                  f"overrides the detected {found[0]} {found[1]}"))
+    return info, env, notes
+
+
+def input_hostfile(config: Config, info: mpimod.MPIInfo) -> tuple[str, list[Decision]]:
+    """The hostfile to read: the configured one, or the one the user's mpirun names."""
+    if not mpimod.is_launcher(config.program):
+        return config.hostfile, []
+    user = mpimod.scan_user_command(config.program, info.runtime)
+    named = [v for key in ("hostfile", "machinefile", "default-hostfile", "f")
+             for v in user.values(key)]
+    if not named:
+        return config.hostfile, []
+    theirs = named[0]
+    if config.source("hostfile").kind != "default" and \
+            os.path.normpath(theirs) != os.path.normpath(config.hostfile):
+        raise ConfigError([f"{config.source('hostfile')} names {config.hostfile} but the "
+                           f"user's mpirun command names {theirs}; use one"])
+    return theirs, [Decision("input hostfile", theirs, "user command",
+                             "named by the user's mpirun command")]
+
+
+def wait_for_dns(config: Config, hostfile: hf.Hostfile, own_name: str, log: Any
+                 ) -> dict[str, dns.Answer]:
+    """Resolve every host (and the launcher itself) or raise DNSTimeoutError."""
+    answers: dict[str, dns.Answer] = {}
+    names: list[str] = []
+    for host in hostfile.hosts:
+        name = lookup_name(host.name, config)
+        if is_ip_literal(name):
+            answers[name] = dns.Answer(name, addresses=(name,))
+        else:
+            names.append(name)
+    if own_name and own_name not in names:
+        names.append(own_name)  # remote daemons connect back to the launcher by name
+
+    def on_answer(answer: dns.Answer, previous: dns.Answer | None) -> None:
+        if answer.ok:
+            log.info("DNS OK", host=answer.name, address=answer.addresses[0])
+        elif previous is None or previous.error_kind != answer.error_kind:
+            log.info("DNS WAIT", host=answer.name, reason=answer.error_kind,
+                     detail=answer.detail)
+
+    rate = dns.lookup_rate(len(names), config.dns_wait_interval)
+    log.info("DNS wait", hosts=len(names), deadline_s=config.dns_wait_seconds,
+             max_lookups_per_s=round(rate, 1))
+    result = dns.wait_for(names, lookup=dns.SystemResolver(RESOLV_CONF),
+                          deadline=config.dns_wait_seconds,
+                          interval=config.dns_wait_interval,
+                          concurrency=config.dns_concurrency, on_answer=on_answer)
+    answers.update(result.answers)
+    log.info("DNS done", resolved=len(names) - len(result.unresolved),
+             unresolved=len(result.unresolved), lookups=result.lookups,
+             elapsed_s=round(result.elapsed, 3))
+    if not result.ok:
+        failing = [result.answers[n] for n in result.unresolved]
+        summary = ", ".join(f"{a.name} ({a.error_kind})" for a in failing[:5])
+        more = f" and {len(failing) - 5} more" if len(failing) > 5 else ""
+        raise DNSTimeoutError(
+            f"DNS: {len(failing)} of {len(names)} names did not resolve within "
+            f"{config.dns_wait_seconds:g} s: {summary}{more}",
+            details=dns_dump(hostfile, failing, own_name))
+    return answers
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError as exc:
+        return f"(cannot read: {exc.strerror})\n"
+
+
+def dns_dump(hostfile: hf.Hostfile, failing: list[dns.Answer], own_name: str) -> str:
+    """What a person needs to see when the DNS wait times out."""
+    parts = [f"--- hostfile {hostfile.path}", hostfile.text.rstrip("\n"),
+             f"--- {RESOLV_CONF}", _read(RESOLV_CONF).rstrip("\n"),
+             f"--- {ETC_HOSTS}", _read(ETC_HOSTS).rstrip("\n"),
+             "--- unresolved names (last error)"]
+    for a in failing:
+        who = " (this launcher's own hostname)" if a.name == own_name else ""
+        hint = "" if a.transient else "  <- the resolver itself is failing"
+        parts.append(f"{a.name}{who}: {a.error_kind}: {a.detail}{hint}")
+    return "\n".join(parts)
+
+
+def gather(config: Config, environ: Mapping[str, str], log: Any) -> tuple[Facts, list[Decision]]:
+    info, env, notes = find_mpi(config, environ)
+    log.info("MPI", vendor=info.vendor, version=info.version, mpirun=info.mpirun)
+    path, more = input_hostfile(config, info)
+    notes.extend(more)
+    hostfile = hf.read(path)
+    own = socket.gethostname()
+    answers = wait_for_dns(config, hostfile, own, log)
+    facts = Facts(environ=env, hostfile=hostfile, answers=answers, mpi=info,
+                  interfaces=netif.present(), is_root=os.geteuid() == 0,
+                  launcher_hostname=own)
+    return facts, notes
+
+
+def plan(config: Config, environ: Mapping[str, str], log: Any) -> tuple[Plan, Facts]:
+    facts, notes = gather(config, environ, log)
+    p = build_plan(config, facts)
+    if notes:
+        p = dataclasses.replace(p, decisions=(*notes, *p.decisions))
+    return p, facts
+
+
+def execute(p: Plan, environ: Mapping[str, str], log: Any) -> int:
+    for f in p.files:
+        directory = os.path.dirname(f.path)
+        if f.mode & 0o111 and directory:  # our private state dir holds the wrapper
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+        files.atomic_write(f.path, f.text, f.mode)
+        log.debug("wrote", path=f.path, purpose=f.purpose)
+    log.info("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    code = proc.run(p.argv, p.environment(environ))
+    log.info("mpirun exit", code=code)
+    return code
+
+
+def main(config: Config, environ: Mapping[str, str], log: Any) -> int:
+    p, facts = plan(config, environ, log)
+    if config.explain:
+        sys.stdout.write(render.as_json(p) if config.json else render.as_text(p))
+        return 0
+    return execute(p, facts.environ, log)

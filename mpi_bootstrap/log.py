@@ -1,0 +1,55 @@
+"""Logs as data: structlog, JSON lines on stderr when not a TTY, console on a TTY.
+
+stdout is reserved for `--explain` output. Secrets never reach a log line: a processor
+replaces the value of any key that names one, and the agent never passes key material
+or tokens as values under other names.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import MutableMapping
+from typing import Any, TextIO
+
+import structlog
+
+_SECRET_WORDS = ("token", "secret", "password", "private_key", "privkey")
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+          "error": logging.ERROR}
+
+
+def redact(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+           ) -> MutableMapping[str, Any]:
+    """Replace the value of every key that names a secret."""
+    for key in list(event_dict):
+        if any(word in key.lower() for word in _SECRET_WORDS):
+            event_dict[key] = "[redacted]"
+    return event_dict
+
+
+def configure(fmt: str = "auto", level: str = "info", role: str = "launcher",
+              stream: TextIO | None = None) -> None:
+    out = stream if stream is not None else sys.stderr
+    if fmt == "auto":
+        fmt = "console" if out.isatty() else "json"
+    renderer: Any = (structlog.processors.JSONRenderer() if fmt == "json"
+                     else structlog.dev.ConsoleRenderer(colors=out.isatty()))
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            redact,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]),
+        logger_factory=structlog.PrintLoggerFactory(file=out),
+        cache_logger_on_first_use=False,
+    )
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(role=role)
+
+
+def get() -> Any:
+    return structlog.get_logger("mpi_bootstrap")
