@@ -74,12 +74,12 @@ def _decode(data: bytes, path: str) -> str:
         line = data.count(b"\n", 0, exc.start) + 1
         raise HostfileError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x})"
                             ) from None
-    return text.removeprefix("\ufeff")
+    return text
 
 
 def parse(data: bytes | str, path: str = "<hostfile>") -> Hostfile:
     """Parse hostfile content. Raises HostfileError with `path:line: reason`."""
-    text = data if isinstance(data, str) else _decode(data, path)
+    text = (data if isinstance(data, str) else _decode(data, path)).removeprefix("\ufeff")
     hosts: list[Host] = []
     first_seen: dict[str, int] = {}
     for lineno, raw in enumerate(text.splitlines(), start=1):
@@ -103,6 +103,7 @@ def _parse_line(line: str, path: str, lineno: int) -> Host:
     tokens = line.split()
     first, options = tokens[0], tokens[1:]
     name, slots_text = _split_hydra(first)
+    _check_name(name, where)
     slots: int | None = None
     max_slots: int | None = None
     if slots_text is not None:
@@ -122,7 +123,6 @@ def _parse_line(line: str, path: str, lineno: int) -> Host:
         else:
             raise HostfileError(f"{where}: unknown option {key!r}; expected slots=N or "
                                 "max_slots=N")
-    _check_name(name, where)
     if slots is None:
         slots = 1
     if max_slots is not None and max_slots < slots:

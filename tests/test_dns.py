@@ -1,0 +1,165 @@
+"""DNS wait: concurrency, pacing, the deadline, and error kinds (resolver faked here;
+the real dnsmasq runs in the benchmarks and in the cluster tests)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from pytest_mock import MockerFixture
+
+from mpi_bootstrap import dns
+
+
+class FakeResolver:
+    """Answers from a table that tests change while the wait runs; counts calls."""
+
+    def __init__(self, present: set[str], delay: float = 0.0) -> None:
+        self.present = set(present)
+        self.delay = delay
+        self.calls: list[tuple[float, str]] = []
+        self.lock = threading.Lock()
+        self.active = 0
+        self.max_active = 0
+
+    def __call__(self, name: str) -> dns.Answer:
+        with self.lock:
+            self.calls.append((time.monotonic(), name))
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            if self.delay:
+                time.sleep(self.delay)
+            if name in self.present:
+                return dns.Answer(name, addresses=("10.9.9.9",))
+            return dns.Answer(name, error_kind=dns.NOT_FOUND, detail="Name or service not known")
+        finally:
+            with self.lock:
+                self.active -= 1
+
+    def count(self, name: str) -> int:
+        return sum(1 for _, n in self.calls if n == name)
+
+
+class TestWait:
+    """wait_for resolves every name, never re-asks a resolved one, and keeps to its budget."""
+
+    def test_one_round_when_all_resolve(self) -> None:
+        names = [f"h{i}" for i in range(50)]
+        fake = FakeResolver(set(names))
+        result = dns.wait_for(names, lookup=fake, deadline=5, interval=3)
+        assert result.ok
+        assert result.lookups == 50
+        assert sorted(n for _, n in fake.calls) == sorted(names)
+
+    def test_duplicates_asked_once(self) -> None:
+        fake = FakeResolver({"a"})
+        result = dns.wait_for(["a", "a", "a"], lookup=fake, deadline=5, interval=3)
+        assert result.lookups == 1
+
+    def test_concurrency_bound(self) -> None:
+        names = [f"h{i}" for i in range(40)]
+        fake = FakeResolver(set(names), delay=0.02)
+        dns.wait_for(names, lookup=fake, deadline=5, interval=3, concurrency=4)
+        assert fake.max_active <= 4
+        assert fake.max_active >= 2  # lookups did overlap
+
+    def test_late_record_found_quickly_and_resolved_not_asked_again(self) -> None:
+        names = [f"h{i}" for i in range(8)]
+        fake = FakeResolver(set(names[:7]))
+        appeared: list[float] = []
+
+        def add_late() -> None:
+            time.sleep(0.6)
+            appeared.append(time.monotonic())
+            fake.present.add("h7")
+
+        t = threading.Thread(target=add_late)
+        t.start()
+        result = dns.wait_for(names, lookup=fake, deadline=10, interval=3)
+        done = time.monotonic()
+        t.join()
+        assert result.ok
+        assert all(fake.count(n) == 1 for n in names[:7])
+        # Budget max(20, 8/3) = 20/s: the late host is re-asked about every 50 ms.
+        assert done - appeared[0] < 0.5
+        after_first_round = [c for c, _ in fake.calls[8:]]
+        if len(after_first_round) >= 2:
+            span = after_first_round[-1] - after_first_round[0]
+            assert (len(after_first_round) - 1) / span <= 20 * 1.25
+
+    def test_budget_scales_with_hosts(self) -> None:
+        assert dns.lookup_rate(8, 3) == 20
+        assert dns.lookup_rate(4096, 3) == pytest.approx(4096 / 3)
+
+    def test_deadline(self) -> None:
+        fake = FakeResolver({"a"})
+        start = time.monotonic()
+        result = dns.wait_for(["a", "b"], lookup=fake, deadline=0.5, interval=3)
+        elapsed = time.monotonic() - start
+        assert not result.ok
+        assert result.unresolved == ("b",)
+        assert result.answers["b"].error_kind == dns.NOT_FOUND
+        assert 0.45 <= elapsed < 1.5
+        # paced: about 20 per second, not a busy loop
+        assert fake.count("b") <= 0.5 * 20 + 3
+
+    def test_zero_deadline_is_one_round(self) -> None:
+        fake = FakeResolver({"a"}, delay=0.05)
+        result = dns.wait_for(["a", "b"], lookup=fake, deadline=0, interval=3)
+        assert result.lookups == 2
+        assert result.unresolved == ("b",)
+
+    def test_stuck_lookup_does_not_hold_the_deadline(self) -> None:
+        fake = FakeResolver(set(), delay=5)
+        start = time.monotonic()
+        result = dns.wait_for(["slow"], lookup=fake, deadline=0.3, interval=3)
+        assert time.monotonic() - start < 1.5
+        assert result.answers["slow"].error_kind == dns.TEMPORARY
+        assert "no answer before the deadline" in result.answers["slow"].detail
+
+    def test_lookup_exception_is_an_answer(self) -> None:
+        def broken(name: str) -> dns.Answer:
+            raise RuntimeError("boom")
+
+        result = dns.wait_for(["a"], lookup=broken, deadline=0, interval=3)
+        assert result.answers["a"].error_kind == dns.OTHER
+
+    def test_on_answer_in_order(self) -> None:
+        seen: list[tuple[str, bool, bool]] = []
+        fake = FakeResolver({"a"})
+        dns.wait_for(["a"], lookup=fake, deadline=1, interval=3,
+                     on_answer=lambda a, prev: seen.append((a.name, a.ok, prev is None)))
+        assert seen == [("a", True, True)]
+
+
+class TestSystemResolver:
+    """getaddrinfo errors are sorted into kinds; transient ones are named as such."""
+
+    @pytest.mark.parametrize(("errno", "kind"), [
+        (socket.EAI_NONAME, dns.NOT_FOUND),
+        (socket.EAI_AGAIN, dns.TEMPORARY),
+        (socket.EAI_FAIL, dns.SERVER_FAILURE),
+        (socket.EAI_SERVICE, dns.OTHER),
+    ])
+    def test_kinds(self, tmp_path: Path, mocker: MockerFixture, errno: int, kind: str) -> None:
+        conf = tmp_path / "resolv.conf"
+        conf.write_text("search a.svc.cluster.local\nnameserver 10.96.0.10\noptions ndots:5\n")
+        mocker.patch("socket.getaddrinfo", side_effect=socket.gaierror(errno, "msg"))
+        answer = dns.SystemResolver(str(conf))("x")
+        assert answer.error_kind == kind
+        assert answer.transient == (kind in dns.TRANSIENT_KINDS)
+
+    def test_no_nameserver(self, tmp_path: Path, mocker: MockerFixture) -> None:
+        conf = tmp_path / "resolv.conf"
+        conf.write_text("search svc.cluster.local\n")
+        mocker.patch("socket.getaddrinfo", side_effect=socket.gaierror(socket.EAI_AGAIN, "m"))
+        assert dns.SystemResolver(str(conf))("x").error_kind == dns.NO_NAMESERVER
+
+    def test_real_localhost(self) -> None:
+        answer = dns.SystemResolver()("localhost")
+        assert answer.ok
+        assert answer.addresses[0] in ("127.0.0.1", "::1")

@@ -1,0 +1,255 @@
+"""Plan snapshots for each MPI × rewrite mode × user override, plus the rules behind them.
+
+Snapshots live in tests/snapshots/. After an intended change, regenerate them with
+`UPDATE_SNAPSHOTS=1 make test-fast` and review the diff like code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mpi_bootstrap import hostfile as hf
+from mpi_bootstrap import mpi, render
+from mpi_bootstrap.config import Config
+from mpi_bootstrap.dns import Answer
+from mpi_bootstrap.errors import HostfileError
+from mpi_bootstrap.plan import Facts, Plan, build_plan
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+
+MPIS = {
+    "openmpi4": mpi.MPIInfo("openmpi", "4.1.4", "orte", "/opt/ompi4/bin/mpirun",
+                            "mpirun (Open MPI) 4.1.4", "detected"),
+    "openmpi5": mpi.MPIInfo("openmpi", "5.0.11", "prrte", "/opt/ompi5/bin/mpirun",
+                            "mpirun (Open MPI) 5.0.11", "detected"),
+    "mpich": mpi.MPIInfo("mpich", "5.0.2", "hydra", "/opt/mpich/bin/mpirun",
+                         "HYDRA build details:", "detected"),
+    "intel": mpi.MPIInfo("intel", "2021.18.1", "hydra", "/opt/intel/bin/mpirun",
+                         "Intel(R) MPI Library for Linux* OS, Version 2021.18.1", "detected"),
+}
+
+BASE_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64",
+    "NCCL_DEBUG": "INFO",
+    "NCCL_IB_DISABLE": "1",
+    "UCX_TLS": "tcp",
+    "HOME": "/root",
+    "OLDPWD": "/",
+    "BASH_FUNC_module%%": "() { eval; }",
+    "MPI_BOOTSTRAP_TOKEN": "never-shown-token",
+    # What MPI Operator sets on every launcher (FIELD-NOTES §1)
+    "K_MPI_JOB_ROLE": "launcher",
+    "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
+    "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
+    "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
+}
+
+HOSTFILE = "pi-worker-0.pi.default.svc slots=2\npi-worker-1.pi.default.svc slots=2\n"
+ADDRESSES = {"pi-worker-0.pi.default.svc": "10.1.0.10", "pi-worker-1.pi.default.svc": "10.1.0.11"}
+
+# User overrides: in wrap mode (their own mpirun flags) or through the MPI's variables.
+USER_FLAGS = {
+    "openmpi4": ["mpirun", "-np", "2", "--bind-to", "core", "--mca", "btl_tcp_if_include",
+                 "eth1", "-x", "NCCL_DEBUG=WARN", "--hostfile", "/etc/mpi/hostfile",
+                 "python3", "train.py", "--mca", "inner"],
+    "openmpi5": ["mpirun", "-np", "2", "--bind-to", "core", "--prtemca", "plm_ssh_agent",
+                 "ssh -p 2222", "--mca", "btl_tcp_if_include", "eth1", "python3", "train.py"],
+    "mpich": ["mpiexec", "-n", "2", "-iface", "eth1", "-genvall", "-f", "/etc/mpi/hostfile",
+              "./a.out"],
+    "intel": ["mpirun", "-n", "2", "-bootstrap", "rsh", "-iface", "eth1", "IMB-MPI1"],
+}
+USER_ENV = {
+    "openmpi4": {"OMPI_MCA_btl": "tcp,self,vader", "OMPI_MCA_routed": "radix",
+                 "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"},
+    "openmpi5": {"PRTE_MCA_prte_keep_fqdn_hostnames": "1", "OMPI_MCA_pml": "ucx",
+                 "OMPI_MCA_plm_rsh_agent": "ssh -p 2222", "NCCL_SOCKET_IFNAME": "eth9"},
+    "mpich": {"HYDRA_IFACE": "eth1", "HYDRA_LAUNCHER": "rsh", "HYDRA_HOST_FILE": "/etc/mpi/h"},
+    "intel": {"I_MPI_HYDRA_IFACE": "eth1", "I_MPI_HYDRA_ENV": "all", "FI_TCP_IFACE": "eth1",
+              "I_MPI_HYDRA_HOST_FILE": "/etc/mpi/hostfile"},
+}
+
+
+def make_plan(kind: str, rewrite: str, override: str, *, env_extra: dict[str, str] | None = None,
+              hostfile_text: str = HOSTFILE, interfaces: frozenset[str] | None = None,
+              is_root: bool = True) -> Plan:
+    env = dict(BASE_ENV)
+    program = ["python3", "train.py"]
+    if override == "flags":
+        program = USER_FLAGS[kind]
+    elif override == "env":
+        env.update(USER_ENV[kind])
+    env.update(env_extra or {})
+    argv = ["--rewrite", rewrite, "--state-dir", "/run/mpi-bootstrap", "launcher", "--",
+            *program]
+    config = Config.from_env(env, argv)
+    parsed = hf.parse(hostfile_text, "/etc/mpi/hostfile")
+    answers = {}
+    for host in parsed.hosts:
+        name = hf.fqdn(host.name, "cluster.local") if rewrite != "none" else host.name
+        addr = ADDRESSES.get(host.name, "10.1.0.99")
+        answers[name] = Answer(name, addresses=(addr,))
+    facts = Facts(environ=env, hostfile=parsed, answers=answers, mpi=MPIS[kind],
+                  interfaces=interfaces or frozenset({"lo", "eth0", "net1"}), is_root=is_root,
+                  launcher_hostname="pi-launcher")
+    return build_plan(config, facts)
+
+
+def check_snapshot(name: str, data: dict[str, Any]) -> None:
+    path = SNAPSHOTS / f"{name}.json"
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    if os.environ.get("UPDATE_SNAPSHOTS") == "1":
+        SNAPSHOTS.mkdir(exist_ok=True)
+        path.write_text(text)
+        return
+    assert path.exists(), f"no snapshot {path}; run with UPDATE_SNAPSHOTS=1 and review it"
+    assert json.loads(path.read_text()) == json.loads(text), f"plan changed: {path}"
+
+
+class TestSnapshots:
+    """Each MPI × rewrite × override produces exactly the reviewed plan."""
+
+    @pytest.mark.parametrize("kind", sorted(MPIS))
+    @pytest.mark.parametrize("rewrite", ["none", "fqdn", "ip"])
+    @pytest.mark.parametrize("override", ["none", "flags", "env"])
+    def test_plan(self, kind: str, rewrite: str, override: str) -> None:
+        plan = make_plan(kind, rewrite, override)
+        data = render.as_dict(plan)
+        check_snapshot(f"{kind}-{rewrite}-{override}", data)
+        # never a secret, never a value of a forwarded variable
+        text = json.dumps(data) + render.as_text(plan)
+        assert "never-shown-token" not in text
+        assert "MPI_BOOTSTRAP_TOKEN" not in json.dumps(data["env"])
+
+
+def argv_of(plan: Plan) -> list[str]:
+    return list(plan.argv)
+
+
+def pairs(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+
+
+class TestRules:
+    """The rules the snapshots encode, spelled out so a careless update cannot hide them."""
+
+    def test_openmpi4_flags(self) -> None:
+        argv = argv_of(make_plan("openmpi4", "none", "none"))
+        mcas = pairs(argv, "--mca")
+        for name in ("btl", "btl_tcp_if_include", "oob_tcp_if_include", "pml", "routed",
+                     "plm_rsh_agent", "coll_ucc_enable", "coll_hcoll_enable",
+                     "orte_startup_timeout"):
+            assert name in mcas, name
+        # MPI Operator's OMPI_MCA_orte_keep_fqdn_hostnames already does it on 4.x
+        assert "orte_keep_fqdn_hostnames" not in mcas
+        assert "--prtemca" not in argv
+        assert argv[argv.index("--prefix") + 1] == "/opt/ompi4"
+        assert "--allow-run-as-root" in argv
+        assert argv[argv.index("-np") + 1] == "4"
+        assert argv[-2:] == ["python3", "train.py"]
+
+    def test_openmpi5_uses_prrte_names(self) -> None:
+        plan = make_plan("openmpi5", "none", "none")
+        argv = argv_of(plan)
+        prte = pairs(argv, "--prtemca")
+        assert {"oob_tcp_if_include", "plm_ssh_agent", "prte_keep_fqdn_hostnames"} <= set(prte)
+        assert "routed" not in pairs(argv, "--mca")
+        assert "plm_rsh_agent" not in pairs(argv, "--mca")
+        # the operator's 4.x variable is ignored by Open MPI 5, and the plan says so
+        keep = next(d for d in plan.decisions if d.setting == "--prtemca prte_keep_fqdn_hostnames")
+        assert "OMPI_MCA_orte_keep_fqdn_hostnames is set but ignored" in keep.reason
+
+    def test_default_hostfile_variable_points_at_rewrite(self) -> None:
+        plan = make_plan("openmpi4", "fqdn", "none")
+        assert plan.env_set["OMPI_MCA_orte_default_hostfile"] == "/tmp/mpi-hostfile"
+
+    @pytest.mark.parametrize("kind", ["mpich", "intel"])
+    def test_hydra(self, kind: str) -> None:
+        plan = make_plan(kind, "none", "none")
+        argv = argv_of(plan)
+        launch, exec_flag = ("-bootstrap", "-bootstrap-exec") if kind == "intel" else (
+            "-launcher", "-launcher-exec")
+        assert argv[argv.index(launch) + 1] == "ssh"
+        wrapper = argv[argv.index(exec_flag) + 1]
+        assert wrapper == "/run/mpi-bootstrap/ssh-launcher"
+        script = next(f for f in plan.files if f.path == wrapper)
+        assert script.mode == 0o755
+        assert "exec ssh -o BatchMode=yes" in script.text and '"$@"' in script.text
+        assert argv[argv.index("-iface") + 1] == "eth0"
+        genv = argv[argv.index("-genvlist") + 1].split(",")
+        assert {"NCCL_DEBUG", "NCCL_SOCKET_IFNAME", "LD_LIBRARY_PATH", "PATH"} <= set(genv)
+        assert plan.hostfile_text == "pi-worker-0.pi.default.svc:2\npi-worker-1.pi.default.svc:2\n"
+
+    @pytest.mark.parametrize("kind", sorted(MPIS))
+    def test_env_forwarding(self, kind: str) -> None:
+        plan = make_plan(kind, "none", "none")
+        assert plan.env_set["NCCL_SOCKET_IFNAME"] == "net1"
+        assert {"NCCL_DEBUG", "NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME", "UCX_TLS",
+                "LD_LIBRARY_PATH", "PATH"} <= set(plan.forwarded)
+        for never in ("OLDPWD", "BASH_FUNC_module%%", "MPI_BOOTSTRAP_TOKEN", "HOME"):
+            assert never not in plan.forwarded
+        if kind.startswith("openmpi"):
+            xs = pairs(argv_of(plan), "-x")
+            assert sorted(xs) == sorted(plan.forwarded)
+            assert all("=" not in x for x in xs)  # value-less: values never in argv
+
+    def test_rewrite_modes(self) -> None:
+        assert make_plan("openmpi4", "none", "none").hostfile_text.startswith(
+            "pi-worker-0.pi.default.svc slots=2")
+        fq = make_plan("openmpi4", "fqdn", "none")
+        assert fq.hostfile_text.startswith("pi-worker-0.pi.default.svc.cluster.local slots=2")
+        ip = make_plan("openmpi4", "ip", "none")
+        assert ip.hostfile_text == "10.1.0.10 slots=2\n10.1.0.11 slots=2\n"
+        assert [h.rewritten_to for h in ip.hosts] == ["10.1.0.10", "10.1.0.11"]
+
+    def test_ip_rewrite_merging_hosts_is_an_error(self) -> None:
+        with pytest.raises(HostfileError, match="the same as"):
+            make_plan("openmpi4", "ip", "none", hostfile_text="a.svc slots=1\nb.svc slots=1\n")
+
+    def test_user_wins_in_wrap_mode(self) -> None:
+        plan = make_plan("openmpi4", "fqdn", "flags")
+        argv = argv_of(plan)
+        assert plan.wrap
+        assert argv.count("-np") == 1 and argv[argv.index("-np") + 1] == "2"
+        assert "none" not in pairs(argv, "--bind-to")
+        assert pairs(argv, "--mca").count("btl_tcp_if_include") == 1
+        assert "NCCL_DEBUG" not in pairs(argv, "-x")  # the user's -x NCCL_DEBUG=WARN stays
+        # the user's --hostfile now names the rewritten copy, once
+        assert pairs(argv, "--hostfile") == ["/tmp/mpi-hostfile"]
+        # the program's own arguments are untouched
+        assert argv[-4:] == ["python3", "train.py", "--mca", "inner"]
+        reasons = [d for d in plan.decisions if d.source.startswith("user flag")]
+        assert {d.setting for d in reasons} >= {"ranks", "--bind-to",
+                                                "--mca btl_tcp_if_include"}
+
+    def test_user_env_wins(self) -> None:
+        plan = make_plan("intel", "none", "env")
+        argv = argv_of(plan)
+        assert "-iface" not in argv
+        assert "-genvlist" not in argv  # I_MPI_HYDRA_ENV=all chosen by the user
+        assert "FI_TCP_IFACE" not in plan.env_set
+
+    def test_not_root_no_allow_run_as_root(self) -> None:
+        assert "--allow-run-as-root" not in make_plan("openmpi4", "none", "none", is_root=False
+                                                      ).argv
+
+    def test_no_data_interface(self) -> None:
+        plan = make_plan("openmpi4", "none", "none", interfaces=frozenset({"lo", "eth0"}))
+        assert "NCCL_SOCKET_IFNAME" not in plan.env_set
+
+    def test_dranet(self) -> None:
+        plan = make_plan("openmpi4", "none", "none",
+                         interfaces=frozenset({"lo", "eth0", "dranet0"}))
+        assert plan.env_set["NCCL_SOCKET_IFNAME"] == "dranet0"
+
+    def test_text_render_mentions_every_decision(self) -> None:
+        plan = make_plan("openmpi5", "fqdn", "env")
+        text = render.as_text(plan)
+        for d in plan.decisions:
+            assert d.setting in text
+        assert "--explain: nothing was written or started" in text
