@@ -39,6 +39,7 @@ FORWARD_PREFIXES = ("NCCL_", "UCX_", "OMPI_MCA_coll_")
 DENY_PREFIXES = ("BASH_FUNC_", "MPI_BOOTSTRAP_")
 DENY_NAMES = frozenset({"OLDPWD"})
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_END = "MPI_BOOTSTRAP_ENV_END"  # sentinel that ends mpirun's environment (MPICH)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -517,6 +518,15 @@ def _hydra(facts: LaunchFacts) -> LaunchSpec:
         b.args.extend(["-genvlist", ",".join(names)])
         b.decide("-genvlist", f"{len(names)} names", "agent default",
                  "forward NCCL_*, UCX_*, LD_LIBRARY_PATH, PATH and FORWARD_ENV by name")
+        if not intel:
+            # MPICH 5.0.2's hydra never delivers the *last* variable of mpirun's
+            # environment through -genvlist, even when listed (found by
+            # tests/test_realmpi.py; Intel's hydra is fine). End the environment with a
+            # variable nobody forwards, so that every listed one arrives.
+            b.env_set[ENV_END] = "1"
+            b.decide(f"env {ENV_END}", "1", "agent default",
+                     "MPICH hydra drops the last environment variable from -genvlist; "
+                     "this one is last and not forwarded")
     return b.spec(names)
 
 

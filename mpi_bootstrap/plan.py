@@ -53,8 +53,13 @@ class Plan:
     wrap: bool
 
     def environment(self, environ: Mapping[str, str]) -> dict[str, str]:
-        """mpirun's environment: the agent's own plus what the plan adds."""
-        return {**environ, **self.env_set}
+        """mpirun's environment: the agent's own, then what the plan adds, in its order.
+
+        Order matters: the plan's variables come last (see mpi.ENV_END).
+        """
+        env = {k: v for k, v in environ.items() if k not in self.env_set}
+        env.update(self.env_set)
+        return env
 
 
 def lookup_name(name: str, config: Config) -> str:

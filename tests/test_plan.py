@@ -227,6 +227,14 @@ class TestRules:
         assert {d.setting for d in reasons} >= {"ranks", "--bind-to",
                                                 "--mca btl_tcp_if_include"}
 
+    def test_mpich_environment_ends_with_sentinel(self) -> None:
+        """MPICH hydra drops the last variable from -genvlist; ours is last, unforwarded."""
+        plan = make_plan("mpich", "none", "none")
+        env = plan.environment(BASE_ENV)
+        assert list(env)[-1] == mpi.ENV_END
+        assert mpi.ENV_END not in plan.forwarded
+        assert mpi.ENV_END not in make_plan("intel", "none", "none").env_set
+
     def test_user_env_wins(self) -> None:
         plan = make_plan("intel", "none", "env")
         argv = argv_of(plan)

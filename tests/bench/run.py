@@ -1,0 +1,519 @@
+"""`make bench`: the mpi-bootstrap benchmarks. Prints a table; writes .bench/results.json.
+
+    1. DNS round      one wait_for() round over 4,096 names served by a real dnsmasq
+    2. late record    how fast wait_for() sees an 8-host job's last record appear
+    3. --explain      the whole `mpi-bootstrap launcher --explain` process, 2 hosts
+    4. hostfile       parse + fqdn rewrite + render + atomic write of 100,000 lines
+
+Benchmarks 1-3 run inside a private network namespace (tests/support/netns.py) whose
+resolv.conf is `nameserver 127.0.0.1` + `options ndots:1` and whose only DNS server is a
+dnsmasq on that namespace's loopback (tests/support/dnsmasq.py): no packet leaves it.
+Numbers are reported, never asserted: the exit status is non-zero only when a benchmark
+could not run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import cProfile
+import io
+import json
+import math
+import os
+import platform
+import pstats
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from mpi_bootstrap import dns, files, hostfile  # noqa: E402
+from tests.support import dnsmasq as dnsmasq_mod  # noqa: E402
+from tests.support import netns as netns_mod  # noqa: E402
+from tests.support.dnsmasq import Dnsmasq  # noqa: E402
+from tests.support.netns import Netns  # noqa: E402
+
+INNER = os.path.join(ROOT, "tests", "bench", "inner.py")
+OUT_DIR = os.path.join(ROOT, ".bench")
+OUT_JSON = os.path.join(OUT_DIR, "results.json")
+PY = sys.executable
+AGENT = os.path.join(os.path.dirname(PY), "mpi-bootstrap")
+
+RESOLV_CONF = "nameserver 127.0.0.1\noptions ndots:1\n"
+DOMAIN = "cluster.local"
+
+# Benchmark sizes and targets (seconds).
+ROUND_HOSTS = 4096
+ROUND_RUNS = 5
+CONCURRENCIES = (16, 32, 64, 128)
+DEFAULT_CONCURRENCY = 64
+ROUND_TARGET = 0.25
+LATE_HOSTS = 8
+LATE_TRIALS = 10
+LATE_INTERVAL = 3.0
+BASH_PHASES = (1 / 6, 3 / 6, 5 / 6)  # where in the 3 s sleep the record lands
+EXPLAIN_RUNS = 20
+EXPLAIN_TARGET = 0.150
+IMPORTTIME_RUNS = 3
+HOSTFILE_LINES = 100_000
+HOSTFILE_RUNS = 5
+HOSTFILE_TARGET = 0.5
+
+
+def round_name(i: int) -> str:
+    return f"job-worker-{i}.job.default.svc.{DOMAIN}"
+
+
+def round_addr(i: int) -> str:
+    return f"198.18.{i // 250}.{i % 250 + 1}"  # RFC 2544 benchmark range
+
+
+def median(xs: Sequence[float]) -> float:
+    return statistics.median(xs) if xs else math.nan
+
+
+def clean(obj: Any) -> Any:
+    """NaN/inf → None, so results.json is strict JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [clean(v) for v in obj]
+    return obj
+
+
+def run_inner(ns: Netns, args: Sequence[str], timeout: float) -> dict[str, Any]:
+    """Run inner.py inside the namespace; return its JSON."""
+    done = ns.run([PY, INNER, *args], capture_output=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"inner.py {args[0]} exited {done.returncode}: "
+                           f"{done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------- 1. DNS round
+
+def bench_dns_round(ns: Netns, workdir: str) -> dict[str, Any]:
+    names_file = os.path.join(workdir, "names-4096")
+    with open(names_file, "w", encoding="ascii") as fh:
+        fh.write("".join(f"{round_name(i)}\n" for i in range(ROUND_HOSTS)))
+    runs: dict[int, list[dict[str, Any]]] = {c: [] for c in CONCURRENCIES}
+    for r in range(ROUND_RUNS):
+        # A fresh process per round (wait_for's worker threads never exit), and the
+        # order rotates so that no concurrency always goes first.
+        order = CONCURRENCIES[r % len(CONCURRENCIES):] + CONCURRENCIES[:r % len(CONCURRENCIES)]
+        for c in order:
+            runs[c].append(run_inner(ns, ["round", "--names", names_file,
+                                          "--concurrency", str(c)], timeout=150))
+    sweep = {}
+    for c, rs in runs.items():
+        secs = [x["seconds"] for x in rs]
+        sweep[c] = {"median_s": median(secs), "min_s": min(secs), "max_s": max(secs),
+                    "runs_s": secs, "all_resolved": all(x["ok"] for x in rs),
+                    "lookups": [x["lookups"] for x in rs]}
+    best = min(sweep, key=lambda c: sweep[c]["median_s"])
+    ours = sweep[DEFAULT_CONCURRENCY]["median_s"]
+    base = run_inner(ns, ["bash-round", "--names", names_file], timeout=150)
+    return {
+        "hosts": ROUND_HOSTS, "runs": ROUND_RUNS, "concurrency": DEFAULT_CONCURRENCY,
+        "median_s": ours, "target_s": ROUND_TARGET,
+        "all_resolved": sweep[DEFAULT_CONCURRENCY]["all_resolved"],
+        "baseline": {"what": "for h in $(cat names); do getent hosts \"$h\" >/dev/null; "
+                             "done  (one round, timed once)",
+                     "seconds": base["seconds"], "failed": base["failed"], "ok": base["ok"]},
+        "ratio_baseline_over_ours": base["seconds"] / ours if ours > 0 else math.nan,
+        "concurrency_sweep": {str(c): v for c, v in sweep.items()},
+        "best_concurrency": best,
+    }
+
+
+# ---------------------------------------------------------------- 2. late record
+
+def late_records() -> dict[str, str]:
+    """The 7 records present from the start, for every trial (ours and the shell's)."""
+    out = {}
+    for k in range(LATE_TRIALS):
+        for i in range(LATE_HOSTS - 1):
+            out[f"lat{k}-worker-{i}.lat{k}.default.svc.{DOMAIN}"] = f"198.19.{10 + k}.{i + 1}"
+    for k in range(len(BASH_PHASES)):
+        for i in range(LATE_HOSTS - 1):
+            out[f"bash{k}-worker-{i}.bash{k}.default.svc.{DOMAIN}"] = f"198.19.{40 + k}.{i + 1}"
+    return out
+
+
+def bench_late_record(ns: Netns, dm: Dnsmasq, workdir: str) -> dict[str, Any]:
+    ours = run_inner(ns, ["latency", "--hostsdir", dm.hostsdir, "--trials", str(LATE_TRIALS),
+                          "--hosts", str(LATE_HOSTS), "--interval", str(LATE_INTERVAL)],
+                     timeout=LATE_TRIALS * 25)
+    trials = ours["trials"]
+    lat = [t["latency_from_visible"] for t in trials]
+    lat_w = [t["latency_from_write"] for t in trials]
+    rates = [t["rate_after_first_round"] for t in trials]
+    peak = [t["max_lookups_in_1s_after_first_round"] for t in trials]
+    bash = run_inner(ns, ["bash-latency", "--hostsdir", dm.hostsdir, "--workdir", workdir,
+                          "--phases", ",".join(f"{p:.4f}" for p in BASH_PHASES),
+                          "--hosts", str(LATE_HOSTS), "--interval", str(LATE_INTERVAL)],
+                     timeout=len(BASH_PHASES) * 25)
+    blat = [t["latency_from_visible"] for t in bash["trials"]]
+    bmean = statistics.fmean(blat) if blat else math.nan
+    med = median(lat)
+    return {
+        "hosts": LATE_HOSTS, "trials": LATE_TRIALS, "interval_s": LATE_INTERVAL,
+        "measured_from": "first direct A query (1 ms polls from a thread in the same "
+                         "process, straight to dnsmasq) that answers the new record; "
+                         "latency_from_write also given",
+        "median_s": med, "max_s": max(lat), "mean_s": statistics.fmean(lat),
+        "from_write_median_s": median(lat_w), "from_write_max_s": max(lat_w),
+        "visible_after_write_median_s": median([t["visible_after_write"] for t in trials]),
+        "all_ok": all(t["ok"] for t in trials),
+        "lookups_total": [t["lookups"] for t in trials],
+        "lookups_total_median": median([t["lookups"] for t in trials]),
+        "budget_lookups_per_s": ours["budget_per_s"],
+        "rate_after_first_round_median": median(rates),
+        "rate_after_first_round_max": max(rates),
+        "max_lookups_in_any_1s_after_first_round": max(peak),
+        "within_budget": max(rates) <= ours["budget_per_s"]
+        and max(peak) <= ours["budget_per_s"] + 1,
+        "per_trial": trials,
+        "baseline": {
+            "what": "shell loop: getent every host, `sleep 3` between rounds; record lands "
+                    f"at {', '.join(f'{p:.2f}' for p in BASH_PHASES)} of the sleep "
+                    "(stratified, so the mean estimates a random arrival)",
+            "trials_s": blat, "mean_s": bmean, "max_s": max(blat) if blat else math.nan,
+            "expected_mean_s": "interval/2 + one round = 1.5 s + a few ms",
+            "all_ok": all(t["ok"] for t in bash["trials"]),
+        },
+        "ratio_baseline_mean_over_ours_median": bmean / med if med > 0 else math.nan,
+    }
+
+
+# ---------------------------------------------------------------- 3. --explain
+
+def parse_importtime(text: str) -> list[tuple[str, int, int, int, str | None]]:
+    """`-X importtime` lines → (module, level, self µs, cumulative µs, importer)."""
+    rows = []
+    for line in text.splitlines():
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        self_us, cum_us, name = line[len("import time:"):].split("|", 2)
+        level = (len(name) - len(name.lstrip(" ")) - 1) // 2
+        rows.append([name.strip(), level, int(self_us), int(cum_us), None])
+    # Output is post-order: a module's importer is the next line one level up.
+    pending: dict[int, list[list[Any]]] = {}
+    for row in rows:
+        for child in pending.pop(row[1] + 1, []):
+            child[4] = row[0]
+        pending.setdefault(row[1], []).append(row)
+    return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+def importtime_report(runs: list[str]) -> dict[str, Any]:
+    parsed = [parse_importtime(t) for t in runs]
+    # External packages entered from our own modules: what making imports lazy would save.
+    entries: dict[tuple[str, str], list[int]] = {}
+    selfs: dict[str, list[int]] = {}
+    totals = []
+    for rows in parsed:
+        totals.append(sum(r[2] for r in rows))
+        for name, _lvl, self_us, cum_us, parent in rows:
+            selfs.setdefault(name, []).append(self_us)
+            root = name.split(".")[0]
+            if root != "mpi_bootstrap" and parent and parent.startswith("mpi_bootstrap"):
+                entries.setdefault((parent, name), []).append(cum_us)
+            if root == "mpi_bootstrap":
+                entries.setdefault((parent or "(entry point)", name), []).append(cum_us)
+    ext = sorted(((k, median(v) / 1000) for k, v in entries.items()
+                  if not k[1].startswith("mpi_bootstrap")), key=lambda kv: -kv[1])
+    ours = sorted(((k, median(v) / 1000) for k, v in entries.items()
+                   if k[1].startswith("mpi_bootstrap")), key=lambda kv: -kv[1])
+    top_self = sorted(((k, median(v) / 1000) for k, v in selfs.items()), key=lambda kv: -kv[1])
+    return {
+        "total_import_ms": median(totals) / 1000,
+        "external_imported_by_mpi_bootstrap": [
+            {"module": k[1], "imported_by": k[0], "cumulative_ms": round(ms, 2)}
+            for k, ms in ext[:12]],
+        "mpi_bootstrap_modules": [
+            {"module": k[1], "imported_by": k[0], "cumulative_ms": round(ms, 2)}
+            for k, ms in ours[:12]],
+        "top_self_ms": [{"module": k, "self_ms": round(ms, 2)} for k, ms in top_self[:12]],
+    }
+
+
+def bench_explain(ns: Netns, workdir: str) -> dict[str, Any]:
+    hf_path = os.path.join(workdir, "hostfile-2")
+    with open(hf_path, "w", encoding="ascii") as fh:
+        fh.write("localhost slots=1\n127.0.0.1 slots=1\n")
+    out_hf = os.path.join(workdir, "out-hostfile")
+    argv = [AGENT, "launcher", "--explain", "--hostfile", hf_path, "--output-hostfile", out_hf,
+            "--dns-wait-seconds", "5", "--", "/bin/true"]
+    check = ns.run(argv, capture_output=True, timeout=60, check=False)
+    if check.returncode != 0 or "Command:" not in check.stdout:
+        raise RuntimeError(f"launcher --explain exited {check.returncode}: "
+                           f"{check.stderr.strip()[-2000:]}")
+    refs = {
+        "launcher --explain": argv,
+        "python -c pass": [PY, "-c", "pass"],
+        "python -c 'import cli, launcher'": [PY, "-c",
+                                             "import mpi_bootstrap.cli, mpi_bootstrap.launcher"],
+        "mpirun --version": ["mpirun", "--version"],
+    }
+    timings: dict[str, dict[str, Any]] = {}
+    tool = "hyperfine"
+    if shutil.which("hyperfine"):
+        export = os.path.join(workdir, "hyperfine.json")
+        cmd = [*ns.prefix(), "hyperfine", "-N", "--warmup", "3", "--runs", str(EXPLAIN_RUNS),
+               "--export-json", export, "--style", "none"]
+        for label, a in refs.items():
+            cmd += ["--command-name", label, shlex.join(a)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"hyperfine exited {done.returncode}: {done.stderr[-2000:]}")
+        with open(export, encoding="utf-8") as fh:
+            for res in json.load(fh)["results"]:
+                timings[res["command"]] = {"median_s": res["median"], "mean_s": res["mean"],
+                                           "min_s": res["min"], "max_s": res["max"],
+                                           "user_s": res["user"], "system_s": res["system"]}
+    else:  # time it ourselves: one `ip netns exec` per run, so subtract its cost
+        tool = "self-timed (hyperfine not found)"
+        for label, a in refs.items():
+            ts = []
+            for _ in range(EXPLAIN_RUNS):
+                t0 = time.perf_counter()
+                ns.run(a, capture_output=True, timeout=60, check=True)
+                ts.append(time.perf_counter() - t0)
+            timings[label] = {"median_s": median(ts), "min_s": min(ts), "max_s": max(ts)}
+    imports = []
+    for _ in range(IMPORTTIME_RUNS):
+        done = ns.run([PY, "-X", "importtime", *argv], capture_output=True, timeout=60,
+                      check=False)
+        imports.append(done.stderr)
+    ours = timings["launcher --explain"]["median_s"]
+    return {"runs": EXPLAIN_RUNS, "tool": tool, "argv": argv, "median_s": ours,
+            "target_s": EXPLAIN_TARGET, "reference": timings,
+            "importtime": importtime_report(imports)}
+
+
+# ---------------------------------------------------------------- 4. hostfile
+
+def bench_hostfile(workdir: str) -> dict[str, Any]:
+    data = "".join(f"job-worker-{i}.job.default.svc slots=1\n"
+                   for i in range(HOSTFILE_LINES)).encode("ascii")
+    out = os.path.join(workdir, "hostfile-100k")
+
+    def once() -> dict[str, float]:
+        t0 = time.perf_counter()
+        parsed = hostfile.parse(data, "bench-hostfile")
+        t1 = time.perf_counter()
+        names = {h.name: hostfile.fqdn(h.name, DOMAIN) for h in parsed.hosts}
+        renamed = hostfile.rename(parsed, names)
+        t2 = time.perf_counter()
+        text = hostfile.render(renamed, hostfile.OPENMPI)
+        t3 = time.perf_counter()
+        files.atomic_write(out, text)
+        t4 = time.perf_counter()
+        return {"total": t4 - t0, "parse": t1 - t0, "fqdn+rename": t2 - t1,
+                "render": t3 - t2, "atomic_write": t4 - t3}
+
+    once()  # warm-up
+    runs = [once() for _ in range(HOSTFILE_RUNS)]
+    with open(out, encoding="utf-8") as fh:
+        first = fh.readline().strip()
+    prof = cProfile.Profile()
+    prof.enable()
+    once()
+    prof.disable()
+    buf = io.StringIO()
+    stats = pstats.Stats(prof, stream=buf)
+    top = []
+    for (fname, line, func), (_cc, nc, tt, ct, _callers) in sorted(
+            stats.stats.items(), key=lambda kv: -kv[1][2])[:10]:  # type: ignore[attr-defined]
+        where = f"{os.path.relpath(fname, ROOT) if fname.startswith(ROOT) else fname}:{line}"
+        top.append({"function": f"{func} ({where})", "calls": nc, "tottime_s": round(tt, 4),
+                    "cumtime_s": round(ct, 4)})
+    med = median([r["total"] for r in runs])
+    return {"lines": HOSTFILE_LINES, "runs": HOSTFILE_RUNS, "median_s": med,
+            "target_s": HOSTFILE_TARGET,
+            "phases_median_s": {k: median([r[k] for r in runs]) for k in runs[0] if k != "total"},
+            "first_output_line": first, "profile_top_tottime": top}
+
+
+# ---------------------------------------------------------------- report
+
+def fmt_s(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x * 1000:.1f} ms" if x < 1 else f"{x:.2f} s"
+
+
+def table(results: dict[str, Any]) -> str:
+    b = results["benchmarks"]
+    rows = [("Benchmark", "Result (median)", "Target", "Baseline", "Baseline/ours")]
+    details: list[str] = []
+
+    def err(key: str, title: str) -> bool:
+        if "error" in b.get(key, {}):
+            rows.append((title, "DID NOT RUN", "", "", ""))
+            details.append(f"{title}: {b[key]['error'].splitlines()[0][:300]}")
+            return True
+        return False
+
+    if not err("dns_round", "1. DNS round, 4096 hosts"):
+        r = b["dns_round"]
+        rows.append(("1. DNS round, 4096 hosts, c=64", fmt_s(r["median_s"]),
+                     f"<= {fmt_s(r['target_s'])}",
+                     f"{fmt_s(r['baseline']['seconds'])} (getent loop)",
+                     f"{r['ratio_baseline_over_ours']:.1f}x"))
+        sweep = ", ".join(f"c={c}: {fmt_s(v['median_s'])}"
+                          for c, v in r["concurrency_sweep"].items())
+        details.append(f"1. all resolved: {r['all_resolved']} (baseline failures: "
+                       f"{r['baseline']['failed']}); concurrency sweep (median of "
+                       f"{r['runs']}): {sweep}; best: c={r['best_concurrency']}")
+    if not err("late_record", "2. late 8th record"):
+        r = b["late_record"]
+        rows.append(("2. late 8th record, detection", fmt_s(r["median_s"]),
+                     "(n/a)", f"{fmt_s(r['baseline']['mean_s'])} mean (sleep 3)",
+                     f"{r['ratio_baseline_mean_over_ours_median']:.0f}x"))
+        details.append(
+            f"2. {r['trials']} trials: median {fmt_s(r['median_s'])}, max {fmt_s(r['max_s'])} "
+            f"after dnsmasq first answered (from the write: median "
+            f"{fmt_s(r['from_write_median_s'])}, max {fmt_s(r['from_write_max_s'])}); lookups "
+            f"per trial {r['lookups_total']}; after the first round "
+            f"{r['rate_after_first_round_median']:.1f}/s median, "
+            f"{r['rate_after_first_round_max']:.1f}/s max, peak "
+            f"{r['max_lookups_in_any_1s_after_first_round']} in any 1 s (budget "
+            f"{r['budget_lookups_per_s']:g}/s: {'within' if r['within_budget'] else 'OVER'});"
+            f" shell loop trials: {', '.join(fmt_s(x) for x in r['baseline']['trials_s'])}")
+    if not err("explain", "3. launcher --explain"):
+        r = b["explain"]
+        ref = r["reference"]
+        rows.append(("3. launcher --explain, 2 hosts", fmt_s(r["median_s"]),
+                     f"<= {fmt_s(r['target_s'])}", "", ""))
+        details.append("3. reference ({}, median of {}): {}".format(
+            r["tool"], r["runs"], "; ".join(f"{k}: {fmt_s(v['median_s'])}"
+                                          for k, v in ref.items())))
+        it = r["importtime"]
+        details.append(f"   import time (sum of self, median of {IMPORTTIME_RUNS}): "
+                       f"{it['total_import_ms']:.1f} ms; biggest imports made by mpi_bootstrap:")
+        details.extend(f"     {e['cumulative_ms']:6.1f} ms  {e['module']}  "
+                       f"(imported by {e['imported_by']})"
+                       for e in it["external_imported_by_mpi_bootstrap"][:8])
+        details.append("   mpi_bootstrap modules (cumulative):")
+        details.extend(f"     {e['cumulative_ms']:6.1f} ms  {e['module']}"
+                       for e in it["mpi_bootstrap_modules"][:8])
+    if not err("hostfile", "4. hostfile 100k lines"):
+        r = b["hostfile"]
+        rows.append(("4. hostfile 100k: parse+fqdn+write", fmt_s(r["median_s"]),
+                     f"<= {fmt_s(r['target_s'])}", "", ""))
+        details.append("4. phases (median): " + ", ".join(
+            f"{k} {fmt_s(v)}" for k, v in r["phases_median_s"].items()))
+        details.append("   profile (one run under cProfile, by own time):")
+        details.extend(f"     {p['tottime_s'] * 1000:7.1f} ms  {p['calls']:>8} calls  "
+                       f"{p['function']}" for p in r["profile_top_tottime"][:8])
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+             for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join([*lines, "", *details])
+
+
+def meta() -> dict[str, Any]:
+    def out(argv: list[str]) -> str:
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=10,
+                                  check=False).stdout.strip()
+        except OSError:
+            return ""
+    return {
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "git_commit": out(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+        "glibc": os.confstr("CS_GNU_LIBC_VERSION") if hasattr(os, "confstr") else "",
+        "dnsmasq": out([dnsmasq_mod.DNSMASQ, "--version"]).splitlines()[0:1],
+        "namespace_resolv_conf": RESOLV_CONF,
+    }
+
+
+def guarded(results: dict[str, Any], key: str, fn: Callable[[], dict[str, Any]]) -> None:
+    t0 = time.monotonic()
+    print(f"  running {key} ...", file=sys.stderr, flush=True)
+    try:
+        results["benchmarks"][key] = fn()
+    except Exception as exc:
+        results["benchmarks"][key] = {"error": f"{exc!r}\n{traceback.format_exc()}"}
+    results["benchmarks"][key]["bench_wall_s"] = time.monotonic() - t0
+
+
+def skip(results: dict[str, Any], keys: Sequence[str], why: str) -> None:
+    for key in keys:
+        results["benchmarks"][key] = {"error": f"skipped: {why}"}
+
+
+def main() -> int:
+    def on_term(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)  # run every `finally` (namespace, dnsmasq, files)
+
+    signal.signal(signal.SIGTERM, on_term)
+    t_start = time.monotonic()
+    results: dict[str, Any] = {"meta": meta(), "benchmarks": {}}
+    workdir = tempfile.mkdtemp(prefix="mpib-bench-")
+    os.chmod(workdir, 0o755)
+    try:
+        ok, why = netns_mod.available()
+        if ok:
+            ok, why = dnsmasq_mod.available()
+        ns_keys = ("dns_round", "late_record", "explain")
+        if not ok:
+            skip(results, ns_keys, why)
+        else:
+            try:
+                hosts = f"127.0.0.1 localhost\n::1 localhost\n127.0.0.1 {socket.gethostname()}\n"
+                with Netns("mpib-bench", resolv_conf=RESOLV_CONF, hosts=hosts) as ns:
+                    records = {round_name(i): round_addr(i) for i in range(ROUND_HOSTS)}
+                    records.update(late_records())
+                    with Dnsmasq(ns, domain=DOMAIN, records=records) as dm:
+                        results["meta"]["dnsmasq_late_records_via"] = "inotify (--hostsdir)"
+                        guarded(results, "dns_round", lambda: bench_dns_round(ns, workdir))
+                        guarded(results, "late_record",
+                                lambda: bench_late_record(ns, dm, workdir))
+                    guarded(results, "explain", lambda: bench_explain(ns, workdir))
+            except Exception as exc:  # namespace or dnsmasq setup failed
+                for key in ns_keys:
+                    results["benchmarks"].setdefault(key, {"error": f"setup: {exc!r}"})
+        guarded(results, "hostfile", lambda: bench_hostfile(workdir))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    results["meta"]["total_wall_s"] = time.monotonic() - t_start
+    os.makedirs(OUT_DIR, exist_ok=True)
+    with open(OUT_JSON, "w", encoding="utf-8") as fh:
+        json.dump(clean(results), fh, indent=2)
+        fh.write("\n")
+    print(table(results))
+    print(f"\n(whole run {results['meta']['total_wall_s']:.0f} s; JSON: "
+          f"{os.path.relpath(OUT_JSON, ROOT)}; namespace resolv.conf: "
+          f"{RESOLV_CONF.strip().replace(chr(10), ' / ')})")
+    failed = [k for k, v in results["benchmarks"].items() if "error" in v]
+    if failed:
+        print(f"could not run: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())
+    sys.exit(130)

