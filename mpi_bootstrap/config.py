@@ -150,7 +150,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("hostfile", "--hostfile", ("MPI_HOSTFILE",), "/etc/mpi/hostfile", _path,
             "hostfile to read (never modified)"),
     Setting("output_hostfile", "--output-hostfile", ("MPI_BOOTSTRAP_OUTPUT_HOSTFILE",),
-            "/tmp/mpi-hostfile", _path,
+            "/tmp/mpi-hostfile", _path,  # noqa: S108 - the documented default; written atomically
             "where the rewritten hostfile is written; the original text goes to PATH.orig"),
     Setting("dns_wait_seconds", "--dns-wait-seconds", ("MPI_DNS_WAIT_SECONDS",), 120.0,
             _seconds, "hard deadline for every host to resolve (0 = one round)"),
@@ -368,7 +368,8 @@ def _build(environ: Mapping[str, str], argv: list[str]) -> Config:
 
     if values["state_dir"] is None:
         values["state_dir"] = (
-            "/run/mpi-bootstrap" if os.geteuid() == 0 else f"/tmp/mpi-bootstrap-{os.geteuid()}"
+            "/run/mpi-bootstrap" if os.geteuid() == 0
+            else f"/tmp/mpi-bootstrap-{os.geteuid()}"  # noqa: S108 - created 0700, per user
         )
     if ns.json and not ns.explain:
         problems.append("--json: only valid with --explain")

@@ -201,12 +201,8 @@ def wait_for(
             in_flight.add(name)
             pool.submit(name)
             lookups += 1
-        if not in_flight:
-            timeout = wait_token
-        elif pending and wait_token > 0:
-            timeout = wait_token
-        else:
-            timeout = 0.5  # nothing to send: wake up only for answers (or the deadline)
+        # Sleep until the next token when one is needed; else only answers wake us up.
+        timeout = wait_token if not in_flight or (pending and wait_token > 0) else 0.5
         if not one_round:
             timeout = min(timeout, max(0.0, end - clock()))
         try:

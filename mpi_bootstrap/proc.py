@@ -6,6 +6,7 @@ lets two modules wait on children loses exit statuses (FIELD-NOTES §4).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
@@ -56,10 +57,8 @@ def run(argv: Sequence[str], env: Mapping[str, str]) -> int:
         raise _exec_error(argv[0], exc) from None
 
     def forward(signum: int, _frame: FrameType | None) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             child.send_signal(signum)
-        except ProcessLookupError:
-            pass
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
     try:

@@ -27,8 +27,8 @@ class TestDetect:
         assert info.source == "detected"
 
     def test_unknown_output_is_a_clear_error(self) -> None:
-        with pytest.raises(ConfigError, match="cannot tell which MPI /x/mpirun is .*"
-                                              "set MPI_BOOTSTRAP_MPI"):
+        with pytest.raises(ConfigError, match=r"cannot tell which MPI /x/mpirun is .*"
+                                              r"set MPI_BOOTSTRAP_MPI"):
             mpi.identify("mystery launcher 1.0\n", "/x/mpirun", "auto", "default")
 
     def test_choice_when_output_unknown(self) -> None:

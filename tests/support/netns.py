@@ -9,6 +9,7 @@ all of it (also on failure: use it as a context manager or a fixture with a fina
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -73,7 +74,7 @@ class Netns:
                        stderr=subprocess.PIPE)
 
     def run(self, argv: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*self.prefix(), *argv], text=True, **kwargs)  # type: ignore[call-overload,no-any-return]
+        return subprocess.run([*self.prefix(), *argv], text=True, check=False, **kwargs)  # type: ignore[call-overload,no-any-return]
 
     def pids(self) -> list[int]:
         out = subprocess.run(["ip", "netns", "pids", self.name], capture_output=True,
@@ -84,10 +85,8 @@ class Netns:
         if self._made:
             # Only processes inside our own namespace: nothing else can be in it.
             for pid in self.pids():
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
-                except ProcessLookupError:
-                    pass
             subprocess.run(["ip", "netns", "delete", self.name], check=False,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             self._made = False

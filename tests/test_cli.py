@@ -1,0 +1,166 @@
+"""The whole agent as a process: every bad input ends in its exit code and one clear line,
+never a traceback. Runs in a private pod namespace, so no lookup leaves this machine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import AGENT, Pod
+
+pytestmark = [pytest.mark.netns, pytest.mark.timeout(120)]
+
+
+def launcher(pod: Pod, hostfile: Path | str, *extra: str, env: dict[str, str] | None = None
+             ) -> tuple[int, str, str]:
+    return pod.agent("--hostfile", str(hostfile), "--output-hostfile",
+                     str(pod.tmp / "out-hostfile"), "--dns-wait-seconds", "1",
+                     "--log-format", "json", *extra, "launcher", "--", "true", env=env)
+
+
+def message_lines(stderr: str) -> list[str]:
+    """The human lines (not JSON log events) the agent wrote to stderr."""
+    return [ln for ln in stderr.splitlines() if ln and not ln.startswith("{")]
+
+
+class TestHostfileErrors:
+    """Missing, empty, binary and malformed hostfiles: exit 65, one line naming file:line."""
+
+    @pytest.mark.parametrize(("content", "expected"), [
+        (b"", "no hosts"),
+        (b"# nothing\n\n", "no hosts"),
+        (b"good slots=1\n\x00\x01\x02binary\n", ":2: binary data"),
+        (b"\xff\xfe\xfd\n", ":1: not UTF-8 text"),
+        (b"a;rm -rf / slots=1\n", ":1: 'a;rm' is not a valid hostname"),
+        (b"ok\n$(x) slots=1\n", ":2: '$(x)' is not a valid hostname"),
+        (b"has space:2 x\n", ":1: unexpected 'space:2'"),
+        (b"a slots=0\n", ":1: slots must be \u2265 1, not '0'"),
+        (b"a slots=-1\n", ":1: slots must be a whole number"),
+        (b"a slots=x\n", ":1: slots must be a whole number"),
+        (b"a\nb\na\n", ":3: duplicate host 'a' (first at line 1)"),
+    ])
+    def test_bad(self, pod: Pod, content: bytes, expected: str) -> None:
+        path = pod.tmp / "hostfile"
+        path.write_bytes(content)
+        code, out, err = launcher(pod, path)
+        assert code == 65, err
+        lines = message_lines(err)
+        assert len(lines) == 1, err
+        assert lines[0].startswith(f"mpi-bootstrap: {path}")
+        assert expected in lines[0]
+        assert "Traceback" not in err
+        assert out == ""
+        assert not (pod.tmp / "out-hostfile").exists()  # nothing half-written
+
+    def test_missing(self, pod: Pod) -> None:
+        code, _, err = launcher(pod, pod.tmp / "nope")
+        assert code == 65
+        assert message_lines(err) == [f"mpi-bootstrap: {pod.tmp / 'nope'}: hostfile not found"]
+
+    def test_unreadable(self, pod: Pod) -> None:
+        """Root without the capabilities that let it read any file, as in a locked-down pod."""
+        if shutil.which("setpriv") is None:
+            pytest.fail("setpriv (util-linux) missing")
+        path = pod.tmp / "hostfile"
+        path.write_text("a slots=1\n")
+        path.chmod(0)
+        done = pod.netns.run(
+            ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "env", "-i",
+             "PATH=/usr/bin:/bin", f"HOME={pod.tmp}", AGENT, "--hostfile", str(path),
+             "--output-hostfile", str(pod.tmp / "never"), "launcher", "--", "true"],
+            capture_output=True, timeout=60)
+        assert done.returncode == 65, done.stderr
+        assert f"mpi-bootstrap: {path}: hostfile not readable (permission denied)" in \
+            message_lines(done.stderr)
+
+
+class TestConfigErrors:
+    """Bad settings: exit 64, every one named at once."""
+
+    def test_all_reported(self, pod: Pod) -> None:
+        code, _, err = pod.agent("launcher", "--", "true", env={
+            "MPI_DNS_WAIT_SECONDS": "later", "MPI_BOOTSTRAP_REWRITE": "sed"})
+        assert code == 64
+        assert "bad configuration (2 problems)" in err
+        assert "MPI_DNS_WAIT_SECONDS: 'later' is not a number of seconds" in err
+        assert "MPI_BOOTSTRAP_REWRITE: 'sed' is not one of none, fqdn, ip" in err
+        assert "Traceback" not in err
+
+    def test_no_role(self, pod: Pod) -> None:
+        code, _, err = pod.agent("--", "true")
+        assert code == 64
+        assert "no role" in err
+
+    def test_worker_not_yet(self, pod: Pod) -> None:
+        code, _, err = pod.agent("worker")
+        assert code == 70
+        assert "worker role is not implemented" in err
+
+
+class TestDNSTimeout:
+    """A host that never resolves: exit 68 by the deadline, with the dump a person needs."""
+
+    def test_dump(self, pod: Pod) -> None:
+        path = pod.tmp / "hostfile"
+        path.write_text("localhost slots=1\nghost-worker-0.job.default.svc slots=1\n")
+        code, _, err = launcher(pod, path)
+        assert code == 68, err
+        assert "1 of 3 names did not resolve within 1 s: ghost-worker-0.job.default.svc" in err
+        for section in (f"--- hostfile {path}", "--- /etc/resolv.conf", "nameserver 127.0.0.1",
+                        "--- /etc/hosts", "--- unresolved names (last error)"):
+            assert section in err
+        events = [json.loads(ln) for ln in err.splitlines() if ln.startswith("{")]
+        assert any(e["event"] == "DNS OK" and e["host"] == "localhost" for e in events)
+        wait = [e for e in events if e["event"] == "DNS WAIT"]
+        assert wait and wait[0]["host"] == "ghost-worker-0.job.default.svc"
+        assert wait[0]["reason"] in ("temporary failure", "not found")
+
+
+class TestExecErrors:
+    """mpirun missing → 127; present but not executable → 126; each names the path."""
+
+    def test_not_found(self, pod: Pod) -> None:
+        path = pod.tmp / "hostfile"
+        path.write_text("localhost\n")
+        code, _, err = launcher(pod, path, "--mpirun", str(pod.tmp / "no-mpirun"))
+        assert code == 127
+        assert f"{pod.tmp / 'no-mpirun'}: command not found" in err
+
+    def test_not_executable(self, pod: Pod) -> None:
+        path = pod.tmp / "hostfile"
+        path.write_text("localhost\n")
+        fake = pod.tmp / "mpirun"
+        fake.write_text("#!/bin/sh\n")
+        fake.chmod(0o644)
+        code, _, err = launcher(pod, path, "--mpirun", str(fake))
+        assert code == 126
+        assert f"{fake}: not executable" in err
+
+
+class TestExplain:
+    """--explain shows the plan on stdout, writes nothing, and never shows a secret."""
+
+    def test_no_secret_at_any_level(self, pod: Pod) -> None:
+        path = pod.tmp / "hostfile"
+        path.write_text("localhost slots=2\n")
+        for level in ("debug", "info"):
+            for fmt in (("--explain",), ("--explain", "--json")):
+                code, out, err = launcher(pod, path, *fmt, "--log-level", level,
+                                          env={"MPI_BOOTSTRAP_TOKEN": "tok-3f9a-secret",
+                                               "NCCL_DEBUG": "INFO"})
+                assert code == 0, err
+                assert "tok-3f9a-secret" not in out + err
+                assert "NCCL_DEBUG" in out
+        assert not (pod.tmp / "out-hostfile").exists()
+
+
+def test_python_m_entrypoint() -> None:
+    """`python -m mpi_bootstrap` is the same program."""
+    done = subprocess.run([str(Path(AGENT).parent / "python"), "-m", "mpi_bootstrap",
+                           "--version"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0
+    assert done.stdout.startswith("mpi-bootstrap ")
