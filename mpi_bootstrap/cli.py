@@ -7,6 +7,7 @@ import sys
 import traceback
 from collections.abc import Mapping, Sequence
 
+from mpi_bootstrap import proc
 from mpi_bootstrap.config import Config
 from mpi_bootstrap.errors import BootstrapError, ConfigError, ExitStatus
 
@@ -30,6 +31,7 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
 
         print(f"mpi-bootstrap {__version__}")
         return 0
+    proc.install_early_handlers()  # before any slow step (issue 3)
     try:
         config = Config.from_env(environ, argv)
     except ConfigError as exc:
@@ -51,8 +53,9 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         logger.error("failed", error=exc.message, exit_code=int(exc.status))
         _fail(exc.message, exc.details)
         return int(exc.status)
-    except KeyboardInterrupt:
-        return 128 + 2
+    except proc.Interrupted as exc:
+        logger.warning("interrupted", signal=str(exc), exit_code=128 + exc.signum)
+        return 128 + exc.signum
     except Exception as exc:
         logger.error("internal error", error=repr(exc), exit_code=int(ExitStatus.INTERNAL),
                      traceback=traceback.format_exc())
@@ -62,4 +65,7 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
 
 
 def main() -> int:
-    return run(sys.argv[1:], os.environ)
+    try:
+        return run(sys.argv[1:], os.environ)
+    except proc.Interrupted as exc:  # before logging was set up
+        return 128 + exc.signum

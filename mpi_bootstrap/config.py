@@ -182,6 +182,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("ssh_connect_timeout", "--ssh-connect-timeout",
             ("MPI_BOOTSTRAP_SSH_CONNECT_TIMEOUT",), 10, _positive_int,
             "ssh ConnectTimeout used by mpirun's launcher"),
+    Setting("exec", "--exec", ("MPI_BOOTSTRAP_EXEC",), False, _bool,
+            "replace the agent by mpirun instead of supervising it (images that run tini)"),
+    Setting("grace_seconds", "--grace-seconds", ("MPI_BOOTSTRAP_GRACE_SECONDS",), 10.0,
+            _seconds, "after mpirun exits: SIGTERM what is left, SIGKILL after this long"),
+    Setting("signal_group", "--signal-group", ("MPI_BOOTSTRAP_SIGNAL_GROUP",), False, _bool,
+            "forward signals to mpirun's whole process group, not only mpirun"),
     Setting("state_dir", "--state-dir", ("MPI_BOOTSTRAP_STATE_DIR",), None, _path,
             "private directory for generated files (default /run/mpi-bootstrap as root)"),
     Setting("log_format", "--log-format", ("MPI_BOOTSTRAP_LOG_FORMAT",), "auto",
@@ -225,6 +231,9 @@ class Config:
     mpirun: str | None
     forward_env: tuple[str, ...]
     np: int | None
+    exec: bool
+    grace_seconds: float
+    signal_group: bool
     startup_timeout: float
     ssh_connect_timeout: int
     state_dir: str
@@ -263,8 +272,12 @@ def make_parser() -> argparse.ArgumentParser:
         if s.flag is None:
             continue
         envs = ", ".join(s.envs)
-        parser.add_argument(s.flag, dest=s.name, default=None, metavar="VALUE",
-                            help=f"{s.help} [{envs}; default: {_show_default(s.default)}]")
+        text = f"{s.help} [{envs}; default: {_show_default(s.default)}]"
+        if s.default is False:  # a switch: the flag alone turns it on
+            parser.add_argument(s.flag, dest=s.name, default=None, action="store_const",
+                                const="true", help=text)
+        else:
+            parser.add_argument(s.flag, dest=s.name, default=None, metavar="VALUE", help=text)
     parser.add_argument("role", nargs="?", help="launcher or worker "
                         "(default: MPI_BOOTSTRAP_ROLE, else K_MPI_JOB_ROLE)")
     parser.add_argument("program", nargs=argparse.REMAINDER,
@@ -287,7 +300,7 @@ def _split_role(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
     command as arguments: the first token that is neither an option nor an option's value
     starts the program unless it is a role word.
     """
-    takes_value = {s.flag for s in SETTINGS if s.flag}
+    takes_value = {s.flag for s in SETTINGS if s.flag and s.default is not False}
     options: list[str] = []
     i = 0
     while i < len(argv):

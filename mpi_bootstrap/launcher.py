@@ -37,7 +37,7 @@ def find_mpi(config: Config, environ: Mapping[str, str]) -> tuple[
     else:
         wanted = config.mpirun or "mpirun"
         source = str(config.source("mpirun")) if config.mpirun else "PATH"
-    path = proc.which(wanted, env.get("PATH"))
+    path = proc.resolve(wanted, env.get("PATH"))
     if path is None:
         raise ExecError(f"{wanted}: command not found (from {source}; set MPI_BOOTSTRAP_MPIRUN "
                         "or put the MPI's bin directory on PATH)", ExitStatus.NOT_FOUND)
@@ -152,7 +152,7 @@ def gather(config: Config, environ: Mapping[str, str], log: Any) -> tuple[Facts,
     answers = wait_for_dns(config, hostfile, own, log)
     facts = Facts(environ=env, hostfile=hostfile, answers=answers, mpi=info,
                   interfaces=netif.present(), is_root=os.geteuid() == 0,
-                  launcher_hostname=own)
+                  is_pid1=os.getpid() == 1, launcher_hostname=own)
     return facts, notes
 
 
@@ -164,19 +164,26 @@ def plan(config: Config, environ: Mapping[str, str], log: Any) -> tuple[Plan, Fa
     return p, facts
 
 
-def execute(p: Plan, environ: Mapping[str, str], log: Any) -> int:
+def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Any) -> int:
+    """Write the plan's files, then become mpirun (--exec) or its supervisor.
+
+    Neither returns on success: the process image is replaced, and the supervisor
+    exits with mpirun's code.
+    """
     for f in p.files:
         directory = os.path.dirname(f.path)
         if f.mode & 0o111 and directory:  # our private state dir holds the wrapper
             os.makedirs(directory, mode=0o700, exist_ok=True)
         files.atomic_write(f.path, f.text, f.mode)
         log.debug("wrote", path=f.path, purpose=f.purpose)
+    env = p.environment(environ)
+    if config.exec:
+        log.info("mpirun exec", argv=list(p.argv), forwarded=list(p.forwarded))
+        proc.exec_replace(p.argv, env)
     log.info("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    code = proc.run(p.argv, p.environment(environ))
-    log.info("mpirun exit", code=code)
-    return code
+    proc.handoff(p.argv, env, grace=config.grace_seconds, group=config.signal_group,
+                 role=config.role, log_level=config.log_level)
+    raise AssertionError("unreachable: handoff replaces the process")
 
 
 def main(config: Config, environ: Mapping[str, str], log: Any) -> int:
@@ -184,4 +191,4 @@ def main(config: Config, environ: Mapping[str, str], log: Any) -> int:
     if config.explain:
         sys.stdout.write(render.as_json(p) if config.json else render.as_text(p))
         return 0
-    return execute(p, facts.environ, log)
+    return execute(p, config, facts.environ, log)

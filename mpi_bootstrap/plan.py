@@ -10,11 +10,13 @@ import dataclasses
 from collections.abc import Mapping
 
 from mpi_bootstrap import hostfile as hf
-from mpi_bootstrap import mpi
+from mpi_bootstrap import mpi, proc
 from mpi_bootstrap.config import Config
 from mpi_bootstrap.dns import Answer
 from mpi_bootstrap.model import Decision, PlannedFile
 from mpi_bootstrap.netif import DATA_IFACE_CANDIDATES
+
+SECRET_VARIABLES = frozenset({"MPI_BOOTSTRAP_TOKEN"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +38,7 @@ class Facts:
     mpi: mpi.MPIInfo
     interfaces: frozenset[str]
     is_root: bool
+    is_pid1: bool
     launcher_hostname: str
 
 
@@ -57,7 +60,9 @@ class Plan:
 
         Order matters: the plan's variables come last (see mpi.ENV_END).
         """
-        env = {k: v for k, v in environ.items() if k not in self.env_set}
+        # The agent's own secret never reaches mpirun (local ranks inherit its env).
+        env = {k: v for k, v in environ.items()
+               if k not in self.env_set and k not in SECRET_VARIABLES}
         env.update(self.env_set)
         return env
 
@@ -150,6 +155,12 @@ def build_plan(config: Config, facts: Facts) -> Plan:
         startup_timeout=config.startup_timeout,
     ))
     decisions.extend(spec.decisions)
+    how, why = proc.mode(facts.is_pid1, config.exec)
+    if how != "exec":
+        why += (f"; after mpirun exits, leftovers get SIGTERM, then SIGKILL after "
+                f"{config.grace_seconds:g} s; the resident supervisor imports only the "
+                "standard library")
+    decisions.append(Decision("supervision", how, str(config.source("exec")), why))
     files = (
         PlannedFile(f"{config.output_hostfile}.orig", facts.hostfile.text, 0o644,
                     f"original text of {facts.hostfile.path}, kept for reference"),

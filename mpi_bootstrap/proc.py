@@ -1,42 +1,271 @@
-"""The one module that starts processes and collects their exit status.
+"""Processes: the one module that starts them and the only one that calls waitpid.
 
-Nothing else in the agent calls subprocess, fork, exec or waitpid: a reaping PID 1 that
-lets two modules wait on children loses exit statuses (FIELD-NOTES §4).
+Three ways out of the agent:
+- `capture`: a short helper run (`mpirun --version`), waited on by `subprocess` before
+  any supervision exists.
+- `exec_replace` (`--exec`): the agent becomes mpirun (for images that already run tini).
+- `handoff` → the resident supervisor below, as PID 1 or as a child subreaper.
+
+The resident supervisor runs one main child.
+
+It forwards signals to the child, reaps every process that dies (orphans re-parent to
+PID 1 and to a subreaper), and when the main child ends, sends SIGTERM to what is left,
+then SIGKILL after a grace period, and exits with the main child's code (128+N for a
+death by signal N). It is the only code that calls waitpid(-1), so no exit status is ever
+lost to another waiter — the classic bug of Python inits where `subprocess` reads 0 for a
+child someone else reaped (FIELD-NOTES §4).
+
+The launcher prepares everything in a full interpreter, then execs
+`python -I -S … mpi_bootstrap.proc --plan-fd N`, so the process that stays resident
+for the whole job imports only the standard modules below — not structlog, dnspython or
+paramiko. Signals that arrive during that exec are blocked, not lost: the mask survives
+exec and is lifted here once the handlers are in place.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import json
 import os
+import select
 import signal
-import subprocess
-from collections.abc import Mapping, Sequence
-from types import FrameType
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from mpi_bootstrap.errors import ExecError, ExitStatus, signal_exit_status
+from mpi_bootstrap.errors import ExecError, ExitStatus
 
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
-                     signal.SIGUSR1, signal.SIGUSR2)
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+             signal.SIGUSR1, signal.SIGUSR2)
+HANDLED = (*FORWARDED, signal.SIGCHLD)
+PR_SET_CHILD_SUBREAPER = 36
 
-
-def _exec_error(argv0: str, exc: OSError) -> ExecError:
-    if isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOENT:
-        return ExecError(f"{argv0}: command not found", ExitStatus.NOT_FOUND)
-    if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.ENOEXEC):
-        return ExecError(f"{argv0}: not executable ({exc.strerror})",
-                         ExitStatus.NOT_EXECUTABLE)
-    return ExecError(f"{argv0}: cannot execute ({exc.strerror})", ExitStatus.NOT_EXECUTABLE)
+Log = Callable[..., None]
 
 
-def exit_code(returncode: int) -> int:
-    """A Popen returncode as a shell would report it (−N → 128+N)."""
-    return signal_exit_status(-returncode) if returncode < 0 else returncode
+def json_log(role: str, level: str = "info", stream: Any = None) -> Log:
+    """A tiny structured logger with structlog's keys (event, role, level, timestamp)."""
+    order = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+    floor = order.get(level, 20)
+    out = stream if stream is not None else sys.stderr
+
+    def log(event: str, level: str = "info", **kw: Any) -> None:
+        if order.get(level, 20) < floor:
+            return
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
+        record = {**kw, "event": event, "role": role, "level": level, "timestamp": stamp}
+        out.write(json.dumps(record) + "\n")
+        out.flush()
+
+    return log
+
+
+def become_subreaper() -> bool:
+    """prctl(PR_SET_CHILD_SUBREAPER): orphans of our descendants re-parent to us."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(root: int) -> list[int]:
+    """PIDs below `root` in the process tree, read from /proc (deepest last)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # The command name may hold spaces and parentheses: split after the last ')'.
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        for pid in children.get(todo.pop(), []):
+            out.append(pid)
+            todo.append(pid)
+    return out
+
+
+def resolve(program: str, path: str | None) -> str | None:
+    """`program` found the way execvp would, on `path`."""
+    if "/" in program:
+        return program
+    for directory in (path or os.defpath).split(os.pathsep):
+        candidate = os.path.join(directory or ".", program)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def exit_code(status: int) -> int:
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def _exec_error(program: str, exc: OSError | None = None) -> ExecError:
+    """127 for a program that is not there, 126 for one that cannot be executed."""
+    if exc is None or isinstance(exc, FileNotFoundError):
+        return ExecError(f"{program}: command not found", ExitStatus.NOT_FOUND)
+    return ExecError(f"{program}: not executable ({exc.strerror})", ExitStatus.NOT_EXECUTABLE)
+
+
+def spawn(argv: Sequence[str], env: Mapping[str, str], *, group: bool) -> int:
+    """Start argv with default signal dispositions and an empty mask; return its PID."""
+    path = resolve(argv[0], env.get("PATH"))
+    if path is None:
+        raise _exec_error(argv[0])
+    kwargs: dict[str, Any] = {"setsigdef": HANDLED, "setsigmask": ()}
+    if group:
+        kwargs["setpgroup"] = 0
+    try:
+        return os.posix_spawn(path, list(argv), dict(env), **kwargs)
+    except OSError as exc:
+        raise _exec_error(argv[0], exc) from None
+
+
+class Supervisor:
+    """Runs one main child to completion as its reaper and signal forwarder."""
+
+    def __init__(self, *, grace: float, group: bool, log: Log) -> None:
+        self.grace = grace
+        self.group = group
+        self.log = log
+        self.reaped_others = 0
+        self._rfd, self._wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def install(self) -> None:
+        """Handlers first, then let any signal blocked across exec in."""
+        signal.set_wakeup_fd(self._wfd, warn_on_full_buffer=False)
+        for s in HANDLED:
+            signal.signal(s, _noop)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
+
+    def _signal_all(self, main: int, signum: int, *, main_alive: bool) -> int:
+        targets = descendants(os.getpid())
+        for pid in targets:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
+        if self.group and main_alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(main, signum)
+        return len(targets)
+
+    def _forward(self, main: int, signum: int) -> None:
+        try:
+            if self.group:
+                os.killpg(main, signum)
+            else:
+                os.kill(main, signum)
+        except ProcessLookupError:
+            return
+        self.log("signal forwarded", signal=signal.Signals(signum).name, pid=main,
+                 group=self.group)
+
+    def _reap(self, main: int) -> tuple[int | None, bool]:
+        """Collect every dead child. Returns (main's status if it died, no children left)."""
+        status: int | None = None
+        while True:
+            try:
+                pid, st = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return status, True
+            if pid == 0:
+                return status, False
+            if pid == main:
+                status = st
+            else:
+                self.reaped_others += 1
+                self.log("reaped", level="debug", pid=pid, code=exit_code(st))
+
+    def run(self, argv: Sequence[str], env: Mapping[str, str]) -> int:
+        """Spawn argv and supervise it; return the exit code to exit with."""
+        # A terminating signal that arrived during the hand-off: do not start the job.
+        for signum in _drain(self._rfd):
+            if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+                self.log("signal before start", signal=signal.Signals(signum).name)
+                return 128 + signum
+        main = spawn(argv, env, group=self.group)
+        self.log("child started", pid=main, program=argv[0])
+        main_status: int | None = None
+        deadline: float | None = None
+        killed = False
+        while True:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self._rfd], [], [], timeout)
+            if ready:
+                for signum in _drain(self._rfd):
+                    if signum != signal.SIGCHLD and main_status is None:
+                        self._forward(main, signum)
+            status, none_left = self._reap(main)
+            if status is not None and main_status is None:
+                main_status = status
+                code = exit_code(status)
+                self.log("child exited", pid=main, code=code)
+                if not none_left:
+                    n = self._signal_all(main, signal.SIGTERM, main_alive=False)
+                    self.log("terminating leftovers", processes=n, grace_s=self.grace)
+                deadline = time.monotonic() + self.grace
+            if main_status is not None:
+                if none_left:
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    if killed:
+                        self.log("leftovers survive SIGKILL", level="warning")
+                        break
+                    n = self._signal_all(main, signal.SIGKILL, main_alive=False)
+                    self.log("killing leftovers", level="warning", processes=n)
+                    killed = True
+                    deadline = time.monotonic() + 2.0
+        if self.reaped_others:
+            self.log("reaped others", count=self.reaped_others)
+        return exit_code(main_status if main_status is not None else 0)
+
+
+class Interrupted(Exception):
+    """A terminating signal arrived before the supervisor existed."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise(signum: int, _frame: object) -> None:
+    raise Interrupted(signum)
+
+
+def install_early_handlers() -> None:
+    """Before any slow step: TERM/INT/HUP/QUIT end the agent (128+N), USR1/2 are ignored.
+
+    A PID 1 drops signals it has no handler for, so without this a SIGTERM during the
+    DNS wait would be lost and the pod would sit out its grace period. SIGCHLD keeps its
+    default here: `capture` waits on its own child, and nothing else is ours to reap yet.
+    """
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(s, _raise)
+    for s in (signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(s, signal.SIG_IGN)
 
 
 def capture(argv: Sequence[str], env: Mapping[str, str] | None = None,
             timeout: float = 20.0) -> tuple[int, str]:
     """Run argv to completion; return (exit code, stdout and stderr together)."""
+    import subprocess
+
     try:
         done = subprocess.run(list(argv), env=None if env is None else dict(env),
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -46,34 +275,122 @@ def capture(argv: Sequence[str], env: Mapping[str, str] | None = None,
     except subprocess.TimeoutExpired as exc:
         out = exc.output.decode("utf-8", "replace") if exc.output else ""
         return 124, out + f"\n(timed out after {timeout:g} s)"
-    return exit_code(done.returncode), done.stdout.decode("utf-8", "replace")
+    return exit_code_of_returncode(done.returncode), done.stdout.decode("utf-8", "replace")
 
 
-def run(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    """Start argv, forward the catchable signals to it, return its exit code."""
+def exit_code_of_returncode(returncode: int) -> int:
+    """A Popen returncode as a shell reports it (−N → 128+N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def exec_replace(argv: Sequence[str], env: Mapping[str, str]) -> None:
+    """Replace the agent by argv (`--exec`). Returns only by raising ExecError."""
+    path = resolve(argv[0], env.get("PATH"))
+    if path is None:
+        raise _exec_error(argv[0])
+    sys.stdout.flush()
+    sys.stderr.flush()
     try:
-        child = subprocess.Popen(list(argv), env=dict(env))
+        os.execve(path, list(argv), dict(env))
     except OSError as exc:
         raise _exec_error(argv[0], exc) from None
 
-    def forward(signum: int, _frame: FrameType | None) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            child.send_signal(signum)
 
-    previous = {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
+def handoff(argv: Sequence[str], env: Mapping[str, str], *, grace: float, group: bool,
+            role: str, log_level: str) -> None:
+    """Re-exec into the lean resident supervisor, which then runs argv.
+
+    The spec travels in a memfd (the environment can be large); signals are blocked
+    across the exec so none is lost, and the supervisor unblocks them.
+    """
+    path = resolve(argv[0], env.get("PATH"))
+    if path is None:  # fail here, where the message can still name the plan's mpirun
+        raise _exec_error(argv[0])
+    spec = {"argv": list(argv), "env": dict(env), "grace": grace, "group": group,
+            "role": role, "log_level": log_level}
+    fd = os.memfd_create("mpi-bootstrap-plan", 0)  # not CLOEXEC: the new image reads it
+    os.write(fd, json.dumps(spec).encode())
+    os.lseek(fd, 0, os.SEEK_SET)
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = (f"import sys; sys.path.insert(0, {package_parent!r}); "
+            "from mpi_bootstrap.proc import main; sys.exit(main())")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
     try:
-        return exit_code(child.wait())
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", code,
+                                  "--plan-fd", str(fd)])
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
+        os.close(fd)
+        raise
 
 
-def which(name: str, path: str | None) -> str | None:
-    """`name` resolved like execvp would, on `path` (a PATH value)."""
-    if "/" in name:
-        return name
-    for directory in (path or os.defpath).split(os.pathsep):
-        candidate = os.path.join(directory or ".", name)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
+def _noop(_signum: int, _frame: object) -> None:
+    """A handler must exist for set_wakeup_fd to see the signal; the loop does the work."""
+
+
+def _drain(fd: int) -> list[int]:
+    out: list[int] = []
+    while True:
+        try:
+            data = os.read(fd, 512)
+        except BlockingIOError:
+            return out
+        except OSError as exc:
+            if exc.errno == errno.EINTR:
+                continue
+            raise
+        if not data:
+            return out
+        out.extend(data)
+
+
+def mode(is_pid1: bool, exec_requested: bool) -> tuple[str, str]:
+    """(mode, reason) for --explain: how the child will be run."""
+    if exec_requested:
+        return "exec", "--exec: the agent is replaced by mpirun (for images that run tini)"
+    if is_pid1:
+        return "pid1", "the agent is PID 1: it supervises mpirun, forwards signals, reaps"
+    return "subreaper", ("not PID 1: the agent becomes a child subreaper so orphans are "
+                         "still reaped")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`… mpi_bootstrap.proc --plan-fd N` (the launcher's hand-off), or, for tests and
+    debugging, `python -m mpi_bootstrap.proc [--grace S] [--group] -- PROGRAM ARGS…`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    spec: dict[str, Any] = {"grace": 10.0, "group": False, "env": dict(os.environ),
+                            "role": "launcher", "log_level": "info"}
+    while args and args[0] != "--":
+        opt = args.pop(0)
+        if opt == "--plan-fd":
+            fd = int(args.pop(0))
+            with os.fdopen(fd, "rb") as fh:
+                spec.update(json.loads(fh.read()))
+        elif opt == "--grace":
+            spec["grace"] = float(args.pop(0))
+        elif opt == "--group":
+            spec["group"] = True
+        else:
+            sys.stderr.write(f"mpi-bootstrap proc: unknown option {opt}\n")
+            return 64
+    if args and args[0] == "--":
+        spec["argv"] = args[1:]
+    log = json_log(spec["role"], spec["log_level"])
+    sup = Supervisor(grace=float(spec["grace"]), group=bool(spec["group"]), log=log)
+    sup.install()
+    if os.getpid() != 1 and become_subreaper():
+        log("subreaper", reason="not PID 1: orphans re-parent to the agent and are reaped")
+    if not spec.get("argv"):
+        sys.stderr.write("mpi-bootstrap proc: no program\n")
+        return 64
+    try:
+        return sup.run(spec["argv"], spec["env"])
+    except ExecError as exc:
+        sys.stderr.write(f"mpi-bootstrap: {exc.message}\n")
+        return int(exc.status)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -96,7 +96,7 @@ def make_plan(kind: str, rewrite: str, override: str, *, env_extra: dict[str, st
         answers[name] = Answer(name, addresses=(addr,))
     facts = Facts(environ=env, hostfile=parsed, answers=answers, mpi=MPIS[kind],
                   interfaces=interfaces or frozenset({"lo", "eth0", "net1"}), is_root=is_root,
-                  launcher_hostname="pi-launcher")
+                  is_pid1=True, launcher_hostname="pi-launcher")
     return build_plan(config, facts)
 
 
