@@ -1,0 +1,201 @@
+"""The supervisor as a real PID 1 (`unshare --pid --fork --mount-proc`) and as a subreaper:
+exit codes, signal forwarding, reaping, leftovers, and the race against other children."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import AGENT, Pod
+
+pytestmark = [pytest.mark.timeout(180)]
+
+PY = str(Path(AGENT).parent / "python")
+CHILD = str(Path(__file__).parent / "support" / "child.py")
+
+
+def agent_argv(*program: str, grace: float = 1.0, pid1: bool = True) -> list[str]:
+    argv = [PY, "-m", "mpi_bootstrap.proc", "--grace", str(grace), "--", *program]
+    return ["unshare", "--pid", "--fork", "--mount-proc", *argv] if pid1 else argv
+
+
+def run(*program: str, grace: float = 1.0, pid1: bool = True, timeout: float = 60
+        ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(agent_argv(*program, grace=grace, pid1=pid1), capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def agent_pid(unshare: subprocess.Popen[str]) -> int:
+    """The agent's PID as seen from here: the one child of `unshare --fork`."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            kids = Path(f"/proc/{unshare.pid}/task/{unshare.pid}/children").read_text().split()
+        except OSError:
+            kids = []
+        if kids:
+            return int(kids[0])
+        time.sleep(0.01)
+    raise AssertionError("unshare did not start the agent")
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[str]]]:
+    """Processes a test starts; killed (by PID, only these) if the test fails."""
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+class TestExitCodes:
+    """The child's code passes through; a death by signal N is 128+N."""
+
+    def test_all_codes(self) -> None:
+        wrong = {}
+        for code in range(256):
+            done = run("sh", "-c", f"exit {code}")
+            if done.returncode != code:
+                wrong[code] = (done.returncode, done.stderr[-300:])
+        assert wrong == {}
+
+    @pytest.mark.parametrize("sig", ["TERM", "INT", "HUP", "QUIT", "KILL", "USR1"])
+    def test_death_by_signal(self, sig: str) -> None:
+        done = run("sh", "-c", f"kill -{sig} $$")
+        assert done.returncode == 128 + signal.Signals[f"SIG{sig}"], done.stderr
+
+    def test_not_found(self) -> None:
+        done = run("no-such-program-here")
+        assert done.returncode == 127
+        assert "no-such-program-here: command not found" in done.stderr
+
+    def test_not_executable(self, tmp_path: Path) -> None:
+        script = tmp_path / "script"
+        script.write_text("#!/bin/sh\n")
+        script.chmod(0o644)
+        done = run(str(script))
+        assert done.returncode == 126
+        assert "not executable" in done.stderr
+
+
+class TestSignals:
+    """Every catchable signal sent to the agent reaches the child (after a handshake)."""
+
+    @pytest.mark.parametrize("group", [False, True])
+    def test_forwarded(self, started: list[subprocess.Popen[str]], group: bool) -> None:
+        argv = agent_argv(PY, CHILD, "report")
+        if group:
+            argv.insert(argv.index("--"), "--group")
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        started.append(p)
+        assert p.stdout is not None
+        assert p.stdout.readline().strip() == "READY"
+        pid = agent_pid(p)
+        for sig in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"):
+            os.kill(pid, signal.Signals[sig])
+            assert p.stdout.readline().strip() == f"GOT {sig}"
+        assert p.wait(timeout=10) == 0
+
+    def test_term_latency(self, started: list[subprocess.Popen[str]]) -> None:
+        """SIGTERM to a cooperative child: the agent exits with 143 promptly."""
+        p = subprocess.Popen(agent_argv("sleep", "60"), stderr=subprocess.PIPE, text=True)
+        started.append(p)
+        pid = agent_pid(p)
+        deadline = time.monotonic() + 10
+        while "sleep" not in Path(f"/proc/{pid}/task/{pid}/children").read_text() and \
+                time.monotonic() < deadline:
+            kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            if kids and Path(f"/proc/{kids[0]}/comm").read_text().strip() == "sleep":
+                break
+            time.sleep(0.01)
+        t0 = time.monotonic()
+        os.kill(pid, signal.SIGTERM)
+        assert p.wait(timeout=10) == 143
+        assert time.monotonic() - t0 < 2.0
+
+
+class TestReaping:
+    """Orphans are reaped; leftovers are ended; the main status is never lost."""
+
+    def test_100_orphans(self) -> None:
+        done = run(PY, CHILD, "orphans", "100")
+        assert "ZOMBIES 0" in done.stdout, done.stdout + done.stderr
+        assert done.returncode == 0
+
+    def test_leftover_ignoring_term_is_killed(self) -> None:
+        t0 = time.monotonic()
+        done = run(PY, CHILD, "leftover", "7", grace=1.0)
+        elapsed = time.monotonic() - t0
+        assert done.returncode == 7, done.stderr
+        assert 1.0 <= elapsed < 10
+        events = [json.loads(ln)["event"] for ln in done.stderr.splitlines()
+                  if ln.startswith("{")]
+        assert "terminating leftovers" in events
+        assert "killing leftovers" in events
+
+    def test_main_status_survives_racing_children(self) -> None:
+        codes = [run(PY, CHILD, "race", "42", "20").returncode for _ in range(30)]
+        assert codes == [42] * 30
+
+
+class TestSubreaper:
+    """Not PID 1: the agent becomes a child subreaper, says so, and reaps orphans."""
+
+    def test_subreaper(self) -> None:
+        p = subprocess.Popen(agent_argv(PY, CHILD, "orphan-ppid", pid1=False),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 0, err
+        assert f"PPID {p.pid}" in out  # the orphan re-parented to the agent
+        events = [json.loads(ln) for ln in err.splitlines() if ln.startswith("{")]
+        assert any(e["event"] == "subreaper" for e in events)
+        # the orphan finished after the main child: it was waited for and reaped
+        assert any(e["event"] == "reaped others" and e["count"] >= 1 for e in events)
+
+
+@pytest.mark.netns
+class TestLauncherPhases:
+    """The full agent: SIGTERM while it waits for DNS ends it within a second, exit 143."""
+
+    def test_sigterm_during_dns_wait(self, pod: Pod, started: list[subprocess.Popen[str]]
+                                     ) -> None:
+        hostfile = pod.tmp / "hostfile"
+        hostfile.write_text("ghost-worker-0.job.default.svc slots=1\n")
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(pod.tmp)}
+        p = subprocess.Popen(
+            [*pod.netns.prefix(), "unshare", "--pid", "--fork", "--mount-proc", "env", "-i",
+             *(f"{k}={v}" for k, v in env.items()), AGENT, "--hostfile", str(hostfile),
+             "--output-hostfile", str(pod.tmp / "out"), "--dns-wait-seconds", "60",
+             "--log-format", "json", "launcher", "--", "true"],
+            stderr=subprocess.PIPE, text=True)
+        started.append(p)
+        assert p.stderr is not None
+        for line in p.stderr:
+            if '"DNS WAIT"' in line:
+                break
+        pid = agent_pid(p)
+        t0 = time.monotonic()
+        os.kill(pid, signal.SIGTERM)
+        assert p.wait(timeout=10) == 143
+        assert time.monotonic() - t0 < 1.0
+        assert not (pod.tmp / "out").exists()
+
+
+def test_supervisor_imports_no_heavy_modules() -> None:
+    """The resident supervisor loads only the standard library (footprint, issue 3)."""
+    code = ("import sys; sys.path.insert(0, %r); import mpi_bootstrap.proc; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('structlog','dns','paramiko','psutil')))") % str(Path(__file__).parent.parent)
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "[]"
