@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import errno
 import json
 import os
@@ -41,6 +42,7 @@ from mpi_bootstrap.errors import ExecError, ExitStatus
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
              signal.SIGUSR1, signal.SIGUSR2)
 HANDLED = (*FORWARDED, signal.SIGCHLD)
+TERMINATING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 PR_SET_CHILD_SUBREAPER = 36
 
 Log = Callable[..., None]
@@ -138,13 +140,27 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], *, group: bool) -> int:
         raise _exec_error(argv[0], exc) from None
 
 
-class Supervisor:
-    """Runs one main child to completion as its reaper and signal forwarder."""
+@dataclasses.dataclass(frozen=True)
+class RestartPolicy:
+    """Restart a service child that dies: backoff doubling from `delay` up to `max_delay`,
+    at most `limit` restarts in any `window` seconds."""
 
-    def __init__(self, *, grace: float, group: bool, log: Log) -> None:
+    limit: int = 5
+    window: float = 60.0
+    delay: float = 0.2
+    max_delay: float = 5.0
+
+
+class Supervisor:
+    """Runs one main child as its reaper and signal forwarder (optionally restarting it)."""
+
+    def __init__(self, *, grace: float, group: bool, log: Log,
+                 restart: RestartPolicy | None = None) -> None:
         self.grace = grace
         self.group = group
         self.log = log
+        self.restart = restart
+        self.give_up = False
         self.reaped_others = 0
         self._rfd, self._wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
@@ -193,33 +209,75 @@ class Supervisor:
                 self.log("reaped", level="debug", pid=pid, code=exit_code(st))
 
     def run(self, argv: Sequence[str], env: Mapping[str, str]) -> int:
-        """Spawn argv and supervise it; return the exit code to exit with."""
+        """Spawn argv and supervise it; return the exit code to exit with.
+
+        Without a restart policy (the launcher) the code is the child's. With one (the
+        worker's sshd), an unexpected death restarts the child after a backoff, at most
+        `restart.limit` times per `restart.window` seconds, after which the agent gives
+        up with 69 so that Kubernetes restarts the pod; a terminating signal stops the
+        child and the agent exits 0.
+        """
         # A terminating signal that arrived during the hand-off: do not start the job.
         for signum in _drain(self._rfd):
-            if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+            if signum in TERMINATING:
                 self.log("signal before start", signal=signal.Signals(signum).name)
-                return 128 + signum
+                return 0 if self.restart else 128 + signum
         main = spawn(argv, env, group=self.group)
         self.log("child started", pid=main, program=argv[0])
         main_status: int | None = None
+        stopping = False
+        deaths: list[float] = []
+        restart_at: float | None = None
         deadline: float | None = None
         killed = False
         while True:
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            wake = [t for t in (deadline, restart_at) if t is not None]
+            timeout = max(0.0, min(wake) - time.monotonic()) if wake else None
             ready, _, _ = select.select([self._rfd], [], [], timeout)
             if ready:
                 for signum in _drain(self._rfd):
-                    if signum != signal.SIGCHLD and main_status is None:
+                    if signum == signal.SIGCHLD:
+                        continue
+                    if signum in TERMINATING:
+                        stopping = True
+                        restart_at = None
+                    if main_status is None:
                         self._forward(main, signum)
             status, none_left = self._reap(main)
             if status is not None and main_status is None:
-                main_status = status
                 code = exit_code(status)
                 self.log("child exited", pid=main, code=code)
-                if not none_left:
-                    n = self._signal_all(main, signal.SIGTERM, main_alive=False)
-                    self.log("terminating leftovers", processes=n, grace_s=self.grace)
-                deadline = time.monotonic() + self.grace
+                if self.restart and not stopping:
+                    now = time.monotonic()
+                    deaths = [t for t in deaths if now - t < self.restart.window] + [now]
+                    if len(deaths) > self.restart.limit:
+                        self.log("giving up", level="error", program=argv[0],
+                                 reason=f"{argv[0]} died {len(deaths)} times in "
+                                        f"{self.restart.window:g} s; exiting so that "
+                                        "Kubernetes restarts the pod")
+                        sys.stderr.write(
+                            f"mpi-bootstrap: {argv[0]} keeps dying ({len(deaths)} times in "
+                            f"{self.restart.window:g} s, last exit {code}); giving up so "
+                            "that Kubernetes restarts the pod\n")
+                        main_status = status
+                        self.give_up = True
+                    else:
+                        delay = min(self.restart.max_delay,
+                                    self.restart.delay * 2 ** (len(deaths) - 1))
+                        restart_at = now + delay
+                        self.log("restarting", program=argv[0], in_s=round(delay, 2),
+                                 deaths_in_window=len(deaths))
+                else:
+                    main_status = status
+                if main_status is not None:
+                    if not none_left:
+                        n = self._signal_all(main, signal.SIGTERM, main_alive=False)
+                        self.log("terminating leftovers", processes=n, grace_s=self.grace)
+                    deadline = time.monotonic() + self.grace
+            if restart_at is not None and time.monotonic() >= restart_at:
+                restart_at = None
+                main = spawn(argv, env, group=self.group)
+                self.log("child started", pid=main, program=argv[0], restarted=True)
             if main_status is not None:
                 if none_left:
                     break
@@ -233,6 +291,8 @@ class Supervisor:
                     deadline = time.monotonic() + 2.0
         if self.reaped_others:
             self.log("reaped others", count=self.reaped_others)
+        if self.restart:
+            return int(ExitStatus.PEER_UNAVAILABLE) if self.give_up else 0
         return exit_code(main_status if main_status is not None else 0)
 
 
@@ -255,7 +315,7 @@ def install_early_handlers() -> None:
     DNS wait would be lost and the pod would sit out its grace period. SIGCHLD keeps its
     default here: `capture` waits on its own child, and nothing else is ours to reap yet.
     """
-    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+    for s in TERMINATING:
         signal.signal(s, _raise)
     for s in (signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(s, signal.SIG_IGN)
@@ -358,7 +418,8 @@ def mode(is_pid1: bool, exec_requested: bool) -> tuple[str, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`… mpi_bootstrap.proc --plan-fd N` (the launcher's hand-off), or, for tests and
-    debugging, `python -m mpi_bootstrap.proc [--grace S] [--group] -- PROGRAM ARGS…`."""
+    debugging, `python -m mpi_bootstrap.proc [--grace S] [--group] [--restart N/SECONDS]
+    -- PROGRAM ARGS…`."""
     args = list(sys.argv[1:] if argv is None else argv)
     spec: dict[str, Any] = {"grace": 10.0, "group": False, "env": dict(os.environ),
                             "role": "launcher", "log_level": "info"}
@@ -372,13 +433,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             spec["grace"] = float(args.pop(0))
         elif opt == "--group":
             spec["group"] = True
+        elif opt == "--restart":  # LIMIT/WINDOW, e.g. 5/60
+            limit, _, window = args.pop(0).partition("/")
+            spec["restart"] = {"limit": int(limit), "window": float(window or 60)}
         else:
             sys.stderr.write(f"mpi-bootstrap proc: unknown option {opt}\n")
             return 64
     if args and args[0] == "--":
         spec["argv"] = args[1:]
     log = json_log(spec["role"], spec["log_level"])
-    sup = Supervisor(grace=float(spec["grace"]), group=bool(spec["group"]), log=log)
+    restart = RestartPolicy(**spec["restart"]) if spec.get("restart") else None
+    sup = Supervisor(grace=float(spec["grace"]), group=bool(spec["group"]), log=log,
+                     restart=restart)
     sup.install()
     if os.getpid() != 1 and become_subreaper():
         log("subreaper", reason="not PID 1: orphans re-parent to the agent and are reaped")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -199,3 +200,83 @@ def test_supervisor_imports_no_heavy_modules() -> None:
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.fixture
+def sshd_argv(tmp_path: Path) -> tuple[list[str], int]:
+    """A private, real OpenSSH sshd on a free loopback port (key made here)."""
+    sshd = "/usr/sbin/sshd"
+    if not os.access(sshd, os.X_OK):
+        pytest.fail("OpenSSH sshd missing: `make system-deps` installs openssh-server")
+    key = tmp_path / "host_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
+                   check=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "sshd_config"
+    config.write_text(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {key}\n"
+                      f"PidFile {tmp_path / 'sshd.pid'}\nPasswordAuthentication no\n"
+                      "KbdInteractiveAuthentication no\nUsePAM no\n")
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # Debian's privsep directory
+    return [sshd, "-D", "-e", "-f", str(config)], port
+
+
+def banner(port: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+                if c.recv(64).startswith(b"SSH-2.0-"):
+                    return True
+        except OSError:
+            time.sleep(0.02)
+    return False
+
+
+def sshd_child(agent: int) -> int:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for kid in Path(f"/proc/{agent}/task/{agent}/children").read_text().split():
+            if Path(f"/proc/{kid}/comm").read_text().strip() == "sshd":
+                return int(kid)
+        time.sleep(0.01)
+    raise AssertionError("no sshd under the agent")
+
+
+class TestServiceRestart:
+    """A supervised sshd (the worker's) is restarted when it dies, within limits."""
+
+    def test_restarted_and_accepts_again(self, sshd_argv: tuple[list[str], int],
+                                         started: list[subprocess.Popen[str]]) -> None:
+        argv, port = sshd_argv
+        p = subprocess.Popen([PY, "-m", "mpi_bootstrap.proc", "--restart", "3/60", "--",
+                              *argv], stderr=subprocess.PIPE, text=True)
+        started.append(p)
+        assert banner(port)
+        first = sshd_child(p.pid)
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while sshd_child(p.pid) == first and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sshd_child(p.pid) != first
+        assert banner(port)
+        os.kill(p.pid, signal.SIGTERM)  # stops sshd, exits 0
+        assert p.wait(timeout=15) == 0
+        assert not banner(port, timeout=0.5)
+
+    def test_gives_up(self, sshd_argv: tuple[list[str], int],
+                      started: list[subprocess.Popen[str]]) -> None:
+        argv, port = sshd_argv
+        p = subprocess.Popen([PY, "-m", "mpi_bootstrap.proc", "--restart", "3/60", "--",
+                              *argv], stderr=subprocess.PIPE, text=True)
+        started.append(p)
+        for _ in range(4):
+            assert banner(port)
+            os.kill(sshd_child(p.pid), signal.SIGKILL)
+            time.sleep(0.05)
+        assert p.wait(timeout=30) == 69
+        assert p.stderr is not None
+        err = p.stderr.read()
+        assert "keeps dying (4 times in 60 s" in err
+        assert "Kubernetes restarts the pod" in err
