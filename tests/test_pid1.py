@@ -194,9 +194,10 @@ class TestLauncherPhases:
 
 def test_supervisor_imports_no_heavy_modules() -> None:
     """The resident supervisor loads only the standard library (footprint, issue 3)."""
-    code = ("import sys; sys.path.insert(0, %r); import mpi_bootstrap.proc; "
+    root = str(Path(__file__).parent.parent)
+    code = (f"import sys; sys.path.insert(0, {root!r}); import mpi_bootstrap.proc; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('structlog','dns','paramiko','psutil')))") % str(Path(__file__).parent.parent)
+            "('structlog','dns','paramiko','psutil')))")
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -96,7 +96,7 @@ def term_latency(runs: int = 20) -> dict[str, Any]:
                               "mpi_bootstrap.proc", "--", "sleep", "60"],
                              stderr=subprocess.DEVNULL)
         try:
-            wait_for(lambda: bool(children(p.pid)))
+            wait_for(lambda p=p: bool(children(p.pid)))
             agent = children(p.pid)[0]
             wait_for(lambda agent=agent: any(
                 Path(f"/proc/{c}/comm").read_text().strip() == "sleep"
