@@ -239,6 +239,7 @@ class LaunchSpec:
     files: tuple[PlannedFile, ...]
     decisions: tuple[Decision, ...]
     wrap: bool
+    program_index: int  # where the user's program starts in argv
 
 
 @dataclasses.dataclass(frozen=True)
@@ -360,9 +361,11 @@ class _Builder:
     def spec(self, forwarded: Sequence[str]) -> LaunchSpec:
         launcher = self.f.program[0] if self.wrap else self.f.mpi.mpirun
         argv = (launcher, *self.args, *self.user_tail())
+        start = 1 + len(self.args) + (self.user.program_index - 1 if self.user else 0)
         return LaunchSpec(argv=tuple(argv), env_set=dict(self.env_set),
                           forwarded=tuple(forwarded), files=tuple(self.files),
-                          decisions=tuple(self.decisions), wrap=self.wrap)
+                          decisions=tuple(self.decisions), wrap=self.wrap,
+                          program_index=start)
 
 
 def _openmpi(facts: LaunchFacts) -> LaunchSpec:

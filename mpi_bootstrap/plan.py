@@ -54,6 +54,7 @@ class Plan:
     forwarded: tuple[str, ...]
     decisions: tuple[Decision, ...]
     wrap: bool
+    program_index: int  # argv[program_index:] is the user's program
 
     def environment(self, environ: Mapping[str, str]) -> dict[str, str]:
         """mpirun's environment: the agent's own, then what the plan adds, in its order.
@@ -169,7 +170,8 @@ def build_plan(config: Config, facts: Facts) -> Plan:
     )
     return Plan(mpi=facts.mpi, hosts=tuple(entries), hostfile_path=config.output_hostfile,
                 hostfile_text=text, files=files, argv=spec.argv, env_set=spec.env_set,
-                forwarded=spec.forwarded, decisions=tuple(decisions), wrap=spec.wrap)
+                forwarded=spec.forwarded, decisions=tuple(decisions), wrap=spec.wrap,
+                program_index=spec.program_index)
 
 
 def ssh_command(config: Config) -> tuple[str, ...]:

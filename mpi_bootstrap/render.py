@@ -26,6 +26,7 @@ def as_dict(plan: Plan) -> dict[str, Any]:
         "files": [{"path": f.path, "mode": f"{f.mode:04o}", "purpose": f.purpose}
                   for f in plan.files],
         "wrap": plan.wrap,
+        "program_index": plan.program_index,
         "decisions": [{"setting": d.setting, "value": d.value, "source": d.source,
                        "reason": d.reason} for d in plan.decisions],
     }
@@ -35,14 +36,17 @@ def as_json(plan: Plan) -> str:
     return json.dumps(as_dict(plan), indent=2) + "\n"
 
 
-def _command(argv: tuple[str, ...]) -> str:
-    """argv as a copy-pasteable shell command, one option (and its values) per line."""
+def _command(argv: tuple[str, ...], program_index: int) -> str:
+    """argv as a copy-pasteable shell command: one option (with its values) per line,
+    then the program on a line of its own."""
     lines: list[list[str]] = [[argv[0]]]
-    for arg in argv[1:]:
+    for arg in argv[1:program_index]:
         if arg.startswith("-") or len(lines) == 1:
             lines.append([arg])
         else:
             lines[-1].append(arg)
+    if argv[program_index:]:
+        lines.append(list(argv[program_index:]))
     return " \\\n    ".join(shlex.join(part) for part in lines)
 
 
@@ -78,7 +82,7 @@ def as_text(plan: Plan) -> str:
     add(f"  forward {', '.join(plan.forwarded) if plan.forwarded else '(none)'}")
     add("")
     add("Command:")
-    add("  " + _command(plan.argv))
+    add("  " + _command(plan.argv, plan.program_index))
     add("")
     add("Decisions:")
     sw = max(len(d.setting) for d in plan.decisions)

@@ -261,3 +261,18 @@ class TestRules:
         for d in plan.decisions:
             assert d.setting in text
         assert "--explain: nothing was written or started" in text
+
+
+class TestRender:
+    """The human command is copy-pasteable and puts the user's program on its own line."""
+
+    @pytest.mark.parametrize("override", ["none", "flags"])
+    def test_command_round_trips(self, override: str) -> None:
+        import shlex
+
+        plan = make_plan("openmpi4", "none", override)
+        text = render.as_text(plan)
+        block = text.split("Command:\n", 1)[1].split("\n\n", 1)[0]
+        assert shlex.split(block.replace("\\\n", " ")) == list(plan.argv)
+        program = shlex.join(plan.argv[plan.program_index:])
+        assert block.rstrip().splitlines()[-1].strip() == program
