@@ -52,16 +52,25 @@ def warm_up(names: list[str]) -> None:
 
 # ---------------------------------------------------------------- benchmark 1
 
+def udp_rcvbuf_errors() -> int:
+    """This namespace's count of UDP datagrams dropped on a full receive buffer."""
+    with open("/proc/net/snmp", encoding="ascii") as fh:
+        udp = [line.split() for line in fh if line.startswith("Udp:")]
+    return int(dict(zip(udp[0], udp[1], strict=True)).get("RcvbufErrors", 0))
+
+
 def cmd_round(a: argparse.Namespace) -> dict[str, object]:
     names = read_names(a.names)
     warm_up(names)
+    drops = udp_rcvbuf_errors()
     start = time.perf_counter()
     result = dns.wait_for(names, lookup=dns.SystemResolver(), deadline=a.deadline,
                           interval=a.interval, concurrency=a.concurrency)
     wall = time.perf_counter() - start
     return {"hosts": len(names), "concurrency": a.concurrency, "seconds": wall,
             "reported_elapsed": result.elapsed, "lookups": result.lookups,
-            "ok": result.ok, "unresolved": len(result.unresolved)}
+            "ok": result.ok, "unresolved": len(result.unresolved),
+            "udp_rcvbuf_drops": udp_rcvbuf_errors() - drops}
 
 
 def cmd_bash_round(a: argparse.Namespace) -> dict[str, object]:
@@ -109,11 +118,12 @@ class Probe:
         self.sock.close()
 
 
-def _late_writer(hostsdir: str, filename: str, name: str, address: str, at: float,
+def _late_writer(hostsdir: str, filename: str, record: tuple[str, str], at: float,
                  marks: dict[str, float]) -> None:
     """At monotonic time `at`, write the late record; then note when dnsmasq answers it."""
     time.sleep(max(0.0, at - time.monotonic()))
-    write_hosts_file(hostsdir, filename, {name: address})
+    name = record[0]
+    write_hosts_file(hostsdir, filename, [record])
     marks["write"] = time.monotonic()
     probe = Probe()
     try:
@@ -158,7 +168,7 @@ def cmd_latency(a: argparse.Namespace) -> dict[str, object]:
         # always land at the same phase of the re-poll clock.
         at = start + a.delay + rng.uniform(0.0, 0.05)
         writer = threading.Thread(target=_late_writer, daemon=True,
-                                  args=(a.hostsdir, f"late-lat{k}", late, f"198.19.1.{k + 1}",
+                                  args=(a.hostsdir, f"late-lat{k}", (late, f"198.19.1.{k + 1}"),
                                         at, marks))
         writer.start()
         result = dns.wait_for(names, lookup=lookup, deadline=a.deadline, interval=a.interval,
@@ -169,6 +179,8 @@ def cmd_latency(a: argparse.Namespace) -> dict[str, object]:
         first_round_end = stamps[a.hosts - 1] if len(stamps) >= a.hosts else start
         later = stamps[a.hosts:]
         span = returned - first_round_end
+        # Re-poll rate: intervals between re-polls (no fencepost: n lookups, n-1 gaps).
+        gaps = later[-1] - later[0] if len(later) > 1 else 0.0
         trials.append({
             "ok": result.ok and "visible" in marks,
             "lookups": result.lookups,
@@ -177,7 +189,9 @@ def cmd_latency(a: argparse.Namespace) -> dict[str, object]:
                 "write", float("nan")),
             "latency_from_visible": returned - marks.get("visible", float("nan")),
             "latency_from_write": returned - marks.get("write", float("nan")),
+            "lookups_after_first_round": len(later),
             "rate_after_first_round": len(later) / span if span > 0 else 0.0,
+            "repoll_rate": (len(later) - 1) / gaps if gaps > 0 else 0.0,
             "max_lookups_in_1s_after_first_round": _max_per_window(later),
         })
     return {"hosts": a.hosts, "interval": a.interval,
@@ -202,8 +216,8 @@ def cmd_bash_latency(a: argparse.Namespace) -> dict[str, object]:
                                  f"{a.interval:g}", str(a.max_rounds)],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         writer = threading.Thread(target=_late_writer, daemon=True,
-                                  args=(a.hostsdir, f"late-bash{k}", names[-1],
-                                        f"198.19.2.{k + 1}", at, marks))
+                                  args=(a.hostsdir, f"late-bash{k}",
+                                        (names[-1], f"198.19.2.{k + 1}"), at, marks))
         writer.start()
         try:
             code = proc.wait(timeout=a.max_rounds * (a.interval + 2))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import cProfile
+import dataclasses
 import io
 import json
 import math
@@ -39,7 +40,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from mpi_bootstrap import dns, files, hostfile  # noqa: E402
+from mpi_bootstrap import config, files, hostfile  # noqa: E402
 from tests.support import dnsmasq as dnsmasq_mod  # noqa: E402
 from tests.support import netns as netns_mod  # noqa: E402
 from tests.support.dnsmasq import Dnsmasq  # noqa: E402
@@ -57,8 +58,10 @@ DOMAIN = "cluster.local"
 # Benchmark sizes and targets (seconds).
 ROUND_HOSTS = 4096
 ROUND_RUNS = 5
-CONCURRENCIES = (16, 32, 64, 128)
-DEFAULT_CONCURRENCY = 64
+# The agent's shipped default (--dns-concurrency) is the headline; the sweep brackets it.
+DEFAULT_CONCURRENCY = int(next((s.default for s in config.SETTINGS
+                                if s.name == "dns_concurrency"), 64))
+CONCURRENCIES = tuple(sorted({16, 32, 64, 128, DEFAULT_CONCURRENCY}))
 ROUND_TARGET = 0.25
 LATE_HOSTS = 8
 LATE_TRIALS = 10
@@ -95,9 +98,15 @@ def clean(obj: Any) -> Any:
     return obj
 
 
+def nsrun(ns: Netns, argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run argv inside the namespace, capturing its output as text."""
+    return subprocess.run([*ns.prefix(), *argv], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
 def run_inner(ns: Netns, args: Sequence[str], timeout: float) -> dict[str, Any]:
     """Run inner.py inside the namespace; return its JSON."""
-    done = ns.run([PY, INNER, *args], capture_output=True, timeout=timeout, check=False)
+    done = nsrun(ns, [PY, INNER, *args], timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"inner.py {args[0]} exited {done.returncode}: "
                            f"{done.stderr.strip()[-2000:]}")
@@ -123,7 +132,10 @@ def bench_dns_round(ns: Netns, workdir: str) -> dict[str, Any]:
         secs = [x["seconds"] for x in rs]
         sweep[c] = {"median_s": median(secs), "min_s": min(secs), "max_s": max(secs),
                     "runs_s": secs, "all_resolved": all(x["ok"] for x in rs),
-                    "lookups": [x["lookups"] for x in rs]}
+                    "lookups": [x["lookups"] for x in rs],
+                    # Queries dropped on dnsmasq's full socket buffer: glibc then waits
+                    # its whole `timeout` (5 s) before it asks again.
+                    "udp_rcvbuf_drops": [x["udp_rcvbuf_drops"] for x in rs]}
     best = min(sweep, key=lambda c: sweep[c]["median_s"])
     ours = sweep[DEFAULT_CONCURRENCY]["median_s"]
     base = run_inner(ns, ["bash-round", "--names", names_file], timeout=150)
@@ -162,6 +174,7 @@ def bench_late_record(ns: Netns, dm: Dnsmasq, workdir: str) -> dict[str, Any]:
     lat = [t["latency_from_visible"] for t in trials]
     lat_w = [t["latency_from_write"] for t in trials]
     rates = [t["rate_after_first_round"] for t in trials]
+    repoll = [t["repoll_rate"] for t in trials]
     peak = [t["max_lookups_in_1s_after_first_round"] for t in trials]
     bash = run_inner(ns, ["bash-latency", "--hostsdir", dm.hostsdir, "--workdir", workdir,
                           "--phases", ",".join(f"{p:.4f}" for p in BASH_PHASES),
@@ -182,10 +195,20 @@ def bench_late_record(ns: Netns, dm: Dnsmasq, workdir: str) -> dict[str, Any]:
         "lookups_total": [t["lookups"] for t in trials],
         "lookups_total_median": median([t["lookups"] for t in trials]),
         "budget_lookups_per_s": ours["budget_per_s"],
+        # Three views of "lookups per second after the first round":
+        # rate_after_first_round = re-polls / (return - last first-round lookup); it
+        #   counts one lookup too many for its window (the bucket starts refilling when
+        #   the first round is sent, a few ms before its last lookup starts);
+        # repoll_rate = (re-polls - 1) / (last re-poll - first re-poll), the steady rate;
+        # peak = most re-polls in any 1 s window; a token bucket allows rate x 1 s + 1.
         "rate_after_first_round_median": median(rates),
         "rate_after_first_round_max": max(rates),
+        "repoll_rate_median": median(repoll),
+        "repoll_rate_max": max(repoll),
         "max_lookups_in_any_1s_after_first_round": max(peak),
-        "within_budget": max(rates) <= ours["budget_per_s"]
+        "within_budget_rule": "repoll_rate_max <= budget x 1.01 (timer jitter) and "
+                              "peak <= budget + 1 (the bucket's carried fraction of a token)",
+        "within_budget": max(repoll) <= ours["budget_per_s"] * 1.01
         and max(peak) <= ours["budget_per_s"] + 1,
         "per_trial": trials,
         "baseline": {
@@ -202,52 +225,64 @@ def bench_late_record(ns: Netns, dm: Dnsmasq, workdir: str) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- 3. --explain
 
-def parse_importtime(text: str) -> list[tuple[str, int, int, int, str | None]]:
-    """`-X importtime` lines → (module, level, self µs, cumulative µs, importer)."""
+@dataclasses.dataclass
+class Imp:
+    """One `-X importtime` line."""
+
+    name: str
+    level: int
+    self_us: int
+    cum_us: int
+    parent: str | None = None  # the module whose import ran this one
+
+
+def parse_importtime(text: str) -> list[Imp]:
     rows = []
     for line in text.splitlines():
         if not line.startswith("import time:") or "self [us]" in line:
             continue
         self_us, cum_us, name = line[len("import time:"):].split("|", 2)
         level = (len(name) - len(name.lstrip(" ")) - 1) // 2
-        rows.append([name.strip(), level, int(self_us), int(cum_us), None])
+        rows.append(Imp(name.strip(), level, int(self_us), int(cum_us)))
     # Output is post-order: a module's importer is the next line one level up.
-    pending: dict[int, list[list[Any]]] = {}
+    pending: dict[int, list[Imp]] = {}
     for row in rows:
-        for child in pending.pop(row[1] + 1, []):
-            child[4] = row[0]
-        pending.setdefault(row[1], []).append(row)
-    return [tuple(r) for r in rows]  # type: ignore[misc]
+        for child in pending.pop(row.level + 1, []):
+            child.parent = row.name
+        pending.setdefault(row.level, []).append(row)
+    return rows
 
 
 def importtime_report(runs: list[str]) -> dict[str, Any]:
     parsed = [parse_importtime(t) for t in runs]
-    # External packages entered from our own modules: what making imports lazy would save.
+    # Packages entered from our own modules: what making imports lazy would save.
     entries: dict[tuple[str, str], list[int]] = {}
     selfs: dict[str, list[int]] = {}
     totals = []
     for rows in parsed:
-        totals.append(sum(r[2] for r in rows))
-        for name, _lvl, self_us, cum_us, parent in rows:
-            selfs.setdefault(name, []).append(self_us)
-            root = name.split(".")[0]
-            if root != "mpi_bootstrap" and parent and parent.startswith("mpi_bootstrap"):
-                entries.setdefault((parent, name), []).append(cum_us)
-            if root == "mpi_bootstrap":
-                entries.setdefault((parent or "(entry point)", name), []).append(cum_us)
+        # A module imported in another thread while the main thread is importing
+        # (encodings.idna, from getaddrinfo in a DNS worker) can show a negative self time.
+        totals.append(sum(max(0, r.self_us) for r in rows))
+        for r in rows:
+            selfs.setdefault(r.name, []).append(r.self_us)
+            ours = r.name.split(".")[0] == "mpi_bootstrap"
+            if ours or (r.parent or "").startswith("mpi_bootstrap"):
+                entries.setdefault((r.parent or "(entry point)", r.name), []).append(r.cum_us)
     ext = sorted(((k, median(v) / 1000) for k, v in entries.items()
                   if not k[1].startswith("mpi_bootstrap")), key=lambda kv: -kv[1])
-    ours = sorted(((k, median(v) / 1000) for k, v in entries.items()
-                   if k[1].startswith("mpi_bootstrap")), key=lambda kv: -kv[1])
+    own = sorted(((k, median(v) / 1000) for k, v in entries.items()
+                  if k[1].startswith("mpi_bootstrap")), key=lambda kv: -kv[1])
     top_self = sorted(((k, median(v) / 1000) for k, v in selfs.items()), key=lambda kv: -kv[1])
     return {
+        "note": "-X importtime instruments every import, so its times run high; compare "
+                "them with each other, not with wall times",
         "total_import_ms": median(totals) / 1000,
         "external_imported_by_mpi_bootstrap": [
             {"module": k[1], "imported_by": k[0], "cumulative_ms": round(ms, 2)}
             for k, ms in ext[:12]],
         "mpi_bootstrap_modules": [
             {"module": k[1], "imported_by": k[0], "cumulative_ms": round(ms, 2)}
-            for k, ms in ours[:12]],
+            for k, ms in own[:12]],
         "top_self_ms": [{"module": k, "self_ms": round(ms, 2)} for k, ms in top_self[:12]],
     }
 
@@ -259,7 +294,7 @@ def bench_explain(ns: Netns, workdir: str) -> dict[str, Any]:
     out_hf = os.path.join(workdir, "out-hostfile")
     argv = [AGENT, "launcher", "--explain", "--hostfile", hf_path, "--output-hostfile", out_hf,
             "--dns-wait-seconds", "5", "--", "/bin/true"]
-    check = ns.run(argv, capture_output=True, timeout=60, check=False)
+    check = nsrun(ns, argv, timeout=60)
     if check.returncode != 0 or "Command:" not in check.stdout:
         raise RuntimeError(f"launcher --explain exited {check.returncode}: "
                            f"{check.stderr.strip()[-2000:]}")
@@ -292,13 +327,13 @@ def bench_explain(ns: Netns, workdir: str) -> dict[str, Any]:
             ts = []
             for _ in range(EXPLAIN_RUNS):
                 t0 = time.perf_counter()
-                ns.run(a, capture_output=True, timeout=60, check=True)
+                if nsrun(ns, a, timeout=60).returncode != 0:
+                    raise RuntimeError(f"{label} failed")
                 ts.append(time.perf_counter() - t0)
             timings[label] = {"median_s": median(ts), "min_s": min(ts), "max_s": max(ts)}
     imports = []
     for _ in range(IMPORTTIME_RUNS):
-        done = ns.run([PY, "-X", "importtime", *argv], capture_output=True, timeout=60,
-                      check=False)
+        done = nsrun(ns, [PY, "-X", "importtime", *argv], timeout=60)
         imports.append(done.stderr)
     ours = timings["launcher --explain"]["median_s"]
     return {"runs": EXPLAIN_RUNS, "tool": tool, "argv": argv, "median_s": ours,
@@ -350,6 +385,19 @@ def bench_hostfile(workdir: str) -> dict[str, Any]:
             "first_output_line": first, "profile_top_tottime": top}
 
 
+# ---------------------------------------------------------------- PID 1 (pid1.py)
+
+PID1 = os.path.join(ROOT, "tests", "bench", "pid1.py")
+
+
+def bench_pid1() -> dict[str, Any]:
+    """tests/bench/pid1.py (supervisor RSS, SIGTERM latency), run as it runs alone."""
+    done = subprocess.run([PY, PID1], capture_output=True, text=True, timeout=240, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"pid1.py exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
 # ---------------------------------------------------------------- report
 
 def fmt_s(x: float | None) -> str:
@@ -372,12 +420,16 @@ def table(results: dict[str, Any]) -> str:
 
     if not err("dns_round", "1. DNS round, 4096 hosts"):
         r = b["dns_round"]
-        rows.append(("1. DNS round, 4096 hosts, c=64", fmt_s(r["median_s"]),
+        rows.append((f"1. DNS round, 4096 hosts, c={r['concurrency']}", fmt_s(r["median_s"]),
                      f"<= {fmt_s(r['target_s'])}",
                      f"{fmt_s(r['baseline']['seconds'])} (getent loop)",
                      f"{r['ratio_baseline_over_ours']:.1f}x"))
-        sweep = ", ".join(f"c={c}: {fmt_s(v['median_s'])}"
-                          for c, v in r["concurrency_sweep"].items())
+        sweep = ", ".join(
+            f"c={c}: {fmt_s(v['median_s'])}"
+            + (f" ({sum(v['udp_rcvbuf_drops'])} UDP queries dropped on dnsmasq's full "
+               "receive buffer; each costs glibc's 5 s timeout)"
+               if sum(v["udp_rcvbuf_drops"]) else "")
+            for c, v in r["concurrency_sweep"].items())
         details.append(f"1. all resolved: {r['all_resolved']} (baseline failures: "
                        f"{r['baseline']['failed']}); concurrency sweep (median of "
                        f"{r['runs']}): {sweep}; best: c={r['best_concurrency']}")
@@ -390,10 +442,10 @@ def table(results: dict[str, Any]) -> str:
             f"2. {r['trials']} trials: median {fmt_s(r['median_s'])}, max {fmt_s(r['max_s'])} "
             f"after dnsmasq first answered (from the write: median "
             f"{fmt_s(r['from_write_median_s'])}, max {fmt_s(r['from_write_max_s'])}); lookups "
-            f"per trial {r['lookups_total']}; after the first round "
-            f"{r['rate_after_first_round_median']:.1f}/s median, "
-            f"{r['rate_after_first_round_max']:.1f}/s max, peak "
-            f"{r['max_lookups_in_any_1s_after_first_round']} in any 1 s (budget "
+            f"per trial {r['lookups_total']}; after the first round: re-poll rate "
+            f"{r['repoll_rate_median']:.3f}/s median, {r['repoll_rate_max']:.3f}/s max; "
+            f"re-polls/(time after first round) {r['rate_after_first_round_max']:.2f}/s max; "
+            f"peak {r['max_lookups_in_any_1s_after_first_round']} in any 1 s (budget "
             f"{r['budget_lookups_per_s']:g}/s: {'within' if r['within_budget'] else 'OVER'});"
             f" shell loop trials: {', '.join(fmt_s(x) for x in r['baseline']['trials_s'])}")
     if not err("explain", "3. launcher --explain"):
@@ -405,8 +457,11 @@ def table(results: dict[str, Any]) -> str:
             r["tool"], r["runs"], "; ".join(f"{k}: {fmt_s(v['median_s'])}"
                                           for k, v in ref.items())))
         it = r["importtime"]
-        details.append(f"   import time (sum of self, median of {IMPORTTIME_RUNS}): "
-                       f"{it['total_import_ms']:.1f} ms; biggest imports made by mpi_bootstrap:")
+        details.append(f"   -X importtime (instrumented, so high; median of {IMPORTTIME_RUNS}): "
+                       f"{it['total_import_ms']:.1f} ms in imports; top self times (ms): "
+                       + ", ".join(f"{e['module']} {e['self_ms']:.1f}"
+                                   for e in it["top_self_ms"][:6]))
+        details.append("   biggest imports made by mpi_bootstrap modules (cumulative ms):")
         details.extend(f"     {e['cumulative_ms']:6.1f} ms  {e['module']}  "
                        f"(imported by {e['imported_by']})"
                        for e in it["external_imported_by_mpi_bootstrap"][:8])
@@ -422,6 +477,19 @@ def table(results: dict[str, Any]) -> str:
         details.append("   profile (one run under cProfile, by own time):")
         details.extend(f"     {p['tottime_s'] * 1000:7.1f} ms  {p['calls']:>8} calls  "
                        f"{p['function']}" for p in r["profile_top_tottime"][:8])
+    if "pid1" in b and not err("pid1", "5. PID 1 (pid1.py)"):
+        r = b["pid1"]
+        rss, term = r.get("supervisor_rss", {}), r.get("sigterm_latency", {})
+        if rss:
+            rows.append(("5. supervisor RSS (pid1.py)", f"{rss.get('supervisor_rss_mib')} MiB",
+                         f"<= {rss.get('target_mib')} MiB",
+                         f"{rss.get('bare_python_rss_mib')} MiB (bare python)",
+                         f"{rss.get('ratio')} (ours/bare)"))
+        if term:
+            rows.append(("6. SIGTERM to exit (pid1.py)", f"{term.get('median_ms')} ms",
+                         f"<= {term.get('target_ms')} ms", "", ""))
+            details.append(f"5-6. from tests/bench/pid1.py: SIGTERM latency max "
+                           f"{term.get('max_ms')} ms over {term.get('runs')} runs")
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
              for row in rows]
@@ -471,7 +539,7 @@ def main() -> int:
     t_start = time.monotonic()
     results: dict[str, Any] = {"meta": meta(), "benchmarks": {}}
     workdir = tempfile.mkdtemp(prefix="mpib-bench-")
-    os.chmod(workdir, 0o755)
+    os.chmod(workdir, 0o755)  # noqa: S103 - dnsmasq and the namespace read files here
     try:
         ok, why = netns_mod.available()
         if ok:
@@ -495,6 +563,8 @@ def main() -> int:
                 for key in ns_keys:
                     results["benchmarks"].setdefault(key, {"error": f"setup: {exc!r}"})
         guarded(results, "hostfile", lambda: bench_hostfile(workdir))
+        if os.path.exists(PID1) and netns_mod.available()[0]:
+            guarded(results, "pid1", bench_pid1)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     results["meta"]["total_wall_s"] = time.monotonic() - t_start

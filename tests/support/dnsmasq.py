@@ -77,9 +77,10 @@ class Dnsmasq:
         self._files = 0
         self.proc: subprocess.Popen[bytes] | None = None
         try:
-            os.chmod(self.workdir, 0o755)
+            # dnsmasq drops root for an unprivileged user, which must read the hosts files.
+            os.chmod(self.workdir, 0o755)  # noqa: S103
             os.mkdir(self.hostsdir, 0o755)
-            os.chmod(self.hostsdir, 0o755)
+            os.chmod(self.hostsdir, 0o755)  # noqa: S103
             self._write([*_pairs(records), (READY_NAME, "127.0.0.1")])
             argv = [
                 *netns.prefix(), DNSMASQ,
@@ -112,9 +113,13 @@ class Dnsmasq:
         return write_hosts_file(self.hostsdir, f"records-{self._files:05d}", pairs)
 
     def resolves(self, name: str) -> bool:
-        """Whether `name` resolves through the namespace's resolver (getent)."""
-        done = self.netns.run(["getent", "ahostsv4", name], capture_output=True, timeout=10,
-                              check=False)
+        """Whether `name` resolves through the namespace's resolver (getent).
+
+        `getent hosts`, not `ahosts`: ahosts asks getaddrinfo with AI_ADDRCONFIG, which
+        finds nothing in a namespace whose only addresses are on loopback.
+        """
+        done = subprocess.run([*self.netns.prefix(), "getent", "hosts", name],
+                              capture_output=True, timeout=10, check=False)
         return done.returncode == 0
 
     def _wait_answers(self, name: str, timeout: float, what: str) -> bool:
