@@ -23,8 +23,6 @@ MPI_CHOICES = ("auto", "openmpi", "openmpi4", "openmpi5", "mpich", "intel")
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
-# A DNS name per RFC 1123 (labels of letters, digits and inner hyphens).
-_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 # Linux interface names: up to 15 bytes, no '/', ':' or whitespace. We are stricter.
 _IFACE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -32,13 +30,23 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
+# The same rule as one pattern: hostfiles of 100,000 lines are checked name by name.
+DNS_NAME_PATTERN = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?"
+_DNS_NAME = re.compile(DNS_NAME_PATTERN)
+_MAYBE_IPV4 = re.compile(r"[0-9.]+")
+
+
 def is_dns_name(text: str) -> bool:
     """True for a syntactically valid DNS name (RFC 1123 labels, ≤ 253 characters)."""
     name = text[:-1] if text.endswith(".") else text
-    return 0 < len(name) <= 253 and all(_LABEL.match(label) for label in name.split("."))
+    return 0 < len(name) <= 253 and _DNS_NAME.fullmatch(text) is not None
 
 
 def is_ip_literal(text: str) -> bool:
+    # ipaddress raises (slowly) for every hostname; only digits-and-dots or a colon
+    # can be an address at all.
+    if ":" not in text and not _MAYBE_IPV4.fullmatch(text):
+        return False
     try:
         ipaddress.ip_address(text)
     except ValueError:
@@ -157,7 +165,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("dns_wait_interval", "--dns-wait-interval", ("MPI_DNS_WAIT_INTERVAL",), 3.0,
             _positive_seconds,
             "paces re-polling: at most max(20, hosts/interval) lookups per second"),
-    Setting("dns_concurrency", "--dns-concurrency", ("MPI_BOOTSTRAP_DNS_CONCURRENCY",), 64,
+    # 32: as fast as 64 here, and each lookup sends two queries (A and AAAA); at ~100
+    # in flight dnsmasq's receive buffer overflowed and glibc waited out 5 s timeouts.
+    Setting("dns_concurrency", "--dns-concurrency", ("MPI_BOOTSTRAP_DNS_CONCURRENCY",), 32,
             _positive_int, "lookups in flight at once"),
     Setting("rewrite", "--rewrite", ("MPI_BOOTSTRAP_REWRITE",), "none",
             _choice(REWRITE_MODES), "rewrite hostnames: none, fqdn (x.svc → x.svc.DOMAIN), ip"),

@@ -1,10 +1,11 @@
-"""Wait until every host resolves through the system resolver (what `getent ahosts` sees).
+"""Wait until every host resolves through the system resolver (getent-equivalent).
 
-Lookups go through glibc's `getaddrinfo`, so `/etc/hosts`, the search list and `ndots`
-apply exactly as they will for ssh and mpirun. Unresolved hosts are looked up
-concurrently (bounded); a host that resolved is never asked again; re-polling is paced
-by a token bucket instead of a fixed sleep, so a late record is seen within tens of
-milliseconds on small jobs while big jobs stay gentle on the cluster DNS:
+Lookups go through glibc's `getaddrinfo` (AF_UNSPEC, as ssh asks), so nsswitch,
+`/etc/hosts`, the search list and `ndots` apply exactly as they will for ssh and mpirun.
+Unresolved hosts are looked up concurrently (bounded); a host that resolved is never
+asked again; re-polling is paced by a token bucket instead of a fixed sleep, so a late
+record is seen within tens of milliseconds on small jobs while big jobs stay gentle on
+the cluster DNS:
 
 - the bucket holds one token per host, so the first round goes out at once;
 - it refills at max(20, hosts / interval) tokens per second, which bounds the
@@ -136,7 +137,7 @@ class _Pool:
     def __init__(self, lookup: Lookup, size: int) -> None:
         self.lookup = lookup
         self.size = size
-        self.tasks: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.tasks: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self.results: queue.SimpleQueue[Answer] = queue.SimpleQueue()
         self.threads: list[threading.Thread] = []
 
@@ -147,9 +148,16 @@ class _Pool:
             self.threads.append(t)
         self.tasks.put(name)
 
+    def close(self) -> None:
+        """Let idle threads end; one stuck in the resolver ends when its lookup returns."""
+        for _ in self.threads:
+            self.tasks.put(None)
+
     def _work(self) -> None:
         while True:
             name = self.tasks.get()
+            if name is None:
+                return
             try:
                 answer = self.lookup(name)
             except Exception as exc:  # a lookup must never kill the wait
@@ -168,7 +176,7 @@ def wait_for(
     lookup: Lookup,
     deadline: float,
     interval: float,
-    concurrency: int = 64,
+    concurrency: int = 32,
     on_answer: Callable[[Answer, Answer | None], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> WaitResult:
@@ -222,6 +230,7 @@ def wait_for(
             except queue.Empty:
                 break
 
+    pool.close()
     for name in todo:  # names never answered before the deadline
         if name not in answers:
             answers[name] = Answer(name, error_kind=TEMPORARY,

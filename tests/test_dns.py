@@ -163,3 +163,14 @@ class TestSystemResolver:
         answer = dns.SystemResolver()("localhost")
         assert answer.ok
         assert answer.addresses[0] in ("127.0.0.1", "::1")
+
+
+def test_no_thread_left_behind() -> None:
+    """Idle lookup threads end with the wait (the launcher may wait more than once)."""
+    before = threading.active_count()
+    fake = FakeResolver({f"h{i}" for i in range(20)})
+    dns.wait_for([f"h{i}" for i in range(20)], lookup=fake, deadline=5, interval=3)
+    deadline = time.monotonic() + 5
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == before

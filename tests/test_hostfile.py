@@ -155,3 +155,22 @@ class TestRender:
         hosts = hf.parse("a slots=2\nb:3\n10.0.0.1\n").hosts
         again = hf.parse(hf.render(hosts, form)).hosts
         assert [(h.name, h.slots) for h in again] == [(h.name, h.slots) for h in hosts]
+
+
+class TestFastPath:
+    """The fast path for MPI Operator's shapes agrees with the careful one."""
+
+    @pytest.mark.parametrize("line", [
+        "a slots=00", "a:00", "a:0", "a slots=0", "-a slots=1", "a- slots=1", "a..b:1",
+        "a slots=1 max_slots=2", "a\tslots=3", "a:7", "a", "10.0.0.1:2", "x" * 64 + ":1",
+    ])
+    def test_same_as_careful(self, line: str) -> None:
+        try:
+            fast: object = hf.parse(line + "\n", "hf").hosts[0]
+        except HostfileError as exc:
+            fast = exc.message
+        try:
+            careful: object = hf._parse_line(line, "hf", 1)
+        except HostfileError as exc:
+            careful = exc.message
+        assert fast == careful
