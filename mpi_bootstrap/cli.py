@@ -47,8 +47,13 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
             from mpi_bootstrap import launcher
 
             return launcher.main(config, environ, logger)
-        raise BootstrapError("the worker role is not implemented in this version yet; "
-                             "run the launcher role")
+        from mpi_bootstrap import worker
+
+        if config.role == "probe":
+            return worker.probe(config)
+        for note in config.notes:
+            logger.info("note", note=note)
+        return worker.start(config, environ, log.events(logger))
     except BootstrapError as exc:
         logger.error("failed", error=exc.message, exit_code=int(exc.status))
         _fail(exc.message, exc.details)

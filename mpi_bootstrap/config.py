@@ -17,8 +17,9 @@ from typing import Any, NoReturn
 
 from mpi_bootstrap.errors import ConfigError
 
-ROLES = ("launcher", "worker")
+ROLES = ("launcher", "worker", "probe")
 REWRITE_MODES = ("none", "fqdn", "ip")
+EXCHANGE_MODES = ("auto", "secret", "dir", "net", "none")
 MPI_CHOICES = ("auto", "openmpi", "openmpi4", "openmpi5", "mpich", "intel")
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -121,6 +122,28 @@ def _domain(raw: str) -> str:
     return value.lower()
 
 
+def _port(raw: str) -> int:
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise ValueError(f"{raw!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise ValueError(f"{raw!r} is not 0..65535")
+    return value
+
+
+def _token(raw: str) -> str:
+    if len(raw) < 16:
+        raise ValueError("must be at least 16 characters (value not shown)")
+    return raw
+
+
+def _user(raw: str) -> str:
+    if not re.fullmatch(r"[a-z_][a-z0-9_.-]{0,31}", raw):
+        raise ValueError(f"{raw!r} is not a user name")
+    return raw
+
+
 def _iface(raw: str) -> str:
     if not _IFACE.match(raw):
         raise ValueError(f"{raw!r} is not an interface name")
@@ -198,6 +221,29 @@ SETTINGS: tuple[Setting, ...] = (
             _seconds, "after mpirun exits: SIGTERM what is left, SIGKILL after this long"),
     Setting("signal_group", "--signal-group", ("MPI_BOOTSTRAP_SIGNAL_GROUP",), False, _bool,
             "forward signals to mpirun's whole process group, not only mpirun"),
+    Setting("exchange", "--exchange", ("MPI_BOOTSTRAP_EXCHANGE",), "auto",
+            _choice(EXCHANGE_MODES),
+            "how peers learn each other's sshd: secret, dir, net, none, or auto (dir if "
+            "EXCHANGE_DIR is set, else net if TOKEN is set, else secret if a key is mounted)"),
+    Setting("exchange_dir", "--exchange-dir", ("MPI_BOOTSTRAP_EXCHANGE_DIR",), None, _path,
+            "shared directory for the dir exchange"),
+    Setting("exchange_port", "--exchange-port", ("MPI_BOOTSTRAP_EXCHANGE_PORT",), 2223,
+            _port, "TCP port of the workers' net exchange"),
+    Setting("token", None, ("MPI_BOOTSTRAP_TOKEN",), None, _token,
+            "shared secret of the net exchange (environment only, never logged)"),
+    Setting("ssh_auth_dir", "--ssh-auth-dir", ("MPI_BOOTSTRAP_SSH_AUTH_DIR",), None, _path,
+            "where the job's key Secret is mounted (MPI Operator's sshAuthMountPath; "
+            "default ~/.ssh)"),
+    Setting("sshd_port", "--sshd-port", ("MPI_BOOTSTRAP_SSHD_PORT",), None, _port,
+            "worker sshd port: a number, or 0 for a free one (default 2222 with the secret "
+            "exchange, else 0)"),
+    Setting("sshd", "--sshd", ("MPI_BOOTSTRAP_SSHD",), "/usr/sbin/sshd", _path,
+            "the OpenSSH sshd binary"),
+    Setting("ssh_user", "--ssh-user", ("MPI_BOOTSTRAP_SSH_USER",), None, _user,
+            "user the launcher logs in as (default: from each worker's record, or the "
+            "launcher's own user)"),
+    Setting("preflight", "--preflight", ("MPI_BOOTSTRAP_PREFLIGHT",), True, _bool,
+            "check every worker over ssh before starting mpirun"),
     Setting("state_dir", "--state-dir", ("MPI_BOOTSTRAP_STATE_DIR",), None, _path,
             "private directory for generated files (default /run/mpi-bootstrap as root)"),
     Setting("log_format", "--log-format", ("MPI_BOOTSTRAP_LOG_FORMAT",), "auto",
@@ -244,6 +290,15 @@ class Config:
     exec: bool
     grace_seconds: float
     signal_group: bool
+    exchange: str
+    exchange_dir: str | None
+    exchange_port: int
+    token: str | None
+    ssh_auth_dir: str
+    sshd_port: int | None
+    sshd: str
+    ssh_user: str | None
+    preflight: bool
     startup_timeout: float
     ssh_connect_timeout: int
     state_dir: str
@@ -394,8 +449,28 @@ def _build(environ: Mapping[str, str], argv: list[str]) -> Config:
             "/run/mpi-bootstrap" if os.geteuid() == 0
             else f"/tmp/mpi-bootstrap-{os.geteuid()}"  # noqa: S108 - created 0700, per user
         )
+    if values["ssh_auth_dir"] is None:
+        values["ssh_auth_dir"] = os.path.join(environ.get("HOME") or "/root", ".ssh")
+    if values["exchange"] == "auto":
+        values["exchange"] = (
+            "dir" if values["exchange_dir"] else
+            "net" if values["token"] else
+            "secret" if os.path.exists(os.path.join(values["ssh_auth_dir"], "id_rsa")) else
+            "none")
+    if values["exchange"] == "dir" and not values["exchange_dir"]:
+        problems.append("MPI_BOOTSTRAP_EXCHANGE: 'dir' needs MPI_BOOTSTRAP_EXCHANGE_DIR")
+    if values["exchange"] == "net" and not values["token"]:
+        problems.append("MPI_BOOTSTRAP_EXCHANGE: 'net' needs MPI_BOOTSTRAP_TOKEN "
+                        "(from a Kubernetes Secret)")
+    if values["sshd_port"] is None:
+        values["sshd_port"] = 2222 if values["exchange"] == "secret" else 0
+    elif values["exchange"] == "secret" and values["sshd_port"] == 0:
+        problems.append(f"{sources['sshd_port'].name}: the secret exchange needs a fixed "
+                        "port (no exchange tells the launcher a free one)")
     if ns.json and not ns.explain:
         problems.append("--json: only valid with --explain")
+    if role == "worker" and program:
+        notes.append(f"worker command {program[0]!r} ignored: the agent runs its own sshd")
     if role == "launcher":
         if not program:
             problems.append("launcher: no program given (mpi-bootstrap launcher -- PROGRAM ARGS…)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any, TextIO
 
 import structlog
@@ -53,3 +53,12 @@ def configure(fmt: str = "auto", level: str = "info", role: str = "launcher",
 
 def get() -> Any:
     return structlog.get_logger("mpi_bootstrap")
+
+
+def events(logger: Any) -> Callable[..., None]:
+    """`log(event, level="info", **keys)`: the call shape proc's loggers share, so code
+    that runs both before and after the hand-off logs the same way."""
+    def log(event: str, level: str = "info", **kw: Any) -> None:
+        getattr(logger, level)(event, **kw)
+
+    return log

@@ -46,6 +46,7 @@ TERMINATING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 PR_SET_CHILD_SUBREAPER = 36
 
 Log = Callable[..., None]
+ArgvForPort = Callable[[int], list[str]]
 
 
 def json_log(role: str, level: str = "info", stream: Any = None) -> Log:
@@ -151,15 +152,30 @@ class RestartPolicy:
     max_delay: float = 5.0
 
 
+def exited(pid: int, *, wait: bool = False) -> int | None:
+    """The exit code of our child `pid` if it has ended (reaping it), else None."""
+    try:
+        done, status = os.waitpid(pid, 0 if wait else os.WNOHANG)
+    except ChildProcessError:
+        return None
+    return exit_code(status) if done == pid else None
+
+
 class Supervisor:
     """Runs one main child as its reaper and signal forwarder (optionally restarting it)."""
 
     def __init__(self, *, grace: float, group: bool, log: Log,
-                 restart: RestartPolicy | None = None) -> None:
+                 restart: RestartPolicy | None = None,
+                 readers: Mapping[int, Callable[[], None]] | None = None,
+                 stop_file: str | None = None) -> None:
         self.grace = grace
         self.group = group
         self.log = log
         self.restart = restart
+        # Extra file descriptors served in the same loop (the worker's net exchange).
+        self.readers = dict(readers or {})
+        # A file whose appearance ends the service (the job is done), checked each second.
+        self.stop_file = stop_file
         self.give_up = False
         self.reaped_others = 0
         self._rfd, self._wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -208,22 +224,28 @@ class Supervisor:
                 self.reaped_others += 1
                 self.log("reaped", level="debug", pid=pid, code=exit_code(st))
 
-    def run(self, argv: Sequence[str], env: Mapping[str, str]) -> int:
+    def run(self, argv: Sequence[str], env: Mapping[str, str], adopt: int | None = None
+            ) -> int:
         """Spawn argv and supervise it; return the exit code to exit with.
 
         Without a restart policy (the launcher) the code is the child's. With one (the
         worker's sshd), an unexpected death restarts the child after a backoff, at most
         `restart.limit` times per `restart.window` seconds, after which the agent gives
         up with 69 so that Kubernetes restarts the pod; a terminating signal stops the
-        child and the agent exits 0.
+        child and the agent exits 0. `adopt` is a child already started (the worker's
+        sshd, started and checked before the hand-off).
         """
         # A terminating signal that arrived during the hand-off: do not start the job.
-        for signum in _drain(self._rfd):
-            if signum in TERMINATING:
-                self.log("signal before start", signal=signal.Signals(signum).name)
-                return 0 if self.restart else 128 + signum
-        main = spawn(argv, env, group=self.group)
-        self.log("child started", pid=main, program=argv[0])
+        if adopt is None:
+            for signum in _drain(self._rfd):
+                if signum in TERMINATING:
+                    self.log("signal before start", signal=signal.Signals(signum).name)
+                    return 0 if self.restart else 128 + signum
+            main = spawn(argv, env, group=self.group)
+            self.log("child started", pid=main, program=argv[0])
+        else:
+            main = adopt
+            self.log("child adopted", pid=main, program=argv[0])
         main_status: int | None = None
         stopping = False
         deaths: list[float] = []
@@ -232,9 +254,20 @@ class Supervisor:
         killed = False
         while True:
             wake = [t for t in (deadline, restart_at) if t is not None]
+            if self.stop_file and not stopping:
+                wake.append(time.monotonic() + 1.0)
             timeout = max(0.0, min(wake) - time.monotonic()) if wake else None
-            ready, _, _ = select.select([self._rfd], [], [], timeout)
-            if ready:
+            ready, _, _ = select.select([self._rfd, *self.readers], [], [], timeout)
+            for fd in ready:
+                if fd in self.readers:
+                    self.readers[fd]()
+            if self.stop_file and not stopping and os.path.exists(self.stop_file):
+                self.log("job done", file=self.stop_file)
+                stopping = True
+                restart_at = None
+                if main_status is None:
+                    self._forward(main, signal.SIGTERM)
+            if self._rfd in ready:
                 for signum in _drain(self._rfd):
                     if signum == signal.SIGCHLD:
                         continue
@@ -357,8 +390,9 @@ def exec_replace(argv: Sequence[str], env: Mapping[str, str]) -> None:
 
 
 def handoff(argv: Sequence[str], env: Mapping[str, str], *, grace: float, group: bool,
-            role: str, log_level: str) -> None:
-    """Re-exec into the lean resident supervisor, which then runs argv.
+            role: str, log_level: str, **extra: Any) -> None:
+    """Re-exec into the lean resident supervisor, which then runs argv (or adopts
+    `extra["adopt"]`, a child already running: children survive exec).
 
     The spec travels in a memfd (the environment can be large); signals are blocked
     across the exec so none is lost, and the supervisor unblocks them.
@@ -367,7 +401,7 @@ def handoff(argv: Sequence[str], env: Mapping[str, str], *, grace: float, group:
     if path is None:  # fail here, where the message can still name the plan's mpirun
         raise _exec_error(argv[0])
     spec = {"argv": list(argv), "env": dict(env), "grace": grace, "group": group,
-            "role": role, "log_level": log_level}
+            "role": role, "log_level": log_level, **extra}
     fd = os.memfd_create("mpi-bootstrap-plan", 0)  # not CLOEXEC: the new image reads it
     os.write(fd, json.dumps(spec).encode())
     os.lseek(fd, 0, os.SEEK_SET)
@@ -443,8 +477,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec["argv"] = args[1:]
     log = json_log(spec["role"], spec["log_level"])
     restart = RestartPolicy(**spec["restart"]) if spec.get("restart") else None
+    readers: dict[int, Callable[[], None]] = {}
+    if spec.get("net"):
+        readers.update(_net_server(spec["net"], log))
     sup = Supervisor(grace=float(spec["grace"]), group=bool(spec["group"]), log=log,
-                     restart=restart)
+                     restart=restart, readers=readers, stop_file=spec.get("stop_file"))
     sup.install()
     if os.getpid() != 1 and become_subreaper():
         log("subreaper", reason="not PID 1: orphans re-parent to the agent and are reaped")
@@ -452,10 +489,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("mpi-bootstrap proc: no program\n")
         return 64
     try:
-        return sup.run(spec["argv"], spec["env"])
+        code = sup.run(spec["argv"], spec["env"], adopt=spec.get("adopt"))
     except ExecError as exc:
         sys.stderr.write(f"mpi-bootstrap: {exc.message}\n")
-        return int(exc.status)
+        code = int(exc.status)
+    if spec.get("done_file"):  # tells workers (dir exchange) that the job is over
+        from mpi_bootstrap.files import atomic_write
+
+        with contextlib.suppress(OSError):
+            atomic_write(spec["done_file"], f"{code}\n", 0o644)
+    return code
+
+
+def _net_server(net: Mapping[str, Any], log: Log) -> dict[int, Callable[[], None]]:
+    """The worker's net exchange, served from the supervisor's loop (stdlib only)."""
+    import socket
+
+    from mpi_bootstrap import exchange
+    from mpi_bootstrap.files import atomic_write
+
+    listener = socket.socket(fileno=int(net["fd"]))
+    listener.setblocking(False)
+    path = str(net["authorized_keys"])
+
+    def authorize(key: str) -> None:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                keys = fh.read().splitlines()
+        except FileNotFoundError:
+            keys = []
+        if key not in keys:
+            atomic_write(path, "\n".join([*keys, key]) + "\n", 0o600)
+            log("client key authorized", key_type=key.split(maxsplit=1)[0])
+
+    server = exchange.NetServer(str(net["token"]), exchange.record_from(net["record"]),
+                                authorize, log)
+    return {listener.fileno(): lambda: server.serve_one(listener)}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,301 @@
+"""How peers learn each other's sshd: records, and the `dir` and `net` exchanges.
+
+A worker's *record* says where its sshd listens and which host key it presents:
+`{"v": 1, "host", "addresses", "port", "host_key", "user"}`. Nothing in it is secret.
+
+- `secret`: no exchange. The job's key from the mounted Secret is also every sshd's host
+  key, so clients pin it with no exchange at all; the port is fixed.
+- `dir`: one JSON file per worker in a shared directory, written atomically. The job's
+  key pair is created once in that directory by whichever peer comes first.
+- `net`: the launcher asks each worker over the control network; both sides prove they
+  hold the token `MPI_BOOTSTRAP_TOKEN` (protocol below).
+
+The net exchange, in full (version 1). K = HMAC-SHA256(token, "mpi-bootstrap exchange v1").
+1. launcher → worker, one JSON line: {"v":1, "type":"hello", "nonce": N (32 random bytes,
+   hex), "time": T (unix seconds), "client_key": the job's public key, "mac"}.
+2. The worker checks the mac, that |T − now| ≤ 120 s, and that N was not seen in the last
+   240 s. Any failure: it answers {"type":"denied"} and changes nothing, and logs why.
+   Otherwise it authorises client_key for its sshd and answers
+   {"v":1, "type":"record", "nonce": N, "record": {...}, "mac"}.
+3. The launcher checks the reply's mac and that it echoes its own fresh N.
+mac = hex HMAC-SHA256(K, canonical JSON of every other field). So: without the token
+nobody can add a key (hello mac) or pass as a worker (reply mac); a replayed hello is
+refused (nonce cache within the time window, clock check beyond it), and a replayed
+reply fails the launcher's nonce check. Nothing secret travels: the token never does,
+and records and public keys are not secret.
+
+Stdlib only: the worker's resident supervisor serves the net exchange.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import socket
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+VERSION = 1
+MAX_MESSAGE = 16384
+CLOCK_SKEW = 120.0  # seconds a hello's timestamp may differ from the worker's clock
+NONCE_TTL = 2 * CLOCK_SKEW
+_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
+_HOST = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*$")
+_PUBKEY = re.compile(
+    r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)) [A-Za-z0-9+/]{16,8192}={0,3}$")
+_NONCE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class RecordError(ValueError):
+    """A record or message that does not have exactly the expected shape."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    host: str  # the worker's hostname (pod name)
+    addresses: tuple[str, ...]  # its control-interface addresses
+    port: int
+    host_key: str  # "ssh-ed25519 AAAA…"
+    user: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"v": VERSION, "host": self.host, "addresses": list(self.addresses),
+                "port": self.port, "host_key": self.host_key, "user": self.user}
+
+
+def _is_address(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def record_from(data: Any) -> Record:
+    """Validate a decoded record: every field present, typed and in range; no extras."""
+    if not isinstance(data, dict):
+        raise RecordError("not a JSON object")
+    expected = {"v", "host", "addresses", "port", "host_key", "user"}
+    if set(data) != expected:
+        raise RecordError(f"fields {sorted(set(data) ^ expected)} unexpected or missing")
+    if data["v"] != VERSION:
+        raise RecordError(f"version {data['v']!r} is not {VERSION}")
+    host, port, key, user, addrs = (data["host"], data["port"], data["host_key"],
+                                    data["user"], data["addresses"])
+    if not isinstance(host, str) or len(host) > 253 or not _HOST.match(host):
+        raise RecordError("host is not a hostname")
+    if type(port) is not int or not 1 <= port <= 65535:
+        raise RecordError("port is not 1..65535")
+    if not isinstance(key, str) or not _PUBKEY.match(key):
+        raise RecordError("host_key is not one OpenSSH public key (type and base64 only)")
+    if not isinstance(user, str) or not _USER.match(user):
+        raise RecordError("user is not a user name")
+    if not isinstance(addrs, list) or len(addrs) > 16 or not all(
+            isinstance(a, str) and _is_address(a) for a in addrs):
+        raise RecordError("addresses is not a list of IP addresses")
+    return Record(host, tuple(addrs), port, key, user)
+
+
+def decode(text: str | bytes, where: str) -> Record:
+    try:
+        return record_from(json.loads(text))
+    except (ValueError, RecursionError) as exc:
+        raise RecordError(f"{where}: {exc}") from None
+
+
+# ---------------------------------------------------------------- dir
+
+class DirExchange:
+    """A shared directory: `<host>.json` per worker, `job_key` for the whole job."""
+
+    def __init__(self, directory: str) -> None:
+        self.dir = directory
+
+    def path(self, host: str) -> str:
+        if not _HOST.match(host):
+            raise RecordError(f"{host!r} is not a hostname")
+        return os.path.join(self.dir, f"{host}.json")
+
+    def publish(self, record: Record) -> str:
+        from mpi_bootstrap.files import atomic_write
+
+        path = self.path(record.host)
+        atomic_write(path, json.dumps(record.to_dict()) + "\n", 0o644)
+        return path
+
+    def read(self, host: str) -> Record | None:
+        """The record for `host` (its full name, or the first label), or None if absent."""
+        for name in dict.fromkeys([host, host.split(".", 1)[0]]):
+            try:
+                with open(self.path(name), "rb") as fh:
+                    return decode(fh.read(MAX_MESSAGE), self.path(name))
+            except (FileNotFoundError, RecordError) as exc:
+                if isinstance(exc, RecordError) and os.path.exists(self.path(name)):
+                    raise
+        return None
+
+    def read_by_address(self, address: str) -> Record | None:
+        for entry in sorted(os.listdir(self.dir)):
+            if entry.endswith(".json"):
+                with contextlib.suppress(OSError, RecordError):
+                    with open(os.path.join(self.dir, entry), "rb") as fh:
+                        record = decode(fh.read(MAX_MESSAGE), entry)
+                    if address in record.addresses:
+                        return record
+        return None
+
+    def job_key(self, make: Callable[[str], str]) -> tuple[str, str]:
+        """(private key path, public key) of the job, created once by whoever is first.
+
+        `make(path)` writes a new private key at `path` (and path.pub). Both files go into
+        a fresh directory that is renamed to `job-key`: a rename onto an existing,
+        non-empty directory fails, so exactly one first-comer wins and nobody ever sees
+        half a key pair.
+        """
+        final = os.path.join(self.dir, "job-key")
+        if not os.path.isdir(final):
+            tmp = os.path.join(self.dir, f".job-key.{os.getpid()}.{secrets.token_hex(4)}")
+            os.mkdir(tmp, 0o700)
+            try:
+                make(os.path.join(tmp, "id"))
+                with contextlib.suppress(FileExistsError, OSError):
+                    os.rename(tmp, final)
+            finally:
+                if os.path.isdir(tmp):
+                    for name in os.listdir(tmp):
+                        os.unlink(os.path.join(tmp, name))
+                    os.rmdir(tmp)
+        with open(os.path.join(final, "id.pub"), encoding="utf-8") as fh:
+            public = fh.read().strip()
+        return os.path.join(final, "id"), " ".join(public.split()[:2])
+
+
+# ---------------------------------------------------------------- net
+
+def _key(token: str) -> bytes:
+    return hmac.new(token.encode(), b"mpi-bootstrap exchange v1", hashlib.sha256).digest()
+
+
+def _mac(key: bytes, message: Mapping[str, Any]) -> str:
+    body = json.dumps({k: v for k, v in message.items() if k != "mac"}, sort_keys=True,
+                      separators=(",", ":"))
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+
+
+def _signed(key: bytes, message: dict[str, Any]) -> bytes:
+    message["mac"] = _mac(key, message)
+    return json.dumps(message).encode() + b"\n"
+
+
+def _valid_mac(key: bytes, message: Mapping[str, Any]) -> bool:
+    mac = message.get("mac")
+    return isinstance(mac, str) and hmac.compare_digest(mac, _mac(key, message))
+
+
+def make_hello(token: str, client_key: str, *, now: float | None = None) -> tuple[bytes, str]:
+    nonce = secrets.token_hex(32)
+    message = {"v": VERSION, "type": "hello", "nonce": nonce,
+               "time": int(time.time() if now is None else now), "client_key": client_key}
+    return _signed(_key(token), message), nonce
+
+
+class NetServer:
+    """The worker's side: verifies hellos, authorises the client key, answers the record."""
+
+    def __init__(self, token: str, record: Record,
+                 authorize: Callable[[str], None], log: Callable[..., None],
+                 clock: Callable[[], float] = time.time) -> None:
+        self._key = _key(token)
+        self.record = record
+        self.authorize = authorize
+        self.log = log
+        self.clock = clock
+        self._seen: dict[str, float] = {}
+
+    def answer(self, raw: bytes, peer: str) -> bytes:
+        """The reply to one request line. Never raises on bad input."""
+        def deny(reason: str) -> bytes:
+            self.log("exchange refused", level="warning", peer=peer, reason=reason)
+            return b'{"type":"denied"}\n'
+
+        if len(raw) > MAX_MESSAGE:
+            return deny("message too long")
+        try:
+            message = json.loads(raw)
+        except (ValueError, RecursionError):
+            return deny("not JSON")
+        if not isinstance(message, dict) or message.get("type") != "hello" or \
+                message.get("v") != VERSION or set(message) != {
+                    "v", "type", "nonce", "time", "client_key", "mac"}:
+            return deny("not a hello message")
+        if not _valid_mac(self._key, message):
+            return deny("bad mac (wrong or missing token)")
+        nonce, stamp, client_key = message["nonce"], message["time"], message["client_key"]
+        if not isinstance(nonce, str) or not _NONCE.match(nonce):
+            return deny("bad nonce")
+        now = self.clock()
+        if type(stamp) is not int or abs(stamp - now) > CLOCK_SKEW:
+            return deny("stale or future timestamp (replay or clock skew)")
+        self._seen = {n: t for n, t in self._seen.items() if now - t < NONCE_TTL}
+        if nonce in self._seen:
+            return deny("replayed nonce")
+        if not isinstance(client_key, str) or not _PUBKEY.match(client_key):
+            return deny("client_key is not one OpenSSH public key")
+        self._seen[nonce] = now
+        self.authorize(client_key)
+        self.log("exchange answered", peer=peer)
+        return _signed(self._key, {"v": VERSION, "type": "record", "nonce": nonce,
+                                   "record": self.record.to_dict()})
+
+    def serve_one(self, listener: socket.socket) -> None:
+        """Accept and answer one connection (short timeouts: a slow peer cannot stall)."""
+        try:
+            conn, addr = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        with conn:
+            conn.settimeout(1.0)
+            try:
+                raw = _read_line(conn)
+                conn.sendall(self.answer(raw, str(addr[0])))
+            except OSError:
+                return
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    data = b""
+    while b"\n" not in data and len(data) <= MAX_MESSAGE:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\n", 1)[0]
+
+
+def fetch(host: str, port: int, token: str, client_key: str, timeout: float = 5.0) -> Record:
+    """Ask one worker for its record over the net exchange (launcher side)."""
+    hello, nonce = make_hello(token, client_key)
+    with socket.create_connection((host, port), timeout=timeout) as conn:
+        conn.sendall(hello)
+        raw = _read_line(conn)
+    try:
+        reply = json.loads(raw)
+    except ValueError:
+        raise RecordError(f"{host}: exchange reply is not JSON") from None
+    if not isinstance(reply, dict) or reply.get("type") != "record":
+        raise RecordError(f"{host}: exchange refused (is MPI_BOOTSTRAP_TOKEN the same on "
+                          "both sides?)")
+    if not _valid_mac(_key(token), reply):
+        raise RecordError(f"{host}: exchange reply not signed with the job's token")
+    if reply.get("nonce") != nonce:
+        raise RecordError(f"{host}: exchange reply answers another request (replay)")
+    return record_from(reply.get("record"))

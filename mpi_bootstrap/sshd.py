@@ -1,0 +1,132 @@
+"""The worker's private OpenSSH sshd: its config, a port, and starting it until it answers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Mapping, Sequence
+
+from mpi_bootstrap import proc
+from mpi_bootstrap.errors import PeerUnavailableError
+
+# Variables a session may receive from the launcher (SendEnv on the client side).
+ACCEPT_ENV = ("LD_LIBRARY_PATH", "NCCL_*", "UCX_*", "OMPI_*", "PRTE_*", "PMIX_*", "FI_*",
+              "I_MPI_*", "HYDRA_*")
+BANNER = b"SSH-2.0-"
+PORT_TRIES = 5
+
+
+def safe_dirs(path: str, uid: int) -> bool:
+    """Would sshd's StrictModes accept `path`? Every directory above it must be owned by
+    root or `uid` and not writable by group or others (OpenSSH safe_path)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    while True:
+        try:
+            st = os.stat(directory)
+        except OSError:
+            return False
+        if (st.st_uid not in (0, uid)) or st.st_mode & 0o022:
+            return False
+        if directory == "/":
+            return True
+        directory = os.path.dirname(directory)
+
+
+def config_text(*, port: int, listen: Sequence[str], host_key: str, authorized_keys: str,
+                pid_file: str, user: str, strict_modes: bool) -> str:
+    """sshd_config for one job: public-key login for the job's user only."""
+    lines = [
+        "# Written by mpi-bootstrap: a private sshd for this MPI job only.",
+        f"Port {port}",
+        *(f"ListenAddress {a}" for a in listen),
+        f"HostKey {host_key}",
+        f"PidFile {pid_file}",
+        f"AuthorizedKeysFile {authorized_keys}",
+        f"AllowUsers {user}",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "HostbasedAuthentication no",
+        "PermitEmptyPasswords no",
+        "PermitRootLogin prohibit-password",
+        "UsePAM no",
+        "PermitUserEnvironment no",
+        "AllowAgentForwarding no",
+        "AllowTcpForwarding no",
+        "X11Forwarding no",
+        "PermitTunnel no",
+        "UseDNS no",
+        # StrictModes refuses key files under world-writable directories such as /tmp;
+        # the agent's own files are 0600 in a 0700 directory either way.
+        f"StrictModes {'yes' if strict_modes else 'no'}",
+        f"AcceptEnv {' '.join(ACCEPT_ENV)}",
+        "LogLevel INFO",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def free_port(address: str) -> int:
+    """A port the OS says is free now (it may be taken again before sshd binds it)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((address, 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(address: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((address, port))
+        except OSError:
+            return True
+    return False
+
+
+def answers(address: str, port: int, timeout: float = 1.0) -> bool:
+    """Does an SSH server answer on address:port with its banner?"""
+    try:
+        with socket.create_connection((address, port), timeout=timeout) as conn:
+            return conn.recv(len(BANNER)) == BANNER
+    except OSError:
+        return False
+
+
+def start(argv_for_port: proc.ArgvForPort, env: Mapping[str, str], *, fixed_port: int,
+          probe_address: str, bind_address: str, log: proc.Log,
+          timeout: float = 10.0) -> tuple[int, int, list[str]]:
+    """Start sshd and wait for its banner. Returns (pid, port, argv).
+
+    With a fixed port, a port in use is an error naming it. With port 0, a port chosen
+    by the OS can be taken before sshd binds it: then a new port is tried.
+    """
+    for attempt in range(1, PORT_TRIES + 1):
+        port = fixed_port or free_port(bind_address)
+        argv = argv_for_port(port)
+        pid = proc.spawn(argv, env, group=False)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if answers(probe_address, port, timeout=0.5):
+                log("sshd ready", port=port, pid=pid, attempt=attempt)
+                return pid, port, argv
+            code = proc.exited(pid)
+            if code is not None:
+                taken = port_in_use(bind_address, port)
+                if taken and not fixed_port:
+                    log("sshd lost its port", level="warning", port=port, attempt=attempt,
+                        reason="another process bound it first; trying a new port")
+                    break
+                why = (f"port {port} is already in use (a system sshd, or hostNetwork "
+                       "pods on one node: mpi-operator #593)") if taken else \
+                    f"sshd exited with {code} (its messages are above)"
+                raise PeerUnavailableError(f"worker sshd did not start: {why}")
+            time.sleep(0.01)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+            proc.exited(pid, wait=True)
+            raise PeerUnavailableError(
+                f"worker sshd did not answer on {probe_address}:{port} within {timeout:g} s")
+    raise PeerUnavailableError(f"worker sshd lost the race for a free port {PORT_TRIES} times")

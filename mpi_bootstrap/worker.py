@@ -1,0 +1,168 @@
+"""The worker role: keys, a private sshd, the record, then the resident supervisor.
+
+    state dir → keys → sshd_config → sshd answers → record published → hand-off
+    (the supervisor keeps sshd alive, serves the net exchange, exits 0 on SIGTERM or
+    when the launcher marks the job done)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pwd
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from mpi_bootstrap import exchange, keys, proc, sshd
+from mpi_bootstrap.config import Config
+from mpi_bootstrap.errors import ConfigError, ExitStatus, PeerUnavailableError
+from mpi_bootstrap.files import atomic_write
+
+RECORD_FILE = "record.json"
+DONE_FILE = "job-done"
+
+
+def prepare_state_dir(path: str) -> None:
+    """The private directory: created 0700, or an existing one made 0700 if it is ours."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    st = os.lstat(path)
+    if not os.path.isdir(path) or os.path.islink(path):
+        raise ConfigError([f"MPI_BOOTSTRAP_STATE_DIR: {path} is not a directory"])
+    if st.st_uid != os.geteuid():
+        raise ConfigError([f"MPI_BOOTSTRAP_STATE_DIR: {path} belongs to uid {st.st_uid}, "
+                           f"not to this user ({os.geteuid()})"])
+    os.chmod(path, 0o700)
+
+
+def control_addresses(iface: str) -> list[str]:
+    import psutil
+
+    addrs = psutil.net_if_addrs().get(iface, [])
+    out = []
+    for a in addrs:
+        if a.family in (socket.AF_INET, socket.AF_INET6) and not a.address.startswith("fe80"):
+            out.append(a.address.split("%", 1)[0])
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    host_key_path: str
+    host_key_public: str
+    authorized: tuple[str, ...]
+    client_key: str | None  # private key path other peers' ssh may use (tree spawn)
+
+
+def identity(config: Config, log: Any) -> Identity:
+    """Keys for this start: the host key, and the client keys sshd will authorise."""
+    state = config.state_dir
+    mounted = keys.from_secret(config.ssh_auth_dir, state)
+    if config.exchange == "secret":
+        if mounted is None:
+            raise ConfigError([f"MPI_BOOTSTRAP_EXCHANGE: 'secret' but no key is mounted at "
+                               f"{config.ssh_auth_dir} (set MPI_BOOTSTRAP_SSH_AUTH_DIR to "
+                               "the MPIJob's sshAuthMountPath)"])
+        pair, from_mount = mounted
+        log("keys from secret", mount=config.ssh_auth_dir, authorized=len(from_mount))
+        # The job's key is every sshd's host key, so clients can pin it with no exchange.
+        return Identity(pair.private_path, pair.public, tuple(from_mount), pair.private_path)
+    host = keys.generate(os.path.join(state, "ssh_host_ed25519_key"),
+                         f"mpi-bootstrap host key of {socket.gethostname()}")
+    authorized: list[str] = list(mounted[1]) if mounted else []
+    client: str | None = mounted[0].private_path if mounted else None
+    if config.exchange == "dir" and config.exchange_dir:  # Config ensures the dir is set
+        path, public = exchange.DirExchange(config.exchange_dir).job_key(
+            lambda p: keys.generate(p, "mpi-bootstrap job key").public)
+        authorized.append(public)
+        client = path
+    if config.exchange == "none" and not authorized:
+        raise ConfigError([f"no key to authorise: nothing mounted at {config.ssh_auth_dir} "
+                           "and MPI_BOOTSTRAP_EXCHANGE is none (use secret, dir or net)"])
+    return Identity(host.private_path, host.public, tuple(dict.fromkeys(authorized)), client)
+
+
+def sshd_argv(config: Config, config_path: str) -> list[str]:
+    return [config.sshd, "-D", "-e", "-f", config_path]
+
+
+def start(config: Config, environ: Mapping[str, str], log: Any) -> int:
+    state = config.state_dir
+    prepare_state_dir(state)
+    ident = identity(config, log)
+    authorized_path = os.path.join(state, "authorized_keys")
+    atomic_write(authorized_path, "".join(k + "\n" for k in ident.authorized), 0o600)
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    addresses = control_addresses(config.control_iface)
+    if addresses:
+        listen, probe_addr, bind_addr = addresses, addresses[0], addresses[0]
+    else:
+        log("control interface missing", level="warning", iface=config.control_iface,
+            reason="sshd listens on all addresses")
+        listen, probe_addr, bind_addr = [], "127.0.0.1", "0.0.0.0"  # noqa: S104
+    if os.geteuid() == 0:
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # OpenSSH's privsep directory
+    config_path = os.path.join(state, "sshd_config")
+    strict = sshd.safe_dirs(authorized_path, os.geteuid())
+
+    def argv_for(port: int) -> list[str]:
+        text = sshd.config_text(port=port, listen=listen, host_key=ident.host_key_path,
+                                authorized_keys=authorized_path,
+                                pid_file=os.path.join(state, "sshd.pid"), user=user,
+                                strict_modes=strict)
+        atomic_write(config_path, text, 0o600)
+        return sshd_argv(config, config_path)
+
+    env = {k: v for k, v in environ.items() if not k.startswith("MPI_BOOTSTRAP_")}
+    pid, port, argv = sshd.start(argv_for, env, fixed_port=config.sshd_port or 0,
+                                 probe_address=probe_addr, bind_address=bind_addr, log=log)
+    record = exchange.Record(host=socket.gethostname().split(".")[0],
+                             addresses=tuple(addresses), port=port,
+                             host_key=ident.host_key_public, user=user)
+    extra: dict[str, Any] = {"adopt": pid}
+    listener: socket.socket | None = None
+    if config.exchange == "dir" and config.exchange_dir:
+        where = exchange.DirExchange(config.exchange_dir).publish(record)
+        extra["stop_file"] = os.path.join(config.exchange_dir, DONE_FILE)
+        log("record published", exchange="dir", path=where, port=port)
+    elif config.exchange == "net":
+        listener = socket.socket(socket.AF_INET6 if ":" in bind_addr else socket.AF_INET)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind((bind_addr, config.exchange_port))
+        except OSError as exc:
+            raise PeerUnavailableError(f"net exchange: cannot listen on {bind_addr}:"
+                                       f"{config.exchange_port} ({exc.strerror})") from None
+        listener.listen(64)
+        listener.set_inheritable(True)
+        extra["net"] = {"fd": listener.fileno(), "token": config.token,
+                        "record": record.to_dict(), "authorized_keys": authorized_path}
+        log("record published", exchange="net", port=port, exchange_port=config.exchange_port)
+    else:
+        log("record published", exchange=config.exchange, port=port)
+    # The local copy is what `mpi-bootstrap probe` checks (it is also the dir record).
+    atomic_write(os.path.join(state, RECORD_FILE), json.dumps(record.to_dict()) + "\n", 0o644)
+    proc.handoff(argv, env, grace=config.grace_seconds, group=False, role="worker",
+                 log_level=config.log_level, restart={"limit": 5, "window": 60.0}, **extra)
+    raise AssertionError("unreachable: handoff replaces the process")
+
+
+def probe(config: Config) -> int:
+    """Readiness: 0 once this worker's record is published and its sshd answers."""
+    try:
+        with open(os.path.join(config.state_dir, RECORD_FILE), "rb") as fh:
+            record = exchange.decode(fh.read(), RECORD_FILE)
+    except (OSError, exchange.RecordError) as exc:
+        print(f"not ready: no record yet ({exc})")
+        return int(ExitStatus.PEER_UNAVAILABLE)
+    if config.exchange == "dir" and config.exchange_dir and \
+            exchange.DirExchange(config.exchange_dir).read(record.host) != record:
+        print(f"not ready: record not in {config.exchange_dir}")
+        return int(ExitStatus.PEER_UNAVAILABLE)
+    address = record.addresses[0] if record.addresses else "127.0.0.1"
+    if not sshd.answers(address, record.port):
+        print(f"not ready: sshd does not answer on {address}:{record.port}")
+        return int(ExitStatus.PEER_UNAVAILABLE)
+    print(f"ready: sshd on {address}:{record.port}")
+    return 0
