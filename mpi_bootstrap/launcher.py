@@ -9,16 +9,18 @@ import dataclasses
 import os
 import socket
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
-from mpi_bootstrap import dns, files, netif, proc, render
+from mpi_bootstrap import dns, files, netif, peers, preflight, proc, render
 from mpi_bootstrap import hostfile as hf
+from mpi_bootstrap import log as logmod
 from mpi_bootstrap import mpi as mpimod
 from mpi_bootstrap.config import Config, is_ip_literal
 from mpi_bootstrap.errors import ConfigError, DNSTimeoutError, ExecError, ExitStatus
 from mpi_bootstrap.model import Decision
-from mpi_bootstrap.plan import Facts, Plan, build_plan, lookup_name
+from mpi_bootstrap.plan import Facts, Plan, build_plan, host_entries, lookup_name
 
 RESOLV_CONF = "/etc/resolv.conf"
 ETC_HOSTS = "/etc/hosts"
@@ -143,6 +145,8 @@ def dns_dump(hostfile: hf.Hostfile, failing: list[dns.Answer], own_name: str) ->
 
 
 def gather(config: Config, environ: Mapping[str, str], log: Any) -> tuple[Facts, list[Decision]]:
+    # One deadline for DNS, the workers' records, sshd readiness and preflight.
+    deadline = time.monotonic() + config.dns_wait_seconds
     info, env, notes = find_mpi(config, environ)
     log.info("MPI", vendor=info.vendor, version=info.version, mpirun=info.mpirun)
     path, more = input_hostfile(config, info)
@@ -150,9 +154,21 @@ def gather(config: Config, environ: Mapping[str, str], log: Any) -> tuple[Facts,
     hostfile = hf.read(path)
     own = socket.gethostname()
     answers = wait_for_dns(config, hostfile, own, log)
+    mine = peers.own_addresses()
+    remote = [(e.name, e.rewritten_to, e.address)
+              for e in host_entries(config, hostfile, answers)
+              if not peers.is_local(e.rewritten_to, e.address, own, mine)]
+    client = peers.client_key(config, write=not config.explain)
+    records = {}
+    if client is not None and remote:
+        records = peers.collect(config, remote, client, deadline, log.info,
+                                fetch=not config.explain)
+        log.info("records", exchange=config.exchange, found=len(records), remote=len(remote))
     facts = Facts(environ=env, hostfile=hostfile, answers=answers, mpi=info,
                   interfaces=netif.present(), is_root=os.geteuid() == 0,
-                  is_pid1=os.getpid() == 1, launcher_hostname=own)
+                  is_pid1=os.getpid() == 1, launcher_hostname=own, client=client,
+                  records=records, remote=tuple(new for _, new, _ in remote),
+                  deadline=deadline)
     return facts, notes
 
 
@@ -170,19 +186,23 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Any) -> in
     Neither returns on success: the process image is replaced, and the supervisor
     exits with mpirun's code.
     """
+    os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
     for f in p.files:
-        directory = os.path.dirname(f.path)
-        if f.mode & 0o111 and directory:  # our private state dir holds the wrapper
-            os.makedirs(directory, mode=0o700, exist_ok=True)
         files.atomic_write(f.path, f.text, f.mode)
         log.debug("wrote", path=f.path, purpose=f.purpose)
     env = p.environment(environ)
+    events = logmod.events(log)
+    if p.ssh_targets:
+        preflight.wait_sshd(p.ssh_targets, p.deadline, events)
+    if p.preflight:
+        preflight.run(p.remote, p.ssh_command, p.mpi, prefix=p.prefix, env=env,
+                      deadline=p.deadline, check_ld=config.exchange != "none", log=events)
     if config.exec:
         log.info("mpirun exec", argv=list(p.argv), forwarded=list(p.forwarded))
         proc.exec_replace(p.argv, env)
     log.info("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded))
     proc.handoff(p.argv, env, grace=config.grace_seconds, group=config.signal_group,
-                 role=config.role, log_level=config.log_level)
+                 role=config.role, log_level=config.log_level, done_file=p.done_file)
     raise AssertionError("unreachable: handoff replaces the process")
 
 

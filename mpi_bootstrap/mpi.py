@@ -39,6 +39,8 @@ FORWARD_PREFIXES = ("NCCL_", "UCX_", "OMPI_MCA_coll_")
 DENY_PREFIXES = ("BASH_FUNC_", "MPI_BOOTSTRAP_")
 DENY_NAMES = frozenset({"OLDPWD"})
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NO_TREE_SPAWN = ("mpirun reaches every worker itself: only the launcher needs ssh "
+                 "credentials, and tree spawn hangs past ~64 hosts (ompi #4465)")
 ENV_END = "MPI_BOOTSTRAP_ENV_END"  # sentinel that ends mpirun's environment (MPICH)
 
 
@@ -451,6 +453,11 @@ def _openmpi(facts: LaunchFacts) -> LaunchSpec:
                   aliases=("orte_rsh_agent",)))
         b.add(mca("orte_keep_fqdn_hostnames", "1",
                   "keep FQDNs: Open MPI cuts names at the first dot (ompi #2015)"))
+    if five:
+        b.add(launch_param("plm_ssh_no_tree_spawn", "1", NO_TREE_SPAWN,
+                           aliases=("plm_rsh_no_tree_spawn",)))
+    else:
+        b.add(mca("plm_rsh_no_tree_spawn", "1", NO_TREE_SPAWN))
     b.add(mca("coll_ucc_enable", "0", "UCC collectives need a transport the pod may lack"))
     b.add(mca("coll_hcoll_enable", "0", "HCOLL needs Mellanox SHARP/UCX the pod may lack"))
     if five:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from mpi_bootstrap import exchange, mpi, peers, proc, sshconfig
 from mpi_bootstrap import hostfile as hf
-from mpi_bootstrap import mpi, proc
 from mpi_bootstrap.config import Config
 from mpi_bootstrap.dns import Answer
 from mpi_bootstrap.model import Decision, PlannedFile
@@ -40,6 +40,12 @@ class Facts:
     is_root: bool
     is_pid1: bool
     launcher_hostname: str
+    # SSH trust (issue 4): the job's client key, and the records of the remote workers
+    # by the name mpirun uses. Empty with MPI_BOOTSTRAP_EXCHANGE=none.
+    client: peers.ClientKey | None = None
+    records: Mapping[str, exchange.Record] = dataclasses.field(default_factory=dict)
+    remote: tuple[str, ...] = ()  # names mpirun reaches over ssh
+    deadline: float = 0.0  # monotonic: DNS, records, sshd readiness and preflight share it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +61,13 @@ class Plan:
     decisions: tuple[Decision, ...]
     wrap: bool
     program_index: int  # argv[program_index:] is the user's program
+    ssh_command: tuple[str, ...] = ("ssh",)
+    ssh_targets: Mapping[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
+    remote: tuple[str, ...] = ()
+    preflight: bool = False
+    prefix: str | None = None  # Open MPI's --prefix, where preflight looks for orted
+    done_file: str | None = None
+    deadline: float = 0.0
 
     def environment(self, environ: Mapping[str, str]) -> dict[str, str]:
         """mpirun's environment: the agent's own, then what the plan adds, in its order.
@@ -110,16 +123,8 @@ def build_plan(config: Config, facts: Facts) -> Plan:
     ]
     decisions.extend(Decision("note", "", "config", n) for n in config.notes)
 
-    entries: list[HostEntry] = []
-    names: dict[str, str] = {}
-    for host in facts.hostfile.hosts:
-        lname = lookup_name(host.name, config)
-        answer = facts.answers.get(lname)
-        address = answer.addresses[0] if answer and answer.ok else None
-        new = address if config.rewrite == "ip" and address else lname
-        names[host.name] = new
-        entries.append(HostEntry(host.name, address, host.slots, new, host.line))
-    hosts = hf.rename(facts.hostfile, names)
+    entries = host_entries(config, facts.hostfile, facts.answers)
+    hosts = hf.rename(facts.hostfile, {e.name: e.rewritten_to for e in entries})
     runtime = facts.mpi.runtime
     form = hf.HYDRA if runtime == mpi.HYDRA else hf.OPENMPI
     text = hf.render(hosts, form)
@@ -138,6 +143,7 @@ def build_plan(config: Config, facts: Facts) -> Plan:
                                   str(config.source("control_iface")),
                                   "ssh and MPI control traffic stay on the pod network"))
 
+    ssh_cmd, ssh_files, targets = ssh_setup(config, facts, entries, decisions)
     spec = mpi.build(mpi.LaunchFacts(
         mpi=facts.mpi,
         program=config.program,
@@ -150,7 +156,7 @@ def build_plan(config: Config, facts: Facts) -> Plan:
         data_iface=data,
         environ=facts.environ,
         is_root=facts.is_root,
-        ssh_command=ssh_command(config),
+        ssh_command=ssh_cmd,
         ssh_wrapper=f"{config.state_dir}/ssh-launcher",
         forward_patterns=config.forward_env,
         startup_timeout=config.startup_timeout,
@@ -166,12 +172,73 @@ def build_plan(config: Config, facts: Facts) -> Plan:
         PlannedFile(f"{config.output_hostfile}.orig", facts.hostfile.text, 0o644,
                     f"original text of {facts.hostfile.path}, kept for reference"),
         PlannedFile(config.output_hostfile, text, 0o644, "hostfile for mpirun"),
+        *ssh_files,
         *spec.files,
     )
+    preflight = config.preflight and bool(facts.remote)
+    decisions.append(Decision(
+        "preflight", "on" if preflight else "off", str(config.source("preflight")),
+        f"ssh to {len(facts.remote)} workers in parallel: the MPI's daemon is found and "
+        "LD_LIBRARY_PATH arrives, else exit 69 before mpirun" if preflight else
+        "disabled" if not config.preflight else "no remote workers (all ranks local)"))
+    prefix = next((spec.argv[i + 1] for i, a in enumerate(spec.argv[:spec.program_index])
+                   if a == "--prefix"), None)
+    done = (f"{config.exchange_dir}/job-done" if config.exchange == "dir" and
+            config.exchange_dir else None)
     return Plan(mpi=facts.mpi, hosts=tuple(entries), hostfile_path=config.output_hostfile,
                 hostfile_text=text, files=files, argv=spec.argv, env_set=spec.env_set,
                 forwarded=spec.forwarded, decisions=tuple(decisions), wrap=spec.wrap,
-                program_index=spec.program_index)
+                program_index=spec.program_index, ssh_command=ssh_cmd, ssh_targets=targets,
+                remote=facts.remote, preflight=preflight, prefix=prefix, done_file=done,
+                deadline=facts.deadline)
+
+
+def host_entries(config: Config, hostfile: hf.Hostfile, answers: Mapping[str, Answer]
+                 ) -> list[HostEntry]:
+    """Each host with its address and the name mpirun will use for it."""
+    entries = []
+    for host in hostfile.hosts:
+        lname = lookup_name(host.name, config)
+        answer = answers.get(lname)
+        address = answer.addresses[0] if answer and answer.ok else None
+        new = address if config.rewrite == "ip" and address else lname
+        entries.append(HostEntry(host.name, address, host.slots, new, host.line))
+    return entries
+
+
+def ssh_setup(config: Config, facts: Facts, entries: list[HostEntry],
+              decisions: list[Decision]) -> tuple[tuple[str, ...], list[PlannedFile],
+                                                  dict[str, tuple[str, int]]]:
+    """The ssh command mpirun uses, the files behind it, and where each sshd listens."""
+    if config.exchange == "none" or facts.client is None:
+        decisions.append(Decision("ssh trust", "none", str(config.source("exchange")),
+                                  "no exchange: mpirun uses ssh as the image configures it"))
+        return ssh_command(config), [], {}
+    state = config.state_dir
+    cfg_path, kh_path = f"{state}/ssh_config", f"{state}/known_hosts"
+    by_new = {e.rewritten_to: e for e in entries}
+    names = {new: tuple(dict.fromkeys(
+        n for n in (new, e.name, e.address) if n)) for new, e in by_new.items()}
+    ps = peers.peers({n: r for n, r in facts.records.items() if n in names}, names,
+                     config.ssh_user)
+    text = sshconfig.client_config(ps, identity=facts.client.path, known_hosts=kh_path,
+                                   connect_timeout=config.ssh_connect_timeout)
+    files = [PlannedFile(cfg_path, text, 0o600, "ssh client config: pinned host keys"),
+             PlannedFile(kh_path, sshconfig.known_hosts(ps), 0o644,
+                         "the workers' host keys, from the exchange")]
+    if facts.client.file is not None:
+        files.append(facts.client.file)
+    targets = {new: (by_new[new].address or new, rec.port) for new, rec in facts.records.items()
+               if new in by_new}
+    decisions.append(Decision(
+        "ssh trust", config.exchange, str(config.source("exchange")),
+        {"secret": "the job's key from the Secret is also each worker's host key: pinned, "
+                   "no exchange",
+         "dir": f"records and the job key in {config.exchange_dir}",
+         "net": f"records fetched from each worker on port {config.exchange_port}, "
+                "HMAC-authenticated with MPI_BOOTSTRAP_TOKEN"}[config.exchange]
+        + f"; {len(facts.records)} of {len(facts.remote)} remote workers known"))
+    return ("ssh", "-F", cfg_path), files, targets
 
 
 def ssh_command(config: Config) -> tuple[str, ...]:

@@ -95,10 +95,22 @@ class TestConfigErrors:
         assert code == 64
         assert "no role" in err
 
-    def test_worker_not_yet(self, pod: Pod) -> None:
+    def test_worker_without_any_key(self, pod: Pod) -> None:
         code, _, err = pod.agent("worker")
-        assert code == 70
-        assert "worker role is not implemented" in err
+        assert code == 64
+        assert "no key to authorise" in err
+        assert "use secret, dir or net" in err
+
+    def test_net_needs_token(self, pod: Pod) -> None:
+        code, _, err = pod.agent("worker", env={"MPI_BOOTSTRAP_EXCHANGE": "net"})
+        assert code == 64
+        assert "'net' needs MPI_BOOTSTRAP_TOKEN" in err
+
+    def test_short_token_value_not_shown(self, pod: Pod) -> None:
+        code, _, err = pod.agent("worker", env={"MPI_BOOTSTRAP_TOKEN": "tiny-secret"})
+        assert code == 64
+        assert "MPI_BOOTSTRAP_TOKEN: must be at least 16 characters" in err
+        assert "tiny-secret" not in err
 
 
 class TestDNSTimeout:
@@ -150,10 +162,10 @@ class TestExplain:
         for level in ("debug", "info"):
             for fmt in (("--explain",), ("--explain", "--json")):
                 code, out, err = launcher(pod, path, *fmt, "--log-level", level,
-                                          env={"MPI_BOOTSTRAP_TOKEN": "tok-3f9a-secret",
+                                          env={"MPI_BOOTSTRAP_TOKEN": "tok-3f9a-secret-0123456789",
                                                "NCCL_DEBUG": "INFO"})
                 assert code == 0, err
-                assert "tok-3f9a-secret" not in out + err
+                assert "tok-3f9a-secret-0123456789" not in out + err
                 assert "NCCL_DEBUG" in out
         assert not (pod.tmp / "out-hostfile").exists()
 

@@ -35,7 +35,9 @@ def user_env(m: RealMPI, tmp: Path) -> dict[str, str]:
         "FOO_SETTING": "forwarded-by-FORWARD_ENV",
         "OLDPWD": "/must-not-travel",
         "MPI_BOOTSTRAP_FORWARD_ENV": "FOO_*",
-        "MPI_BOOTSTRAP_TOKEN": "never-forwarded",
+        "MPI_BOOTSTRAP_TOKEN": "never-forwarded-token-0123456789",
+        # One node through the fake ssh: no key exchange (the cluster tests do that).
+        "MPI_BOOTSTRAP_EXCHANGE": "none",
         "HOME": str(tmp),
     }
 
@@ -100,7 +102,7 @@ class TestOneNodeRun:
         assert output.read_text() == form
         assert (tmp_path / "mpi-hostfile.orig").read_text() == hostfile.read_text()
         assert hostfile.read_text() == "# one node\nnode-a slots=2\n"  # input untouched
-        assert "never-forwarded" not in err
+        assert "never-forwarded-token" not in err
 
     def test_wrap_user_mpirun(self, real_mpi: RealMPI, pod: Pod, tmp_path: Path,
                               probe: list[str]) -> None:

@@ -1,0 +1,138 @@
+"""Before mpirun: every worker's sshd answers, and a real `ssh` session to each finds the
+MPI's remote daemon and receives LD_LIBRARY_PATH — checked in parallel, one deadline.
+A failure is one line naming the host and the reason (exit 69), and mpirun never starts.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import shlex
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from mpi_bootstrap import proc, sshd
+from mpi_bootstrap.errors import PeerUnavailableError
+from mpi_bootstrap.mpi import HYDRA, INTEL, ORTE, MPIInfo
+
+MAX_PARALLEL = 32
+
+
+def daemon_names(mpi: MPIInfo) -> tuple[str, ...]:
+    """The program mpirun starts on every worker over ssh."""
+    if mpi.runtime == ORTE:
+        return ("orted",)
+    if mpi.runtime == HYDRA:
+        return ("hydra_bstrap_proxy", "hydra_pmi_proxy") if mpi.vendor == INTEL else (
+            "hydra_pmi_proxy",)
+    return ("prted",)
+
+
+def remote_script(mpi: MPIInfo, prefix: str | None) -> str:
+    """A POSIX sh script: where is the daemon, and what LD_LIBRARY_PATH arrived."""
+    bindir = os.path.dirname(os.path.realpath(mpi.mpirun))
+    # Open MPI with --prefix runs PREFIX/bin/orted; hydra runs its proxy from mpiexec's
+    # own directory; otherwise the non-interactive PATH must find it (mpi-operator #488).
+    dirs = [d for d in dict.fromkeys([f"{prefix}/bin" if prefix else "", bindir]) if d]
+    checks = []
+    for name in daemon_names(mpi):
+        paths = " ".join(shlex.quote(f"{d}/{name}") for d in dirs)
+        checks.append(
+            f'found=""; for p in {paths}; do [ -x "$p" ] && found="$p" && break; done; '
+            f'[ -n "$found" ] || found=$(command -v {shlex.quote(name)} 2>/dev/null); '
+            f'echo "DAEMON {name} ${{found:-missing}}"')
+    return "; ".join([*checks, 'echo "LD $LD_LIBRARY_PATH"', 'echo "PATH $PATH"'])
+
+
+def explain_ssh_failure(host: str, output: str, code: int) -> str:
+    """ssh's own words → one line a person can act on."""
+    low = output.lower()
+    if "host key verification failed" in low or "host identification has changed" in low:
+        return (f"host key mismatch for {host}: the sshd answering there is not the one "
+                "the worker published (a stale address, or someone else's sshd)")
+    if "permission denied" in low:
+        return f"{host}: the worker's sshd refused the job's key (Permission denied)"
+    if "connection refused" in low:
+        return f"{host}: connection refused: no sshd on that port"
+    if "could not resolve hostname" in low:
+        return f"{host}: ssh could not resolve the name"
+    if "timed out" in low or "no route to host" in low:
+        return f"{host}: ssh could not connect ({output.strip().splitlines()[-1]})"
+    last = output.strip().splitlines()[-1] if output.strip() else f"ssh exited {code}"
+    return f"{host}: ssh failed: {last}"
+
+
+def check_output(host: str, output: str, mpi: MPIInfo, want_ld: str | None) -> str | None:
+    """None if the session is fit for mpirun, else the reason."""
+    lines: dict[str, str] = {}
+    for line in output.splitlines():
+        if line.startswith(("LD", "PATH")):
+            key, _, value = line.partition(" ")
+            lines[key] = value
+    path = lines.get("PATH", "?")
+    for line in output.splitlines():
+        if line.startswith("DAEMON ") and line.endswith(" missing"):
+            name = line.split()[1]
+            return (f"{host}: {name} not found by a non-interactive ssh session "
+                    f"(PATH={path}); install {mpi.vendor} there or use an image with it")
+    if "DAEMON" not in output:
+        return f"{host}: the remote shell did not run the check (output: {output[:200]!r})"
+    if want_ld and want_ld not in lines.get("LD", ""):
+        return (f"{host}: LD_LIBRARY_PATH did not arrive in the ssh session (got "
+                f"{lines.get('LD', '')!r}); the worker's sshd must AcceptEnv it")
+    return None
+
+
+def _parallel(items: Sequence[str], fn: Callable[[str], str | None]) -> dict[str, str]:
+    """Run fn on every item at once (bounded); collect the failures."""
+    failures: dict[str, str] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(items) or 1)
+                                               ) as pool:
+        for item, result in zip(items, pool.map(fn, items), strict=True):
+            if result:
+                failures[item] = result
+    return failures
+
+
+def wait_sshd(targets: Mapping[str, tuple[str, int]], deadline: float, log: proc.Log) -> None:
+    """Every worker's sshd answers with an SSH banner before `deadline` (monotonic)."""
+    def one(name: str) -> str | None:
+        address, port = targets[name]
+        while True:
+            if sshd.answers(address, port, timeout=min(2.0, max(0.1, deadline - time.monotonic()))):
+                return None
+            if time.monotonic() >= deadline:
+                return f"{name}: no sshd answers on {address}:{port}"
+            time.sleep(0.1)
+
+    failures = _parallel(sorted(targets), one)
+    if failures:
+        first = failures[sorted(failures)[0]]
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise PeerUnavailableError(f"worker unreachable: {first}{more}",
+                                   details="\n".join(failures.values()))
+    log("sshd ready", workers=len(targets))
+
+
+def run(hosts: Sequence[str], ssh_command: Sequence[str], mpi: MPIInfo, *,
+        prefix: str | None, env: Mapping[str, str], deadline: float, check_ld: bool,
+        log: proc.Log) -> None:
+    """ssh to every host in parallel; raise PeerUnavailableError naming the first failure."""
+    script = remote_script(mpi, prefix)
+    want_ld = env.get("LD_LIBRARY_PATH") if check_ld else None
+    started = time.monotonic()
+
+    def one(host: str) -> str | None:
+        timeout = max(1.0, deadline - time.monotonic())
+        code, output = proc.capture([*ssh_command, host, script], env=env, timeout=timeout)
+        if code != 0:
+            return explain_ssh_failure(host, output, code)
+        return check_output(host, output, mpi, want_ld)
+
+    failures = _parallel(list(hosts), one)
+    if failures:
+        first = failures[next(h for h in hosts if h in failures)]
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise PeerUnavailableError(f"preflight: {first}{more}",
+                                   details="\n".join(failures.values()) if more else "")
+    log("preflight ok", workers=len(hosts), elapsed_s=round(time.monotonic() - started, 3))

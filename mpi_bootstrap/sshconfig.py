@@ -1,0 +1,97 @@
+"""The launcher's ssh client config: one block per worker, host keys pinned.
+
+Every name is validated before it is written (hostnames from the hostfile, records from
+the exchange), so no peer can inject an ssh option: a line always has the shape
+`Keyword value`, and values are hostnames, addresses, ports, paths of our own, or
+base64 keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+
+from mpi_bootstrap.config import is_dns_name, is_ip_literal
+
+# Sent by the client; the worker's sshd accepts the same list (sshd.ACCEPT_ENV).
+SEND_ENV = ("LD_LIBRARY_PATH", "NCCL_*", "UCX_*", "FI_*")
+_PATH = re.compile(r"^/[A-Za-z0-9_./@+-]*$")
+_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)) [A-Za-z0-9+/]+=*$")
+_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Peer:
+    """A worker as ssh will reach it."""
+
+    names: tuple[str, ...]  # every name mpirun may use for it (first: the pinned alias)
+    hostname: str  # what ssh connects to
+    port: int
+    user: str
+    host_key: str
+
+
+class UnsafeValue(ValueError):
+    """A value that could change the meaning of the config file."""
+
+
+def _name(value: str) -> str:
+    if not (is_dns_name(value) or is_ip_literal(value)):
+        raise UnsafeValue(f"{value!r} is not a hostname or address")
+    return value
+
+
+def _path(value: str) -> str:
+    if not _PATH.match(value):
+        raise UnsafeValue(f"{value!r} is not a plain absolute path")
+    return value
+
+
+def check_peer(p: Peer) -> Peer:
+    for n in (*p.names, p.hostname):
+        _name(n)
+    if not p.names:
+        raise UnsafeValue("a peer needs a name")
+    if not 1 <= p.port <= 65535:
+        raise UnsafeValue(f"port {p.port} out of range")
+    if not _USER.match(p.user):
+        raise UnsafeValue(f"{p.user!r} is not a user name")
+    if not _KEY.match(p.host_key):
+        raise UnsafeValue("host key is not one OpenSSH public key")
+    return p
+
+
+def client_config(peers: Sequence[Peer], *, identity: str, known_hosts: str,
+                  connect_timeout: int) -> str:
+    """`ssh -F` config: pinned host keys, batch mode, the job's key, LD_LIBRARY_PATH sent."""
+    common = [
+        f"  IdentityFile {_path(identity)}",
+        "  IdentitiesOnly yes",
+        f"  UserKnownHostsFile {_path(known_hosts)}",
+        "  GlobalKnownHostsFile /dev/null",
+        "  StrictHostKeyChecking yes",
+        "  UpdateHostKeys no",
+        "  BatchMode yes",
+        f"  ConnectTimeout {int(connect_timeout)}",
+        "  ConnectionAttempts 3",
+        "  ServerAliveInterval 30",
+        f"  SendEnv {' '.join(SEND_ENV)}",
+        "  LogLevel ERROR",
+    ]
+    out = ["# Written by mpi-bootstrap: how this job's ssh reaches its workers."]
+    for p in map(check_peer, peers):
+        out.append(f"Host {' '.join(dict.fromkeys(p.names))}")
+        out.append(f"  HostName {p.hostname}")
+        out.append(f"  Port {p.port}")
+        out.append(f"  User {p.user}")
+        # One known_hosts entry per worker, whatever name or address mpirun uses.
+        out.append(f"  HostKeyAlias {p.names[0]}")
+        out.extend(common)
+    out.append("Host *")  # anything else (tree spawn to a name not above) is still pinned
+    out.extend(common)
+    return "\n".join(out) + "\n"
+
+
+def known_hosts(peers: Sequence[Peer]) -> str:
+    return "".join(f"{check_peer(p).names[0]} {p.host_key}\n" for p in peers)
