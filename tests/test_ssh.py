@@ -1,0 +1,378 @@
+"""Worker role and SSH trust against real OpenSSH: a launcher pod and worker pods, each a
+network namespace with its own hostname, on a simulated pod network."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mpi_bootstrap import exchange, keys, sshd
+from tests.conftest import AGENT
+from tests.support.cluster import Cluster, Pod
+
+pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
+
+WORKERS = ["job-worker-0", "job-worker-1"]
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    with Cluster(["job-launcher", *WORKERS]) as c:
+        yield c
+
+
+def base_env(tmp: Path, pod: Pod, **extra: str) -> dict[str, str]:
+    home = tmp / pod.name
+    home.mkdir(exist_ok=True)
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
+            "MPI_BOOTSTRAP_STATE_DIR": str(home / "state"), "MPI_BOOTSTRAP_LOG_FORMAT": "json",
+            **extra}
+
+
+def wait_ready(pod: Pod, env: dict[str, str], proc: subprocess.Popen[str],
+               timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"worker exited {proc.returncode}: {proc.stderr.read()}")  # type: ignore[union-attr]
+        if pod.run([AGENT, "probe"], env, timeout=10).returncode == 0:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{pod.name} not ready")
+
+
+def record_of(tmp: Path, pod: Pod) -> dict[str, object]:
+    return json.loads((tmp / pod.name / "state" / "record.json").read_text())
+
+
+def start_workers(cluster: Cluster, tmp: Path, **extra: str) -> list[subprocess.Popen[str]]:
+    procs = []
+    for pod in cluster.pods[1:]:
+        env = base_env(tmp, pod, **extra)
+        p = cluster.start(pod, [AGENT, "worker"], env)
+        wait_ready(pod, env, p)
+        procs.append(p)
+    return procs
+
+
+def launch(cluster: Cluster, tmp: Path, program: list[str], *, hostfile: str | None = None,
+           timeout: float = 120, **extra: str) -> subprocess.CompletedProcess[str]:
+    launcher = cluster.pods[0]
+    hf = tmp / "hostfile"
+    hf.write_text(hostfile or "".join(f"{w} slots=1\n" for w in WORKERS))
+    env = base_env(tmp, launcher, MPI_HOSTFILE=str(hf),
+                   MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(tmp / "mpi-hostfile"), **extra)
+    return launcher.run([AGENT, "launcher", "--", *program], env, timeout=timeout)
+
+
+class TestDirExchange:
+    """A real Open MPI job over real ssh, trust set up through a shared directory."""
+
+    def test_job_runs_and_workers_end(self, cluster: Cluster, tmp_path: Path) -> None:
+        xdir = tmp_path / "exchange"
+        xdir.mkdir()
+        procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+        done = launch(cluster, tmp_path, ["hostname"], MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+        assert done.returncode == 0, done.stderr
+        assert sorted(done.stdout.split()) == WORKERS
+        events = [json.loads(ln) for ln in done.stderr.splitlines() if ln.startswith("{")]
+        assert any(e["event"] == "preflight ok" and e["workers"] == 2 for e in events)
+        # the launcher marks the job done; the workers stop their sshd and exit 0
+        for p in procs:
+            assert p.wait(timeout=15) == 0
+        state = tmp_path / "job-launcher" / "state"
+        assert stat.S_IMODE((state / "ssh_config").stat().st_mode) == 0o600
+        config = (state / "ssh_config").read_text()
+        assert "StrictHostKeyChecking yes" in config
+        assert "StrictHostKeyChecking no" not in config
+        for w in WORKERS:  # the known host key is the one the worker published
+            rec = json.loads((xdir / f"{w}.json").read_text())
+            assert f"{w} {rec['host_key']}" in (state / "known_hosts").read_text()
+
+    def test_man_in_the_middle_is_refused(self, cluster: Cluster, tmp_path: Path) -> None:
+        """Another sshd on a worker's address and port: the pinned client refuses it."""
+        xdir = tmp_path / "exchange"
+        xdir.mkdir()
+        procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+        victim = cluster.pods[2]
+        port = int(record_of(tmp_path, victim)["port"])  # type: ignore[call-overload]
+        procs[1].send_signal(signal.SIGTERM)
+        assert procs[1].wait(timeout=15) == 0
+        # The impostor: same address and port, its own host key, and it would even
+        # accept the job's key — only the host key pin can tell.
+        rogue = tmp_path / "rogue"
+        rogue.mkdir()
+        keys.generate(str(rogue / "host_key"), "rogue")
+        (rogue / "authorized_keys").write_text(
+            (xdir / "job-key" / "id.pub").read_text())
+        os.chmod(rogue / "authorized_keys", 0o600)
+        (rogue / "sshd_config").write_text(sshd.config_text(
+            port=port, listen=[victim.address], host_key=str(rogue / "host_key"),
+            authorized_keys=str(rogue / "authorized_keys"), pid_file=str(rogue / "pid"),
+            user="root", strict_modes=False))
+        # (the launcher's own wait for the sshd banner covers its start-up)
+        cluster.start(victim, ["/usr/sbin/sshd", "-D", "-e", "-f", str(rogue / "sshd_config")])
+        done = launch(cluster, tmp_path, ["hostname"], MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+                      MPI_DNS_WAIT_SECONDS="20")
+        assert done.returncode == 69, done.stderr
+        assert "host key mismatch for job-worker-1" in done.stderr
+        assert "mpirun start" not in done.stderr
+
+    def test_sshd_down_is_exit_69_before_mpirun(self, cluster: Cluster, tmp_path: Path
+                                               ) -> None:
+        xdir = tmp_path / "exchange"
+        xdir.mkdir()
+        procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+        procs[0].send_signal(signal.SIGTERM)
+        assert procs[0].wait(timeout=15) == 0
+        t0 = time.monotonic()
+        done = launch(cluster, tmp_path, ["hostname"], MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+                      MPI_DNS_WAIT_SECONDS="3")
+        assert done.returncode == 69, done.stderr
+        assert "job-worker-0: no sshd answers on 10.250.0.11:" in done.stderr
+        assert "mpirun start" not in done.stderr
+        assert time.monotonic() - t0 < 15
+
+    def test_daemon_missing_on_worker_path(self, cluster: Cluster, tmp_path: Path) -> None:
+        """A worker whose non-interactive PATH lacks the MPI's daemon fails preflight."""
+        xdir = tmp_path / "exchange"
+        xdir.mkdir()
+        start_workers(cluster, tmp_path, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+        # An MPICH-like launcher whose hydra_pmi_proxy exists only beside it, on the
+        # launcher: the workers' sessions cannot find it.
+        fake = tmp_path / "mpich" / "bin"
+        fake.mkdir(parents=True)
+        (fake / "mpirun").write_text("#!/bin/sh\necho 'HYDRA build details:'\n"
+                                     "echo '    Version:   5.0.2'\n")
+        (fake / "mpirun").chmod(0o755)
+        done = launch(cluster, tmp_path, ["hostname"], MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+                      MPI_BOOTSTRAP_MPIRUN=str(fake / "mpirun"))
+        assert done.returncode == 69, done.stderr
+        assert "preflight: job-worker-0: hydra_pmi_proxy not found by a non-interactive " \
+               "ssh session" in done.stderr
+        assert "mpirun start" not in done.stderr
+
+
+class TestSecretExchange:
+    """MPI Operator's Secret: one key, mounted 0644; the agent copies it 0600 and pins it."""
+
+    def test_mounted_0644_key_works_and_is_untouched(self, cluster: Cluster,
+                                                     tmp_path: Path) -> None:
+        mount = tmp_path / "secret"
+        mount.mkdir()
+        subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-b", "521", "-N", "", "-f",
+                        str(mount / "id_rsa")], check=True)
+        (mount / "authorized_keys").write_text((mount / "id_rsa.pub").read_text())
+        for f in mount.iterdir():
+            f.chmod(0o644)  # as a Secret mounted outside /root/.ssh (mpi-operator #429)
+        before = {f.name: f.read_bytes() for f in mount.iterdir()}
+        extra = {"MPI_BOOTSTRAP_SSH_AUTH_DIR": str(mount)}
+        start_workers(cluster, tmp_path, **extra)
+        assert all(record_of(tmp_path, p)["port"] == 2222 for p in cluster.pods[1:])
+        done = launch(cluster, tmp_path, ["hostname"], **extra)
+        assert done.returncode == 0, done.stderr
+        assert sorted(done.stdout.split()) == WORKERS
+        assert {f.name: f.read_bytes() for f in mount.iterdir()} == before
+        assert all(stat.S_IMODE(f.stat().st_mode) == 0o644 for f in mount.iterdir())
+        copy = tmp_path / "job-launcher" / "state" / "id_job"
+        assert stat.S_IMODE(copy.stat().st_mode) == 0o600
+        private = (mount / "id_rsa").read_text()
+        assert private.strip().splitlines()[1] not in done.stderr + done.stdout
+
+
+class TestNetExchange:
+    """The token-authenticated exchange over the pod network."""
+
+    TOKEN = "s3cret-token-for-tests-0123456789"  # noqa: S105 - a test token
+
+    def test_job_runs_over_net_exchange(self, cluster: Cluster, tmp_path: Path) -> None:
+        procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_TOKEN=self.TOKEN)
+        done = launch(cluster, tmp_path, ["hostname"], MPI_BOOTSTRAP_TOKEN=self.TOKEN)
+        assert done.returncode == 0, done.stderr
+        assert sorted(done.stdout.split()) == WORKERS
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        logs = done.stderr + "".join(p.communicate(timeout=15)[1] for p in procs)
+        assert self.TOKEN not in logs
+        assert "PRIVATE KEY" not in logs
+
+    def test_bad_token_and_replay_change_nothing(self, cluster: Cluster, tmp_path: Path
+                                                 ) -> None:
+        procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_TOKEN=self.TOKEN)
+        worker = cluster.pods[1]
+        authorized = tmp_path / worker.name / "state" / "authorized_keys"
+        original = authorized.read_text()
+        mallory = keys.generate(str(tmp_path / "mallory"), "mallory").public
+
+        def send(raw: bytes) -> bytes:
+            code = ("import socket,sys; s=socket.create_connection((sys.argv[1],2223),5); "
+                    "s.sendall(sys.stdin.buffer.read()); "
+                    "sys.stdout.buffer.write(s.recv(65536))")
+            done = subprocess.run(cluster.pods[0].argv(
+                ["/usr/bin/python3", "-c", code, worker.address]),
+                input=raw.decode(), capture_output=True, text=True, timeout=20, check=False)
+            return done.stdout.encode()
+
+        # no token at all
+        assert b"denied" in send(b'{"v":1,"type":"hello"}\n')
+        # a well-formed hello signed with the wrong token
+        wrong, _ = exchange.make_hello("not-the-token-0123456789", mallory)
+        assert b"denied" in send(wrong)
+        assert authorized.read_text() == original
+        # a valid hello works once; its replay is refused
+        good, _ = exchange.make_hello(self.TOKEN, mallory)
+        first = json.loads(send(good))
+        assert first["type"] == "record"
+        assert mallory in authorized.read_text()
+        authorized.write_text(original)
+        assert b"denied" in send(good)
+        assert authorized.read_text() == original
+        # an old hello (outside the clock window) is refused too
+        stale, _ = exchange.make_hello(self.TOKEN, mallory, now=time.time() - 3600)
+        assert b"denied" in send(stale)
+        assert authorized.read_text() == original
+        procs[0].send_signal(signal.SIGTERM)
+        _, err = procs[0].communicate(timeout=15)
+        reasons = [json.loads(ln).get("reason") for ln in err.splitlines()
+                   if ln.startswith("{") and json.loads(ln)["event"] == "exchange refused"]
+        assert reasons == ["not a hello message", "bad mac (wrong or missing token)",
+                           "replayed nonce", "stale or future timestamp (replay or clock skew)"]
+        assert self.TOKEN not in err
+        assert "PRIVATE KEY" not in err
+
+
+def test_free_port_race_retries(tmp_path: Path) -> None:
+    """A port taken between choice and sshd start leads to a retry, not a failure."""
+    key = keys.generate(str(tmp_path / "host"), "test")
+    taker = socket.socket()
+    taker.bind(("127.0.0.1", 0))
+    taker.listen(1)
+    taken = taker.getsockname()[1]
+    ports = iter([taken])
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+
+    def argv_for(port: int) -> list[str]:
+        cfg = tmp_path / f"sshd_config.{port}"
+        cfg.write_text(sshd.config_text(port=port, listen=["127.0.0.1"],
+                                        host_key=key.private_path,
+                                        authorized_keys=str(tmp_path / "ak"),
+                                        pid_file=str(tmp_path / "pid"), user="root",
+                                        strict_modes=False))
+        return ["/usr/sbin/sshd", "-D", "-e", "-f", str(cfg)]
+
+    original = sshd.free_port
+    sshd.free_port = lambda address: next(ports, None) or original(address)  # type: ignore[assignment]
+    logs: list[tuple[str, dict[str, object]]] = []
+    try:
+        pid, port, _ = sshd.start(argv_for, {"PATH": "/usr/bin:/bin"}, fixed_port=0,
+                                  probe_address="127.0.0.1", bind_address="127.0.0.1",
+                                  log=lambda e, **kw: logs.append((e, kw)))
+    finally:
+        sshd.free_port = original  # type: ignore[assignment]
+        taker.close()
+    try:
+        assert port != taken
+        assert sshd.answers("127.0.0.1", port)
+        assert [e for e, _ in logs] == ["sshd lost its port", "sshd ready"]
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+
+
+@pytest.fixture
+def uid1000() -> Iterator[str]:
+    """A user with uid 1000 (MPI Operator's and Trainer's non-root images use it)."""
+    import pwd
+
+    try:
+        yield pwd.getpwuid(1000).pw_name
+        return
+    except KeyError:
+        pass
+    subprocess.run(["useradd", "-u", "1000", "-M", "-s", "/bin/sh", "mpiuser"], check=True)
+    try:
+        yield "mpiuser"
+    finally:
+        subprocess.run(["userdel", "mpiuser"], check=False)
+
+
+@pytest.fixture
+def runtime_for_others() -> Iterator[Path]:
+    """The agent and its dependencies where another user can read them (pytest's tmp
+    dirs and the CI checkout may not be)."""
+    import shutil
+    import tempfile
+
+    import cffi
+    import cryptography
+    import psutil
+    import structlog
+
+    root = Path(tempfile.mkdtemp(prefix="mpib-rt-", dir="/tmp"))
+    root.chmod(0o755)
+    try:
+        here = Path(__file__).resolve().parent.parent
+        shutil.copytree(here / "mpi_bootstrap", root / "mpi_bootstrap")
+        for mod in (cffi, cryptography, psutil, structlog):
+            src = Path(mod.__file__).parent  # type: ignore[arg-type]
+            shutil.copytree(src, root / src.name)
+        for so in Path(cffi.__file__).parent.parent.glob("_cffi_backend*.so"):  # type: ignore[arg-type]
+            shutil.copy(so, root / so.name)
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_non_root_worker_on_a_high_port(cluster: Cluster, uid1000: str,
+                                        runtime_for_others: Path) -> None:
+    """A worker running as uid 1000 (no privilege at all) serves the job's key."""
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix="mpib-nr-", dir="/tmp"))
+    try:
+        tmp.chmod(0o755)
+        xdir = tmp / "exchange"
+        xdir.mkdir()
+        for d in (xdir, tmp / "home"):
+            d.mkdir(exist_ok=True)
+            os.chown(d, 1000, 1000)
+        worker = cluster.pods[1]
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp / "home"), "LANG": "C.UTF-8",
+               "MPI_BOOTSTRAP_STATE_DIR": str(tmp / "home" / "state"),
+               "MPI_BOOTSTRAP_EXCHANGE_DIR": str(xdir), "MPI_BOOTSTRAP_LOG_FORMAT": "json",
+               "PYTHONPATH": str(runtime_for_others)}
+        agent = ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups",
+                 "/usr/bin/python3", "-m", "mpi_bootstrap"]
+        p = cluster.start(worker, [*agent, "worker"], env)
+        deadline = time.monotonic() + 20
+        while not (xdir / f"{worker.name}.json").exists() and time.monotonic() < deadline:
+            assert p.poll() is None, p.stderr.read()  # type: ignore[union-attr]
+            time.sleep(0.1)
+        rec = json.loads((xdir / f"{worker.name}.json").read_text())
+        assert rec["user"] == uid1000
+        assert rec["port"] >= 1024
+        assert (tmp / "home" / "state").stat().st_uid == 1000
+        assert stat.S_IMODE((tmp / "home" / "state").stat().st_mode) == 0o700
+        launcher = cluster.pods[0]
+        hf = tmp / "hostfile"
+        hf.write_text(f"{worker.name} slots=1\n")
+        done = launcher.run([AGENT, "launcher", "--", "id", "-u"], {
+            "PATH": "/usr/bin:/bin", "HOME": str(tmp), "MPI_HOSTFILE": str(hf),
+            "MPI_BOOTSTRAP_OUTPUT_HOSTFILE": str(tmp / "out"),
+            "MPI_BOOTSTRAP_STATE_DIR": str(tmp / "launcher-state"),
+            "MPI_BOOTSTRAP_EXCHANGE_DIR": str(xdir)}, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["1000"]  # the rank ran as the worker's user
+    finally:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
