@@ -202,7 +202,8 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Any) -> in
         proc.exec_replace(p.argv, env)
     log.info("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded))
     proc.handoff(p.argv, env, grace=config.grace_seconds, group=config.signal_group,
-                 role=config.role, log_level=config.log_level, done_file=p.done_file)
+                 role=config.role, log_level=config.log_level, log_format=config.log_format,
+                 done_file=p.done_file)
     raise AssertionError("unreachable: handoff replaces the process")
 
 

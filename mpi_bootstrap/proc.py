@@ -49,19 +49,25 @@ Log = Callable[..., None]
 ArgvForPort = Callable[[int], list[str]]
 
 
-def json_log(role: str, level: str = "info", stream: Any = None) -> Log:
-    """A tiny structured logger with structlog's keys (event, role, level, timestamp)."""
+def json_log(role: str, level: str = "info", stream: Any = None, fmt: str = "json") -> Log:
+    """A tiny structured logger with structlog's keys (event, role, level, timestamp):
+    JSON lines, or (`fmt="console"`, or "auto" on a TTY) one readable line per event."""
     order = {"debug": 10, "info": 20, "warning": 30, "error": 40}
     floor = order.get(level, 20)
     out = stream if stream is not None else sys.stderr
+    console = fmt == "console" or (fmt == "auto" and out.isatty())
 
     def log(event: str, level: str = "info", **kw: Any) -> None:
         if order.get(level, 20) < floor:
             return
         now = time.time()
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
-        record = {**kw, "event": event, "role": role, "level": level, "timestamp": stamp}
-        out.write(json.dumps(record) + "\n")
+        if console:
+            pairs = " ".join(f"{k}={v}" for k, v in sorted({**kw, "role": role}.items()))
+            out.write(f"{stamp} [{level:<9}] {event:<30} {pairs}\n")
+        else:
+            record = {**kw, "event": event, "role": role, "level": level, "timestamp": stamp}
+            out.write(json.dumps(record) + "\n")
         out.flush()
 
     return log
@@ -390,7 +396,7 @@ def exec_replace(argv: Sequence[str], env: Mapping[str, str]) -> None:
 
 
 def handoff(argv: Sequence[str], env: Mapping[str, str], *, grace: float, group: bool,
-            role: str, log_level: str, **extra: Any) -> None:
+            role: str, log_level: str, log_format: str = "json", **extra: Any) -> None:
     """Re-exec into the lean resident supervisor, which then runs argv (or adopts
     `extra["adopt"]`, a child already running: children survive exec).
 
@@ -401,7 +407,7 @@ def handoff(argv: Sequence[str], env: Mapping[str, str], *, grace: float, group:
     if path is None:  # fail here, where the message can still name the plan's mpirun
         raise _exec_error(argv[0])
     spec = {"argv": list(argv), "env": dict(env), "grace": grace, "group": group,
-            "role": role, "log_level": log_level, **extra}
+            "role": role, "log_level": log_level, "log_format": log_format, **extra}
     fd = os.memfd_create("mpi-bootstrap-plan", 0)  # not CLOEXEC: the new image reads it
     os.write(fd, json.dumps(spec).encode())
     os.lseek(fd, 0, os.SEEK_SET)
@@ -475,7 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 64
     if args and args[0] == "--":
         spec["argv"] = args[1:]
-    log = json_log(spec["role"], spec["log_level"])
+    log = json_log(spec["role"], spec["log_level"], fmt=spec.get("log_format", "json"))
     restart = RestartPolicy(**spec["restart"]) if spec.get("restart") else None
     readers: dict[int, Callable[[], None]] = {}
     if spec.get("net"):
@@ -493,7 +499,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ExecError as exc:
         sys.stderr.write(f"mpi-bootstrap: {exc.message}\n")
         code = int(exc.status)
-    if spec.get("done_file"):  # tells workers (dir exchange) that the job is over
+    # Tells the workers (dir exchange) that the job is over — on success only: after a
+    # failure the orchestrator may restart the launcher, which needs its workers.
+    if spec.get("done_file") and code == 0:
         from mpi_bootstrap.files import atomic_write
 
         with contextlib.suppress(OSError):

@@ -144,7 +144,8 @@ def start(config: Config, environ: Mapping[str, str], log: Any) -> int:
     # The local copy is what `mpi-bootstrap probe` checks (it is also the dir record).
     atomic_write(os.path.join(state, RECORD_FILE), json.dumps(record.to_dict()) + "\n", 0o644)
     proc.handoff(argv, env, grace=config.grace_seconds, group=False, role="worker",
-                 log_level=config.log_level, restart={"limit": 5, "window": 60.0}, **extra)
+                 log_level=config.log_level, log_format=config.log_format,
+                 restart={"limit": 5, "window": 60.0}, **extra)
     raise AssertionError("unreachable: handoff replaces the process")
 
 

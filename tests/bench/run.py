@@ -390,6 +390,17 @@ def bench_hostfile(workdir: str) -> dict[str, Any]:
 PID1 = os.path.join(ROOT, "tests", "bench", "pid1.py")
 
 
+SSH = os.path.join(ROOT, "tests", "bench", "ssh.py")
+
+
+def bench_ssh() -> dict[str, Any]:
+    """tests/bench/ssh.py (worker readiness, preflight over 16 workers)."""
+    done = subprocess.run([PY, SSH], capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"ssh.py exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
 def bench_pid1() -> dict[str, Any]:
     """tests/bench/pid1.py (supervisor RSS, SIGTERM latency), run as it runs alone."""
     done = subprocess.run([PY, PID1], capture_output=True, text=True, timeout=240, check=False)
@@ -490,6 +501,16 @@ def table(results: dict[str, Any]) -> str:
                          f"<= {term.get('target_ms')} ms", "", ""))
             details.append(f"5-6. from tests/bench/pid1.py: SIGTERM latency max "
                            f"{term.get('max_ms')} ms over {term.get('runs')} runs")
+    if "ssh" in b and not err("ssh", "7. SSH (ssh.py)"):
+        r = b["ssh"]
+        ready, pf = r.get("worker_ready", {}), r.get("preflight_16", {})
+        if ready:
+            rows.append(("7. worker start to sshd ready", f"{ready.get('median_ms')} ms",
+                         f"<= {ready.get('target_ms')} ms", "", ""))
+        if pf:
+            rows.append(("8. preflight, 16 workers", f"{pf.get('parallel_ms')} ms",
+                         "", f"{pf.get('serial_ms')} ms (one by one)",
+                         f"{pf.get('ratio')}x"))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
              for row in rows]
@@ -565,6 +586,8 @@ def main() -> int:
         guarded(results, "hostfile", lambda: bench_hostfile(workdir))
         if os.path.exists(PID1) and netns_mod.available()[0]:
             guarded(results, "pid1", bench_pid1)
+        if netns_mod.available()[0]:
+            guarded(results, "ssh", bench_ssh)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     results["meta"]["total_wall_s"] = time.monotonic() - t_start
