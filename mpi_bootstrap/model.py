@@ -23,3 +23,4 @@ class PlannedFile:
     text: str
     mode: int
     purpose: str
+    shown: bool = False  # may --explain print the text? Never for key material.

@@ -504,7 +504,8 @@ def _hydra(facts: LaunchFacts) -> LaunchSpec:
             "# options the agent needs live here.\n"
             f"exec {shlex.join(facts.ssh_command)} \"$@\"\n"
         )
-        b.files.append(PlannedFile(facts.ssh_wrapper, script, 0o755, "ssh wrapper for hydra"))
+        b.files.append(PlannedFile(facts.ssh_wrapper, script, 0o755, "ssh wrapper for hydra",
+                                   shown=True))
     b.add(_Default("-iface", ("-iface", ctl), "proxies and ranks wire up on the pod network",
                    flags=("iface",), env=(f"{env_prefix}IFACE",)))
     if intel:

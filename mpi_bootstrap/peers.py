@@ -93,8 +93,7 @@ def collect(config: Config, hosts: Sequence[tuple[str, str, str | None]],
     if config.exchange == "secret":
         assert key is not None  # noqa: S101 - client_key() returns one in this mode
         port = config.sshd_port or 2222
-        return {new: exchange.Record(new.split(".", 1)[0] if not addr else new,
-                                     (addr,) if addr else (), port, key.public, user)
+        return {new: exchange.Record(new, (addr,) if addr else (), port, key.public, user)
                 for _, new, addr in hosts}
     records: dict[str, exchange.Record] = {}
     if config.exchange == "dir" and config.exchange_dir:

@@ -223,9 +223,10 @@ def ssh_setup(config: Config, facts: Facts, entries: list[HostEntry],
                      config.ssh_user)
     text = sshconfig.client_config(ps, identity=facts.client.path, known_hosts=kh_path,
                                    connect_timeout=config.ssh_connect_timeout)
-    files = [PlannedFile(cfg_path, text, 0o600, "ssh client config: pinned host keys"),
+    files = [PlannedFile(cfg_path, text, 0o600, "ssh client config: pinned host keys",
+                         shown=True),
              PlannedFile(kh_path, sshconfig.known_hosts(ps), 0o644,
-                         "the workers' host keys, from the exchange")]
+                         "the workers' host keys, from the exchange", shown=True)]
     if facts.client.file is not None:
         files.append(facts.client.file)
     targets = {new: (by_new[new].address or new, rec.port) for new, rec in facts.records.items()

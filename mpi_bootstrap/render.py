@@ -23,8 +23,8 @@ def as_dict(plan: Plan) -> dict[str, Any]:
         "argv": list(plan.argv),
         "env": list(plan.forwarded),
         "env_set": dict(plan.env_set),
-        "files": [{"path": f.path, "mode": f"{f.mode:04o}", "purpose": f.purpose}
-                  for f in plan.files],
+        "files": [{"path": f.path, "mode": f"{f.mode:04o}", "purpose": f.purpose,
+                   **({"text": f.text} if f.shown else {})} for f in plan.files],
         "wrap": plan.wrap,
         "program_index": plan.program_index,
         "decisions": [{"setting": d.setting, "value": d.value, "source": d.source,
@@ -75,6 +75,10 @@ def as_text(plan: Plan) -> str:
         add(f"  {f.path} ({f.mode:04o}): {f.purpose}")
     add(f"Hostfile for mpirun ({plan.hostfile_path}):")
     out.extend(f"  | {line}" for line in plan.hostfile_text.splitlines())
+    for f in plan.files:
+        if f.shown:
+            add(f"{f.purpose[:1].upper()}{f.purpose[1:]} ({f.path}):")
+            out.extend(f"  | {line}" for line in f.text.splitlines())
     add("")
     add("Environment:")
     for name, value in sorted(plan.env_set.items()):

@@ -276,3 +276,61 @@ class TestRender:
         assert shlex.split(block.replace("\\\n", " ")) == list(plan.argv)
         program = shlex.join(plan.argv[plan.program_index:])
         assert block.rstrip().splitlines()[-1].strip() == program
+
+
+class TestSSHTrust:
+    """With an exchange, mpirun's ssh is pinned; key material never reaches --explain."""
+
+    PRIVATE = "-----BEGIN OPENSSH PRIVATE KEY-----\nc2VjcmV0LWtleS1ieXRlcw==\n" \
+              "-----END OPENSSH PRIVATE KEY-----\n"
+
+    def plan(self, kind: str, exchange_mode: str) -> Plan:
+        from mpi_bootstrap import exchange, peers
+        from mpi_bootstrap.model import PlannedFile
+
+        env = {**BASE_ENV, "MPI_BOOTSTRAP_EXCHANGE": exchange_mode,
+               "MPI_BOOTSTRAP_EXCHANGE_DIR": "/shared/x"}
+        config = Config.from_env(env, ["--state-dir", "/run/mpi-bootstrap", "launcher",
+                                       "--", "python3", "train.py"])
+        parsed = hf.parse(HOSTFILE, "/etc/mpi/hostfile")
+        answers = {n: Answer(n, addresses=(a,)) for n, a in ADDRESSES.items()}
+        key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIL4FbUREZCX4XJ0cFCw6lRx4ehfW10t1GxS1s/M0/Gl2"
+        file = (PlannedFile("/run/mpi-bootstrap/id_job", self.PRIVATE, 0o600, "the job's key")
+                if exchange_mode == "secret" else None)
+        client = peers.ClientKey("/run/mpi-bootstrap/id_job", key, file)
+        records = {n: exchange.Record(n.split(".")[0], (a,), 2222, key, "root")
+                   for n, a in ADDRESSES.items()}
+        facts = Facts(environ=env, hostfile=parsed, answers=answers, mpi=MPIS[kind],
+                      interfaces=frozenset({"lo", "eth0", "net1"}), is_root=True,
+                      is_pid1=True, launcher_hostname="pi-launcher", client=client,
+                      records=records, remote=tuple(ADDRESSES))
+        return build_plan(config, facts)
+
+    @pytest.mark.parametrize("kind", sorted(MPIS))
+    @pytest.mark.parametrize("mode", ["secret", "dir"])
+    def test_pinned(self, kind: str, mode: str) -> None:
+        plan = self.plan(kind, mode)
+        cfg = next(f for f in plan.files if f.path.endswith("/ssh_config"))
+        assert cfg.mode == 0o600
+        assert "StrictHostKeyChecking yes" in cfg.text and "BatchMode yes" in cfg.text
+        assert "Host pi-worker-0.pi.default.svc 10.1.0.10" in cfg.text
+        kh = next(f for f in plan.files if f.path.endswith("/known_hosts"))
+        assert kh.text.startswith("pi-worker-0.pi.default.svc ssh-ed25519 ")
+        assert plan.ssh_command == ("ssh", "-F", "/run/mpi-bootstrap/ssh_config")
+        assert plan.ssh_targets["pi-worker-1.pi.default.svc"] == ("10.1.0.11", 2222)
+        assert plan.preflight
+        argv = " ".join(plan.argv)
+        if kind.startswith("openmpi"):
+            assert "ssh -F /run/mpi-bootstrap/ssh_config" in argv
+            assert "no_tree_spawn" in argv
+        else:
+            wrapper = next(f for f in plan.files if f.path.endswith("ssh-launcher"))
+            assert "exec ssh -F /run/mpi-bootstrap/ssh_config" in wrapper.text
+
+    def test_private_key_never_explained(self) -> None:
+        plan = self.plan("openmpi4", "secret")
+        assert any(f.text == self.PRIVATE and f.mode == 0o600 for f in plan.files)
+        shown = render.as_json(plan) + render.as_text(plan)
+        assert "c2VjcmV0LWtleS1ieXRlcw" not in shown
+        assert "PRIVATE KEY" not in shown
+        assert "StrictHostKeyChecking yes" in shown  # the config itself is shown
