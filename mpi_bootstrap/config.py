@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import ipaddress
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from mpi_bootstrap.errors import ConfigError
+from mpi_bootstrap.names import is_dns_name, is_user_name
 
 ROLES = ("launcher", "worker", "probe")
 REWRITE_MODES = ("none", "fqdn", "ip")
@@ -29,30 +29,6 @@ _IFACE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
-
-
-# The same rule as one pattern: hostfiles of 100,000 lines are checked name by name.
-DNS_NAME_PATTERN = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?"
-_DNS_NAME = re.compile(DNS_NAME_PATTERN)
-_MAYBE_IPV4 = re.compile(r"[0-9.]+")
-
-
-def is_dns_name(text: str) -> bool:
-    """True for a syntactically valid DNS name (RFC 1123 labels, ≤ 253 characters)."""
-    name = text[:-1] if text.endswith(".") else text
-    return 0 < len(name) <= 253 and _DNS_NAME.fullmatch(text) is not None
-
-
-def is_ip_literal(text: str) -> bool:
-    # ipaddress raises (slowly) for every hostname; only digits-and-dots or a colon
-    # can be an address at all.
-    if ":" not in text and not _MAYBE_IPV4.fullmatch(text):
-        return False
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 # ---------------------------------------------------------------- value parsers
@@ -139,7 +115,7 @@ def _token(raw: str) -> str:
 
 
 def _user(raw: str) -> str:
-    if not re.fullmatch(r"[a-z_][a-z0-9_.-]{0,31}", raw):
+    if not is_user_name(raw):
         raise ValueError(f"{raw!r} is not a user name")
     return raw
 

@@ -42,14 +42,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from mpi_bootstrap.names import is_dns_name, is_ip_literal, is_public_key, is_user_name
+
 VERSION = 1
 MAX_MESSAGE = 16384
 CLOCK_SKEW = 120.0  # seconds a hello's timestamp may differ from the worker's clock
 NONCE_TTL = 2 * CLOCK_SKEW
-_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
-_HOST = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*$")
-_PUBKEY = re.compile(
-    r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)) [A-Za-z0-9+/]{16,8192}={0,3}$")
 _NONCE = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -70,16 +68,6 @@ class Record:
                 "port": self.port, "host_key": self.host_key, "user": self.user}
 
 
-def _is_address(text: str) -> bool:
-    import ipaddress
-
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
-
-
 def record_from(data: Any) -> Record:
     """Validate a decoded record: every field present, typed and in range; no extras."""
     if not isinstance(data, dict):
@@ -91,16 +79,16 @@ def record_from(data: Any) -> Record:
         raise RecordError(f"version {data['v']!r} is not {VERSION}")
     host, port, key, user, addrs = (data["host"], data["port"], data["host_key"],
                                     data["user"], data["addresses"])
-    if not isinstance(host, str) or len(host) > 253 or not _HOST.match(host):
+    if not isinstance(host, str) or not is_dns_name(host) or host.endswith("."):
         raise RecordError("host is not a hostname")
     if type(port) is not int or not 1 <= port <= 65535:
         raise RecordError("port is not 1..65535")
-    if not isinstance(key, str) or not _PUBKEY.match(key):
+    if not isinstance(key, str) or not is_public_key(key):
         raise RecordError("host_key is not one OpenSSH public key (type and base64 only)")
-    if not isinstance(user, str) or not _USER.match(user):
+    if not isinstance(user, str) or not is_user_name(user):
         raise RecordError("user is not a user name")
     if not isinstance(addrs, list) or len(addrs) > 16 or not all(
-            isinstance(a, str) and _is_address(a) for a in addrs):
+            isinstance(a, str) and is_ip_literal(a) for a in addrs):
         raise RecordError("addresses is not a list of IP addresses")
     return Record(host, tuple(addrs), port, key, user)
 
@@ -121,7 +109,7 @@ class DirExchange:
         self.dir = directory
 
     def path(self, host: str) -> str:
-        if not _HOST.match(host):
+        if not is_dns_name(host) or host.endswith("."):
             raise RecordError(f"{host!r} is not a hostname")
         return os.path.join(self.dir, f"{host}.json")
 
@@ -248,7 +236,7 @@ class NetServer:
         self._seen = {n: t for n, t in self._seen.items() if now - t < NONCE_TTL}
         if nonce in self._seen:
             return deny("replayed nonce")
-        if not isinstance(client_key, str) or not _PUBKEY.match(client_key):
+        if not isinstance(client_key, str) or not is_public_key(client_key):
             return deny("client_key is not one OpenSSH public key")
         self._seen[nonce] = now
         self.authorize(client_key)

@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from mpi_bootstrap.config import DNS_NAME_PATTERN, is_dns_name, is_ip_literal
 from mpi_bootstrap.errors import HostfileError
+from mpi_bootstrap.names import DNS_NAME_PATTERN, is_dns_name, is_ip_literal
 
 OPENMPI = "openmpi"
 HYDRA = "hydra"

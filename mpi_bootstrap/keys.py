@@ -7,40 +7,28 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from typing import Any
 
 from mpi_bootstrap.errors import ConfigError
 from mpi_bootstrap.files import atomic_write
+from mpi_bootstrap.names import is_public_key
 
 # MPI Operator mounts the job's key under these names at sshAuthMountPath (FIELD-NOTES §1).
 MOUNT_PRIVATE = "id_rsa"
 MOUNT_PUBLIC = "id_rsa.pub"
 MOUNT_AUTHORIZED = "authorized_keys"
-# One public key per line, as ssh writes them: type, base64 blob, optional comment.
-_PUBLIC_KEY = re.compile(
-    r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)|sk-ssh-ed25519@openssh\.com|"
-    r"sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]+={0,3}(?: [^\n\r]*)?$")
-
-
 @dataclasses.dataclass(frozen=True)
 class KeyPair:
     private_path: str
     public: str  # "ssh-ed25519 AAAA… comment" — safe to share
 
 
-def is_public_key(line: str) -> bool:
-    """A single OpenSSH public key line, with no option prefix and no newline."""
-    return bool(_PUBLIC_KEY.match(line)) and len(line) < 16384
-
-
 def clean_public_key(line: str, *, where: str) -> str:
     """`type blob` of a public key, comment dropped (it is attacker-controlled text)."""
-    line = line.strip()
-    if not is_public_key(line):
+    key = " ".join(line.split()[:2])
+    if not is_public_key(key):
         raise ConfigError([f"{where}: not an OpenSSH public key line"])
-    kind, blob = line.split()[:2]
-    return f"{kind} {blob}"
+    return key
 
 
 def generate(private_path: str, comment: str) -> KeyPair:

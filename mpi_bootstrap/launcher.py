@@ -17,9 +17,10 @@ from mpi_bootstrap import dns, files, netif, peers, preflight, proc, render
 from mpi_bootstrap import hostfile as hf
 from mpi_bootstrap import log as logmod
 from mpi_bootstrap import mpi as mpimod
-from mpi_bootstrap.config import Config, is_ip_literal
+from mpi_bootstrap.config import Config
 from mpi_bootstrap.errors import ConfigError, DNSTimeoutError, ExecError, ExitStatus
 from mpi_bootstrap.model import Decision
+from mpi_bootstrap.names import is_ip_literal
 from mpi_bootstrap.plan import Facts, Plan, build_plan, host_entries, lookup_name
 
 RESOLV_CONF = "/etc/resolv.conf"
@@ -67,8 +68,7 @@ def input_hostfile(config: Config, info: mpimod.MPIInfo) -> tuple[str, list[Deci
     if not mpimod.is_launcher(config.program):
         return config.hostfile, []
     user = mpimod.scan_user_command(config.program, info.runtime)
-    named = [v for key in ("hostfile", "machinefile", "default-hostfile", "f")
-             for v in user.values(key)]
+    named = [v for key in mpimod.HOSTFILE_OPTIONS for v in user.values(key)]
     if not named:
         return config.hostfile, []
     theirs = named[0]

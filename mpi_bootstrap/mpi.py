@@ -134,6 +134,10 @@ _HYDRA_ARITY = {
 }
 
 
+# Options that name a hostfile in the user's own command (Open MPI and hydra spellings).
+HOSTFILE_OPTIONS = ("hostfile", "machinefile", "default-hostfile", "f")
+
+
 @dataclasses.dataclass(frozen=True)
 class UserCommand:
     """The user's own `mpirun …` in wrap mode: its options and where the program starts."""
@@ -333,7 +337,7 @@ class _Builder:
             return list(self.f.program)
         argv = list(self.f.program[1:])
         for name, index, values in self.user.options:
-            if name in ("hostfile", "machinefile", "default-hostfile", "f") and values:
+            if name in HOSTFILE_OPTIONS and values:
                 tok = argv[index - 1]
                 if "=" in tok:
                     argv[index - 1] = tok.split("=", 1)[0] + "=" + self.f.hostfile

@@ -12,13 +12,11 @@ import dataclasses
 import re
 from collections.abc import Sequence
 
-from mpi_bootstrap.config import is_dns_name, is_ip_literal
+from mpi_bootstrap.names import is_host, is_public_key, is_user_name
 
 # Sent by the client; the worker's sshd accepts the same list (sshd.ACCEPT_ENV).
 SEND_ENV = ("LD_LIBRARY_PATH", "NCCL_*", "UCX_*", "FI_*")
 _PATH = re.compile(r"^/[A-Za-z0-9_./@+-]*$")
-_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)) [A-Za-z0-9+/]+=*$")
-_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +35,7 @@ class UnsafeValue(ValueError):
 
 
 def _name(value: str) -> str:
-    if not (is_dns_name(value) or is_ip_literal(value)):
+    if not is_host(value):
         raise UnsafeValue(f"{value!r} is not a hostname or address")
     return value
 
@@ -55,9 +53,9 @@ def check_peer(p: Peer) -> Peer:
         raise UnsafeValue("a peer needs a name")
     if not 1 <= p.port <= 65535:
         raise UnsafeValue(f"port {p.port} out of range")
-    if not _USER.match(p.user):
+    if not is_user_name(p.user):
         raise UnsafeValue(f"{p.user!r} is not a user name")
-    if not _KEY.match(p.host_key):
+    if not is_public_key(p.host_key):
         raise UnsafeValue("host key is not one OpenSSH public key")
     return p
 

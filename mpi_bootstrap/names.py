@@ -1,0 +1,51 @@
+"""What counts as a hostname, an address, a user name and a public key — one place.
+
+Every name that reaches a file the agent writes (hostfile, ssh config, known_hosts,
+authorized_keys, records) passes one of these first, so no value can carry a newline,
+a space or an ssh option. Standard library only: the resident supervisor uses them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+# RFC 1123 labels: letters, digits and inner hyphens, 1–63 characters; a trailing dot.
+DNS_NAME_PATTERN = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?"
+_DNS_NAME = re.compile(DNS_NAME_PATTERN)
+_MAYBE_IPV4 = re.compile(r"[0-9.]+")
+_USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
+# One OpenSSH public key: its type and base64 blob, nothing else (no options, no comment).
+_PUBLIC_KEY = re.compile(
+    r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)) [A-Za-z0-9+/]{16,8192}={0,3}")
+
+
+def is_dns_name(text: str) -> bool:
+    """A syntactically valid DNS name (RFC 1123 labels, ≤ 253 characters)."""
+    name = text[:-1] if text.endswith(".") else text
+    return 0 < len(name) <= 253 and _DNS_NAME.fullmatch(text) is not None
+
+
+def is_ip_literal(text: str) -> bool:
+    # ipaddress raises (slowly) for every hostname; only digits-and-dots or a colon
+    # can be an address at all.
+    if ":" not in text and not _MAYBE_IPV4.fullmatch(text):
+        return False
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def is_host(text: str) -> bool:
+    return is_dns_name(text) or is_ip_literal(text)
+
+
+def is_user_name(text: str) -> bool:
+    return _USER.fullmatch(text) is not None
+
+
+def is_public_key(text: str) -> bool:
+    """Exactly `type base64` of one OpenSSH public key."""
+    return _PUBLIC_KEY.fullmatch(text) is not None
