@@ -120,6 +120,11 @@ class DirExchange:
         atomic_write(path, json.dumps(record.to_dict()) + "\n", 0o644)
         return path
 
+    def withdraw(self, host: str) -> None:
+        """Remove `host`'s record (a restarting worker's old port is no use to anyone)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path(host))
+
     def read(self, host: str) -> Record | None:
         """The record for `host` (its full name, or the first label), or None if absent."""
         for name in dict.fromkeys([host, host.split(".", 1)[0]]):

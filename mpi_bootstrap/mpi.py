@@ -512,13 +512,22 @@ def _hydra(facts: LaunchFacts) -> LaunchSpec:
                                    shown=True))
     b.add(_Default("-iface", ("-iface", ctl), "proxies and ranks wire up on the pod network",
                    flags=("iface",), env=(f"{env_prefix}IFACE",)))
-    if intel:
-        if "FI_TCP_IFACE" in facts.environ:
-            b.decide("FI_TCP_IFACE", "(user's)", "env FI_TCP_IFACE", "user wins")
+    # MPI traffic stays on the control network: Intel MPI's libfabric tcp provider, and
+    # MPICH's UCX netmod. UCX takes pods on one node for one host (same boot id) and
+    # tries shared memory between them, which separate pods cannot share: MPI_Init then
+    # fails with "Endpoint timeout" (half the runs in tests/test_cluster.py). TCP only.
+    settings = [("FI_TCP_IFACE", ctl, "libfabric's tcp provider carries MPI traffic on the "
+                 "control network")] if intel else [
+        ("UCX_NET_DEVICES", ctl, "MPICH's UCX netmod carries MPI traffic on the control "
+         "network"),
+        ("UCX_TLS", "tcp,self", "UCX would try shared memory between pods on one node "
+         "(it sees one host) and MPI_Init times out; pods share no memory")]
+    for var, value, why in settings:
+        if var in facts.environ:
+            b.decide(var, "(user's)", f"env {var}", "user wins")
         else:
-            b.env_set["FI_TCP_IFACE"] = ctl
-            b.decide("FI_TCP_IFACE", ctl, "agent default",
-                     "libfabric's tcp provider carries MPI traffic on the control network")
+            b.env_set[var] = value
+            b.decide(var, value, "agent default", why)
     b.nccl_iface()
     names = b.forward()
     spelled = b.user.has("genvlist", "genvall", "genvnone") if b.user else None

@@ -254,6 +254,7 @@ class Supervisor:
             self.log("child adopted", pid=main, program=argv[0])
         main_status: int | None = None
         stopping = False
+        stop_signal = 0  # the terminating signal forwarded to the main child, if any
         deaths: list[float] = []
         restart_at: float | None = None
         deadline: float | None = None
@@ -279,6 +280,7 @@ class Supervisor:
                         continue
                     if signum in TERMINATING:
                         stopping = True
+                        stop_signal = stop_signal or signum
                         restart_at = None
                     if main_status is None:
                         self._forward(main, signum)
@@ -332,7 +334,14 @@ class Supervisor:
             self.log("reaped others", count=self.reaped_others)
         if self.restart:
             return int(ExitStatus.PEER_UNAVAILABLE) if self.give_up else 0
-        return exit_code(main_status if main_status is not None else 0)
+        code = exit_code(main_status if main_status is not None else 0)
+        if stop_signal and code != 0 and code != 128 + stop_signal:
+            # mpirun chose its own code (MPICH: 255) for a job we were told to end; the
+            # orchestrator must see that it was ended by the signal: 128+N, like tini.
+            self.log("stopped by signal", signal=signal.Signals(stop_signal).name,
+                     child_code=code, code=128 + stop_signal)
+            return 128 + stop_signal
+        return code
 
 
 class Interrupted(Exception):

@@ -115,9 +115,14 @@ def start(config: Config, environ: Mapping[str, str], log: Any) -> int:
         return sshd_argv(config, config_path)
 
     env = {k: v for k, v in environ.items() if not k.startswith("MPI_BOOTSTRAP_")}
+    short = socket.gethostname().split(".")[0]
+    if config.exchange == "dir" and config.exchange_dir:
+        # A restarted worker's previous record names a port nobody listens on: withdraw
+        # it, so the launcher waits for the new one instead of a dead port.
+        exchange.DirExchange(config.exchange_dir).withdraw(short)
     pid, port, argv = sshd.start(argv_for, env, fixed_port=config.sshd_port or 0,
                                  probe_address=probe_addr, bind_address=bind_addr, log=log)
-    record = exchange.Record(host=socket.gethostname().split(".")[0],
+    record = exchange.Record(host=short,
                              addresses=tuple(addresses), port=port,
                              host_key=ident.host_key_public, user=user)
     extra: dict[str, Any] = {"adopt": pid}

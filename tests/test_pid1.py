@@ -107,6 +107,21 @@ class TestSignals:
             assert p.stdout.readline().strip() == f"GOT {sig}"
         assert p.wait(timeout=10) == 0
 
+    def test_own_code_after_sigterm_reported_as_143(
+            self, started: list[subprocess.Popen[str]]) -> None:
+        """A launcher told to stop exits 128+N even if mpirun picks its own code (MPICH
+        exits 255 after SIGTERM), so the orchestrator sees why the job ended."""
+        p = subprocess.Popen(agent_argv("sh", "-c", "trap 'exit 255' TERM; echo READY; "
+                                        "while :; do sleep 0.05; done"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        started.append(p)
+        assert p.stdout is not None
+        assert p.stdout.readline().strip() == "READY"
+        os.kill(agent_pid(p), signal.SIGTERM)
+        assert p.wait(timeout=10) == 143
+        assert p.stderr is not None
+        assert '"child_code": 255' in p.stderr.read()
+
     def test_term_latency(self, started: list[subprocess.Popen[str]]) -> None:
         """SIGTERM to a cooperative child: the agent exits with 143 promptly."""
         p = subprocess.Popen(agent_argv("sleep", "60"), stderr=subprocess.PIPE, text=True)

@@ -2,17 +2,26 @@
 
     switch netns: br-ctl (control, 10.250.0.0/24) and br-data (data, 10.251.0.0/24)
     pod netns:    eth0 → br-ctl, net1 → br-data, its own /etc/hosts and resolv.conf;
-                  commands run in their own UTS namespace with the pod's hostname.
+                  commands run in their own UTS namespace with the pod's hostname, and
+                  (`pid1=True`) as PID 1 of their own PID namespace.
 
-Pods find each other through their hosts files (every pod knows every name), and
-resolv.conf points at 127.0.0.1 inside the pod, where nothing listens unless a test
-starts a DNS server: no lookup leaves the namespaces. Everything is removed by close().
+Names, two ways:
+- `dns=False`: every pod's hosts file knows every pod (short names, and `name.domain`).
+- `dns=True`: like Kubernetes. dnsmasq on the control bridge (10.250.0.2) serves
+  MPI Operator's names `<pod>.<job>.<ns>.svc.cluster.local` (only the FQDN: there is no
+  record for the `.svc` form, and dnsmasq refuses names outside cluster.local); a pod's
+  resolv.conf has the Kubernetes search list and `options ndots:5`, and its hosts file
+  only itself. `fqdn_only=True` drops the bare `cluster.local` from the search list, so
+  `x.job.ns.svc` stops resolving: a cluster where only the FQDN works. `late` names pods
+  whose records are added only when the test calls `add_record`.
+No lookup ever leaves the namespaces. Everything is removed by close().
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import shlex
 import signal
 import subprocess
@@ -20,6 +29,7 @@ import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 
+from tests.support.dnsmasq import Dnsmasq
 from tests.support.netns import Netns, _ip
 
 CTL_NET = "10.250.0"
@@ -31,6 +41,7 @@ class Pod:
     name: str  # hostname, e.g. job-worker-0
     index: int
     netns: Netns
+    pid1: bool = False  # commands run as PID 1 of their own PID namespace
 
     @property
     def address(self) -> str:
@@ -44,7 +55,9 @@ class Pod:
         """argv run inside this pod: its netns, a UTS namespace with its hostname, env."""
         envs = [f"{k}={v}" for k, v in (env or {}).items()]
         inner = shlex.join(["env", "-i", *envs, *argv])
-        return [*self.netns.prefix(), "unshare", "--uts", "sh", "-c",
+        # --kill-child: if unshare goes, so does the pod's PID 1 (and with it the pod).
+        pid = ["--pid", "--fork", "--mount-proc", "--kill-child"] if self.pid1 else []
+        return [*self.netns.prefix(), "unshare", "--uts", *pid, "sh", "-c",
                 f"hostname {shlex.quote(self.name)} && exec {inner}"]
 
     def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
@@ -58,13 +71,20 @@ class Pod:
                                 stderr=subprocess.PIPE, text=True)
 
 
+DNS_ADDRESS = f"{CTL_NET}.2"
+
+
 class Cluster:
-    def __init__(self, names: Sequence[str], *, domain: str = "") -> None:
-        """Pods named `names` (the first is usually the launcher). With `domain`, the
-        hosts files also carry `name.domain` (e.g. job.default.svc)."""
+    def __init__(self, names: Sequence[str], *, domain: str = "", dns: bool = False,
+                 job: str = "job", namespace: str = "default", fqdn_only: bool = False,
+                 late: Sequence[str] = (), pid1: bool = False) -> None:
+        """Pods named `names` (the first is usually the launcher). With `domain` (and
+        `dns=False`), the hosts files also carry `name.domain`."""
         self.pods: list[Pod] = []
         self.procs: list[subprocess.Popen[str]] = []
-        self.switch = Netns("mpib-sw")
+        self.dnsmasq: Dnsmasq | None = None
+        self.job, self.namespace = job, namespace
+        self.switch = Netns("mpib-sw", resolv_conf=f"nameserver {DNS_ADDRESS}\n")
         try:
             for br in ("br-ctl", "br-data"):
                 self.switch.exec_checked(["ip", "link", "add", br, "type", "bridge"])
@@ -73,16 +93,45 @@ class Cluster:
             for i, name in enumerate(names):
                 fq = f" {name}.{domain}" if domain else ""
                 hosts += f"{CTL_NET}.{i + 10} {name}{fq}\n"
+            search = [f"{namespace}.svc.cluster.local", "svc.cluster.local"]
+            if not fqdn_only:
+                search.append("cluster.local")
             for i, name in enumerate(names):
-                ns = Netns("mpib-pod", resolv_conf="nameserver 127.0.0.1\n"
-                           "options ndots:5 timeout:1 attempts:1\n", hosts=hosts)
-                pod = Pod(name, i, ns)
+                if dns:
+                    resolv = (f"search {' '.join(search)}\nnameserver {DNS_ADDRESS}\n"
+                              "options ndots:5 timeout:1 attempts:2\n")
+                    own = f"127.0.0.1 localhost\n{CTL_NET}.{i + 10} {self.fqdn(name)} {name}\n"
+                    ns = Netns("mpib-pod", resolv_conf=resolv, hosts=own)
+                else:
+                    ns = Netns("mpib-pod", resolv_conf="nameserver 127.0.0.1\n"
+                               "options ndots:5 timeout:1 attempts:1\n", hosts=hosts)
+                pod = Pod(name, i, ns, pid1=pid1)
                 self.pods.append(pod)
                 self._wire(pod, "eth0", "br-ctl", pod.address)
                 self._wire(pod, "net1", "br-data", pod.data_address)
+            if dns:
+                self.switch.exec_checked(["ip", "addr", "add", f"{DNS_ADDRESS}/24", "dev",
+                                          "br-ctl"])
+                records = {self.fqdn(p.name): p.address for p in self.pods
+                           if p.name not in late}
+                self.dnsmasq = Dnsmasq(self.switch, records=records, listen=DNS_ADDRESS)
         except BaseException:
             self.close()
             raise
+
+    def fqdn(self, name: str) -> str:
+        """MPI Operator's name for a pod: `<pod>.<job>.<ns>.svc.cluster.local`."""
+        return f"{name}.{self.job}.{self.namespace}.svc.cluster.local"
+
+    def svc(self, name: str) -> str:
+        """The form MPI Operator writes in hostfiles: `<pod>.<job>.<ns>.svc`."""
+        return f"{name}.{self.job}.{self.namespace}.svc"
+
+    def add_record(self, name: str) -> None:
+        """A pod's DNS record appears (late)."""
+        assert self.dnsmasq is not None
+        pod = next(p for p in self.pods if p.name == name)
+        self.dnsmasq.add({self.fqdn(name): pod.address})
 
     def _wire(self, pod: Pod, iface: str, bridge: str, address: str) -> None:
         # Made inside the switch namespace: nothing ever appears in the host's.
@@ -101,11 +150,32 @@ class Cluster:
         self.procs.append(p)
         return p
 
+    @staticmethod
+    def pid_of(p: subprocess.Popen[str]) -> int:
+        """The PID of the pod's program: `unshare --fork`'s child when pid1, else p's."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{p.pid}/task/{p.pid}/children") as fh:
+                    kids = fh.read().split()
+            except OSError:
+                kids = []
+            if kids:
+                return int(kids[0])
+            if p.poll() is not None:
+                break
+            time.sleep(0.01)
+        return p.pid
+
+    def signal(self, p: subprocess.Popen[str], signum: int = signal.SIGTERM) -> None:
+        """Signal the pod's program itself (`unshare` does not pass signals on)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid_of(p), signum)
+
     def close(self) -> None:
         for p in self.procs:
             if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    p.send_signal(signal.SIGTERM)
+                self.signal(p)
         deadline = time.monotonic() + 5
         for p in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -113,6 +183,8 @@ class Cluster:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        if self.dnsmasq is not None:
+            self.dnsmasq.close()
         for pod in self.pods:
             pod.netns.close()  # kills whatever is left in the pod, by PID
         self.switch.close()

@@ -67,7 +67,10 @@ def write_hosts_file(directory: str, filename: str, records: Records) -> str:
 
 class Dnsmasq:
     def __init__(self, netns: Netns, *, domain: str = "cluster.local",
-                 records: Records = (), start_timeout: float = 10.0) -> None:
+                 records: Records = (), start_timeout: float = 10.0,
+                 listen: str = "127.0.0.1") -> None:
+        """`listen`: the address to serve on (loopback by default; the cluster puts it on
+        its control bridge)."""
         self.netns = netns
         self.domain = domain
         self.workdir = tempfile.mkdtemp(prefix="mpib-dnsmasq-")
@@ -87,7 +90,7 @@ class Dnsmasq:
                 "--keep-in-foreground",  # our child: its PID is the one we stop
                 "--conf-file=/dev/null",  # no /etc/dnsmasq.conf, no conf-dir
                 "--no-resolv", "--no-poll", "--no-hosts",  # no upstream, no /etc/hosts
-                "--listen-address=127.0.0.1", "--bind-interfaces",  # loopback only
+                f"--listen-address={listen}", "--bind-interfaces",  # that address only
                 "--port=53",
                 f"--local=/{domain}/",  # NXDOMAIN for unknown names in the domain
                 f"--hostsdir={self.hostsdir}",
