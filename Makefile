@@ -70,12 +70,11 @@ lint: install
 bench: system-deps install
 	$(PY) tests/bench/run.py
 
-# Until the simulated cluster exists (issue 5), the demo shows the plan for a bundled
-# example hostfile whose names resolve on any machine, for the MPI found on PATH.
-demo: system-deps install
-	$(VENV)/bin/mpi-bootstrap launcher --explain \
-	  --hostfile mpi_bootstrap/examples/hostfile --output-hostfile /tmp/mpi-bootstrap-demo-hostfile \
-	  --dns-wait-seconds 10 -- python3 -c 'print("hello from a rank")'
+# A real MPI job through the agent on a simulated 3-pod cluster (tests/demo.py).
+# `make demo DEMO_ARGS="--mpi mpich --workers 4"` picks another MPI or size.
+DEMO_ARGS ?=
+demo: system-deps install mpi-venvs
+	$(PY) tests/demo.py $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) $(MPI_VENVS) .pytest_cache .mypy_cache .ruff_cache *.egg-info

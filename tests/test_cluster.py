@@ -17,30 +17,14 @@ import pytest
 
 from tests.conftest import AGENT, REAL_MPIS, RealMPI
 from tests.support.cluster import Cluster, Pod
+from tests.support.programs import LINE, compile_allreduce
 
 pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.dnsmasq,
               pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "tests" / "support" / "allreduce.c"
 WORKERS = ["job-worker-0", "job-worker-1"]
 PODS = ["job-launcher", *WORKERS]
-LINE = re.compile(r"rank (\d+)/(\d+) on (\S+): allreduce sum (\d+) \(expected (\d+)\) (OK|WRONG)")
-
-
-def compile_allreduce(m: RealMPI, out: Path) -> Path:
-    """The allreduce program for `m`. impi-rt ships no compiler: Intel MPI keeps the
-    MPICH ABI (libmpi.so.12), so MPICH's header and Intel's library make the binary."""
-    exe = out / f"allreduce-{m.kind}"
-    if m.kind == "intel":
-        mpich = REAL_MPIS["mpich"].bindir.rsplit("/", 1)[0]
-        lib = m.bindir.rsplit("/", 1)[0] + "/lib"
-        argv = ["gcc", "-O1", "-o", str(exe), str(SOURCE), f"-I{mpich}/include", f"-L{lib}",
-                "-lmpi", f"-Wl,-rpath,{lib}"]
-    else:
-        argv = [f"{m.bindir}/mpicc", "-O1", "-o", str(exe), str(SOURCE)]
-    subprocess.run(argv, check=True, capture_output=True)
-    return exe
 
 
 @pytest.fixture(scope="module")

@@ -393,6 +393,18 @@ PID1 = os.path.join(ROOT, "tests", "bench", "pid1.py")
 SSH = os.path.join(ROOT, "tests", "bench", "ssh.py")
 
 
+CLUSTER = os.path.join(ROOT, "tests", "bench", "cluster.py")
+
+
+def bench_cluster() -> dict[str, Any]:
+    """tests/bench/cluster.py (time to first rank per MPI, 16-worker launch phases)."""
+    done = subprocess.run([PY, CLUSTER], capture_output=True, text=True, timeout=900,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"cluster.py exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
 def bench_ssh() -> dict[str, Any]:
     """tests/bench/ssh.py (worker readiness, preflight over 16 workers)."""
     done = subprocess.run([PY, SSH], capture_output=True, text=True, timeout=600, check=False)
@@ -511,6 +523,19 @@ def table(results: dict[str, Any]) -> str:
             rows.append(("8. preflight, 16 workers", f"{pf.get('parallel_ms')} ms",
                          "", f"{pf.get('serial_ms')} ms (one by one)",
                          f"{pf.get('ratio')}x"))
+    if "cluster" in b and not err("cluster", "9. cluster (cluster.py)"):
+        r = b["cluster"]
+        for mpi, v in r.get("pods_up_to_first_rank", {}).items():
+            med = v.get("median_s")
+            rows.append((f"9. pods up -> first rank, {mpi}",
+                         f"{med:.2f} s" if med is not None else "FAILED", "",
+                         f"{v.get('runs_ok')}/{v.get('runs')} runs ok", ""))
+        split = r.get("workers16_phases_s", {})
+        if split:
+            rows.append(("10. 16 workers: start -> mpirun",
+                         f"{split.get('total_to_mpirun_start')} s", "", "", ""))
+            details.append("10. 16 workers, launcher phases (s): " + ", ".join(
+                f"{k} {v}" for k, v in split.items() if k != "total_to_mpirun_start"))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
              for row in rows]
@@ -588,6 +613,7 @@ def main() -> int:
             guarded(results, "pid1", bench_pid1)
         if netns_mod.available()[0]:
             guarded(results, "ssh", bench_ssh)
+            guarded(results, "cluster", bench_cluster)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     results["meta"]["total_wall_s"] = time.monotonic() - t_start

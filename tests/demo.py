@@ -1,0 +1,147 @@
+"""`make demo`: a real MPI job through the agent on a simulated cluster on this machine.
+
+A launcher pod and worker pods (network namespaces with eth0 on a control bridge and
+net1 on a data bridge, their own hostnames, the agent as PID 1 of each), dnsmasq serving
+MPI Operator's names, the agent's worker role running a private sshd in every worker,
+and `mpi-bootstrap launcher -- ./allreduce` in the launcher pod. It prints the job's
+output and a summary, removes everything, and exits with the job's code.
+
+    python tests/demo.py [--mpi openmpi4|openmpi5|mpich|intel] [--workers N]
+                         [--slots N] [--rewrite none|fqdn|ip] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.conftest import AGENT, REAL_MPIS  # noqa: E402
+from tests.support.cluster import Cluster  # noqa: E402
+from tests.support.programs import LINE, compile_allreduce  # noqa: E402
+
+
+def events(stderr: str) -> list[dict[str, Any]]:
+    out = []
+    for line in stderr.splitlines():
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+    return out
+
+
+def stamp(event: dict[str, Any]) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def run_job(mpi: str = "openmpi4", workers: int = 2, slots: int = 2, rewrite: str = "none",
+            echo: bool = True) -> dict[str, Any]:
+    m = REAL_MPIS[mpi]
+    if not os.access(m.mpirun, os.X_OK):
+        raise SystemExit(f"{m.mpirun} missing: run `make mpi-venvs`")
+    work = Path(tempfile.mkdtemp(prefix="mpib-demo-", dir="/tmp"))
+    work.chmod(0o755)
+    names = ["demo-launcher", *(f"demo-worker-{i}" for i in range(workers))]
+    try:
+        exe = compile_allreduce(m, work)
+        xdir = work / "exchange"
+        xdir.mkdir()
+        with Cluster(names, dns=True, pid1=True, job="demo") as c:
+
+            def env(pod_name: str, **extra: str) -> dict[str, str]:
+                home = work / pod_name
+                home.mkdir(exist_ok=True)
+                return {"PATH": f"{m.bindir}:/usr/local/bin:/usr/bin:/bin",
+                        "HOME": str(home), "LANG": "C.UTF-8",
+                        "MPI_BOOTSTRAP_STATE_DIR": str(home / "state"),
+                        "MPI_BOOTSTRAP_EXCHANGE_DIR": str(xdir),
+                        "MPI_BOOTSTRAP_LOG_FORMAT": "json", **extra}
+
+            for pod in c.pods[1:]:
+                c.start(pod, [AGENT, "worker"], env(pod.name))
+            pods_up = time.time()
+            hostfile = work / "hostfile"
+            form = "{}:{}" if m.vendor in ("mpich", "intel") else "{} slots={}"
+            hostfile.write_text("".join(form.format(c.svc(p.name), slots) + "\n"
+                                        for p in c.pods[1:]))
+            launcher = c.pods[0]
+            done = launcher.run(
+                [AGENT, "launcher", "--mpirun", m.mpirun, "--", str(exe)],
+                env(launcher.name, MPI_HOSTFILE=str(hostfile), MPI_BOOTSTRAP_REWRITE=rewrite,
+                    MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(work / "mpi-hostfile")), timeout=300)
+            written = (work / "mpi-hostfile").read_text() if done.returncode == 0 else ""
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if echo:
+        sys.stdout.write(done.stdout)
+        if done.returncode != 0:
+            sys.stderr.write(done.stderr)
+    ev = events(done.stderr)
+    starts = [float(s) for s in re.findall(r" start (\d+\.\d+)", done.stdout)]
+    by = {e["event"]: e for e in ev}
+    ranks = [m_ for m_ in LINE.finditer(done.stdout)]
+    summary: dict[str, Any] = {
+        "mpi": f"{by.get('MPI', {}).get('vendor', m.vendor)} "
+               f"{by.get('MPI', {}).get('version', m.version)}",
+        "hosts": [line.split()[0].split(":")[0] for line in written.splitlines()],
+        "rewrite": rewrite,
+        "ranks_ok": sum(1 for r in ranks if r[6] == "OK"),
+        "ranks": len(ranks),
+        "exit_code": done.returncode,
+        "pods_up_to_first_rank_s": round(min(starts) - pods_up, 3) if starts else None,
+    }
+    if "MPI" in by and "mpirun start" in by:
+        t0 = stamp(by["MPI"])
+        summary["launcher_phases_s"] = {
+            phase: round(stamp(by[name]) - t0, 3)
+            for phase, name in (("dns", "DNS done"), ("records", "records"),
+                                ("sshd_ready", "sshd ready"), ("preflight", "preflight ok"),
+                                ("mpirun_start", "mpirun start")) if name in by}
+    return summary
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mpi", default="openmpi4", choices=sorted(REAL_MPIS))
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--rewrite", default="none", choices=("none", "fqdn", "ip"))
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("the demo builds network namespaces: run it as root", file=sys.stderr)
+        return 1
+    s = run_job(args.mpi, args.workers, args.slots, args.rewrite, echo=not args.json)
+    if args.json:
+        print(json.dumps(s))
+    else:
+        print()
+        print(f"MPI:            {s['mpi']}")
+        print(f"hosts:          {', '.join(s['hosts']) or '(no hostfile written)'}")
+        print(f"rewrite:        {s['rewrite']}")
+        print(f"ranks:          {s['ranks_ok']} of {s['ranks']} computed the right sum")
+        if s["pods_up_to_first_rank_s"] is not None:
+            print(f"time to launch: {s['pods_up_to_first_rank_s']:.2f} s from pods up to the "
+                  "first rank running")
+        if "launcher_phases_s" in s:
+            print("launcher:       " + ", ".join(f"{k} at {v:.2f} s" for k, v in
+                                                 s["launcher_phases_s"].items()))
+        print(f"job exit code:  {s['exit_code']}")
+    return int(s["exit_code"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""The MPI test program (allreduce.c beside this file), built for each real MPI."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from tests.conftest import REAL_MPIS, RealMPI
+
+SOURCE = Path(__file__).resolve().parent / "allreduce.c"
+# What each rank prints: rank, size, host, sum, expected, verdict (and its start time).
+LINE = re.compile(r"rank (\d+)/(\d+) on (\S+): allreduce sum (\d+) \(expected (\d+)\) (OK|WRONG)")
+
+
+def compile_allreduce(m: RealMPI, out: Path) -> Path:
+    """The allreduce program for `m`. impi-rt ships no compiler: Intel MPI keeps the
+    MPICH ABI (libmpi.so.12), so MPICH's header and Intel's library make the binary."""
+    exe = out / f"allreduce-{m.kind}"
+    if m.kind == "intel":
+        mpich = REAL_MPIS["mpich"].bindir.rsplit("/", 1)[0]
+        lib = m.bindir.rsplit("/", 1)[0] + "/lib"
+        argv = ["gcc", "-O1", "-o", str(exe), str(SOURCE), f"-I{mpich}/include", f"-L{lib}",
+                "-lmpi", f"-Wl,-rpath,{lib}"]
+    else:
+        argv = [f"{m.bindir}/mpicc", "-O1", "-o", str(exe), str(SOURCE)]
+    subprocess.run(argv, check=True, capture_output=True)
+    return exe
