@@ -82,6 +82,7 @@ class Cluster:
         `dns=False`), the hosts files also carry `name.domain`."""
         self.pods: list[Pod] = []
         self.procs: list[subprocess.Popen[str]] = []
+        self._pid1: set[int] = set()  # started in a PID-1 pod: the program is unshare's child
         self.dnsmasq: Dnsmasq | None = None
         self.job, self.namespace = job, namespace
         self.switch = Netns("mpib-sw", resolv_conf=f"nameserver {DNS_ADDRESS}\n")
@@ -148,6 +149,8 @@ class Cluster:
         """Start a long-running process in `pod`; stopped by close() if still running."""
         p = pod.start(argv, env)
         self.procs.append(p)
+        if pod.pid1:
+            self._pid1.add(p.pid)
         return p
 
     @staticmethod
@@ -170,7 +173,7 @@ class Cluster:
     def signal(self, p: subprocess.Popen[str], signum: int = signal.SIGTERM) -> None:
         """Signal the pod's program itself (`unshare` does not pass signals on)."""
         with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid_of(p), signum)
+            os.kill(self.pid_of(p) if p.pid in self._pid1 else p.pid, signum)
 
     def close(self) -> None:
         for p in self.procs:
