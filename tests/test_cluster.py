@@ -286,3 +286,29 @@ def test_scale_16_workers(work: Path, programs: Path) -> None:
                       MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(work / "mpi-hostfile"))
         done = launcher.run(job.launcher_argv([str(exe)]), env, timeout=240)
         check_allreduce(done, 16, workers)
+
+
+def test_teardown_leaves_nothing(work: Path) -> None:
+    """After close(): no namespace, /etc/netns entry, netns mount or started process."""
+    m = REAL_MPIS["openmpi4"]
+    with Cluster(PODS, dns=True, pid1=True) as c:
+        job = Job(c, work, m)
+        procs = job.start_workers()
+        for pod in c.pods[1:]:  # up and serving, as a job's pods would be
+            deadline = time.monotonic() + 20
+            while pod.run([AGENT, "probe"], job.env(pod)).returncode != 0:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        names = [p.netns.name for p in c.pods] + [c.switch.name]
+        dnsmasq_pid = c.dnsmasq.pid if c.dnsmasq else None
+        pids = [c.pid_of(p) for p in procs]
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                            check=True).stdout
+    mounts = Path("/proc/self/mountinfo").read_text()
+    for name in names:
+        assert name not in listed
+        assert not Path(f"/etc/netns/{name}").exists()
+        assert f"/run/netns/{name}" not in mounts
+    assert all(p.poll() is not None for p in procs)
+    for pid in [*pids, dnsmasq_pid]:
+        assert pid is not None and not Path(f"/proc/{pid}").exists(), pid
