@@ -12,14 +12,14 @@ PY := $(VENV)/bin/python
 MPI_VENVS := .venv-mpi
 # Debian packages the tests and the demo use (FIELD-NOTES §5).
 DEB_PACKAGES := openmpi-bin libopenmpi-dev openssh-server openssh-client dnsmasq-base \
-                iproute2 tcpdump procps util-linux
+                iproute2 tcpdump procps util-linux podman runc debootstrap hyperfine
 # PyPI MPIs, each in its own venv: their mpirun binaries would overwrite each other.
 OPENMPI5_VERSION := 5.0.11
 MPICH_VERSION := 5.0.2
 # 2021.19 needs a libfabric wheel PyPI does not have; 2021.18.1 bundles its own.
 IMPI_VERSION := 2021.18.1
 
-.PHONY: install system-deps mpi-venvs test test-fast lint bench demo clean
+.PHONY: install system-deps mpi-venvs wheelhouse test test-fast compose-test lint bench demo clean
 
 install: $(VENV)/.installed
 
@@ -59,9 +59,17 @@ $(MPI_VENVS)/impi/.installed:
 test: system-deps install mpi-venvs
 	$(PY) -m pytest -q
 
+# The images and the compose simulation under podman (also part of `make test`).
+compose-test: system-deps install
+	$(PY) -m pytest -q tests/test_container.py
+
+# Wheels of the agent and its dependencies, for container/Dockerfile's offline install.
+wheelhouse: install
+	$(PY) -m pip wheel -q --wheel-dir container/wheelhouse .
+
 # Unit tests only: no real MPI, no namespaces (seconds).
 test-fast: install
-	$(PY) -m pytest -q -m "not realmpi and not netns and not dnsmasq"
+	$(PY) -m pytest -q -m "not realmpi and not netns and not dnsmasq and not container"
 
 lint: install
 	$(VENV)/bin/ruff check mpi_bootstrap tests
