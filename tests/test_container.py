@@ -10,6 +10,7 @@ machine's own podman storage is touched.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -69,10 +70,9 @@ def base_rootfs() -> Path:
     return ROOTFS_CACHE
 
 
-@pytest.fixture(scope="module")
-def podman() -> Iterator[Podman]:
-    if shutil.which("podman") is None or not os.access(COMPOSE, os.X_OK):
-        pytest.fail("podman / podman-compose missing: `make system-deps install` installs them")
+@contextlib.contextmanager
+def session() -> Iterator[Podman]:
+    """A private podman storage with the base, agent and demo images; wiped on exit."""
     store = Path(tempfile.mkdtemp(prefix="mpib-podman-"))
     (store / "storage.conf").write_text(
         f'[storage]\ndriver = "overlay"\ngraphroot = "{store}/root"\n'
@@ -95,6 +95,14 @@ def podman() -> Iterator[Podman]:
         pm.compose("down", "-v", timeout=120)
         pm("system", "reset", "--force", check=False, timeout=300)
         shutil.rmtree(store, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def podman() -> Iterator[Podman]:
+    if shutil.which("podman") is None or not os.access(COMPOSE, os.X_OK):
+        pytest.fail("podman / podman-compose missing: `make system-deps install` installs them")
+    with session() as pm:
+        yield pm
 
 
 def worker_ready(pm: Podman, name: str, timeout: float = 60) -> None:

@@ -396,6 +396,17 @@ SSH = os.path.join(ROOT, "tests", "bench", "ssh.py")
 CLUSTER = os.path.join(ROOT, "tests", "bench", "cluster.py")
 
 
+def bench_container() -> dict[str, Any]:
+    """tests/bench/container.py (image size added, container start to sshd ready)."""
+    path = os.path.join(ROOT, "tests", "bench", "container.py")
+    done = subprocess.run([PY, path], capture_output=True, text=True, timeout=1200,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"container.py exited {done.returncode}: "
+                           f"{done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
 def bench_cluster() -> dict[str, Any]:
     """tests/bench/cluster.py (time to first rank per MPI, 16-worker launch phases)."""
     done = subprocess.run([PY, CLUSTER], capture_output=True, text=True, timeout=900,
@@ -536,6 +547,13 @@ def table(results: dict[str, Any]) -> str:
                          f"{split.get('total_to_mpirun_start')} s", "", "", ""))
             details.append("10. 16 workers, launcher phases (s): " + ", ".join(
                 f"{k} {v}" for k, v in split.items() if k != "total_to_mpirun_start"))
+    if "container" in b and not err("container", "11. container (container.py)"):
+        r = b["container"]
+        img, start = r.get("image_mb", {}), r.get("container_start_to_sshd_ready_ms", {})
+        rows.append(("11. image size added by agent", f"{img.get('added_by_agent_layer')} MB",
+                     "", f"venv alone {img.get('agent_venv_only')} MB", ""))
+        rows.append(("12. container start -> sshd ready", f"{start.get('median')} ms", "",
+                     "", ""))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
              for row in rows]
@@ -614,6 +632,7 @@ def main() -> int:
         if netns_mod.available()[0]:
             guarded(results, "ssh", bench_ssh)
             guarded(results, "cluster", bench_cluster)
+            guarded(results, "container", bench_container)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     results["meta"]["total_wall_s"] = time.monotonic() - t_start
