@@ -203,7 +203,7 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Any) -> in
     log.info("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded))
     proc.handoff(p.argv, env, grace=config.grace_seconds, group=config.signal_group,
                  role=config.role, log_level=config.log_level, log_format=config.log_format,
-                 done_file=p.done_file)
+                 done_file=p.done_file, explain=True)
     raise AssertionError("unreachable: handoff replaces the process")
 
 

@@ -133,12 +133,17 @@ def _exec_error(program: str, exc: OSError | None = None) -> ExecError:
     return ExecError(f"{program}: not executable ({exc.strerror})", ExitStatus.NOT_EXECUTABLE)
 
 
-def spawn(argv: Sequence[str], env: Mapping[str, str], *, group: bool) -> int:
-    """Start argv with default signal dispositions and an empty mask; return its PID."""
+def spawn(argv: Sequence[str], env: Mapping[str, str], *, group: bool,
+          stderr: tuple[int, int] | None = None) -> int:
+    """Start argv with default signal dispositions and an empty mask; return its PID.
+    `stderr`: a pipe (read end, write end) to become the child's stderr."""
     path = resolve(argv[0], env.get("PATH"))
     if path is None:
         raise _exec_error(argv[0])
     kwargs: dict[str, Any] = {"setsigdef": HANDLED, "setsigmask": ()}
+    if stderr is not None:
+        kwargs["file_actions"] = [(os.POSIX_SPAWN_DUP2, stderr[1], 2),
+                                  (os.POSIX_SPAWN_CLOSE, stderr[0])]
     if group:
         kwargs["setpgroup"] = 0
     try:
@@ -173,7 +178,7 @@ class Supervisor:
     def __init__(self, *, grace: float, group: bool, log: Log,
                  restart: RestartPolicy | None = None,
                  readers: Mapping[int, Callable[[], None]] | None = None,
-                 stop_file: str | None = None) -> None:
+                 stop_file: str | None = None, explain: bool = False) -> None:
         self.grace = grace
         self.group = group
         self.log = log
@@ -182,9 +187,46 @@ class Supervisor:
         self.readers = dict(readers or {})
         # A file whose appearance ends the service (the job is done), checked each second.
         self.stop_file = stop_file
+        # Tee the child's stderr and explain a known failure after it (failures.py).
+        self.explain = explain
+        self._tail = bytearray()
+        self._err: int | None = None
         self.give_up = False
         self.reaped_others = 0
         self._rfd, self._wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    TAIL = 256 * 1024  # how much of mpirun's stderr is kept for the explainer
+
+    def _tee(self) -> None:
+        """Copy what the child wrote to stderr through, keeping the last TAIL bytes."""
+        assert self._err is not None  # noqa: S101 - only registered with the pipe
+        try:
+            data = os.read(self._err, 65536)
+        except BlockingIOError:
+            return
+        if not data:
+            self.readers.pop(self._err, None)
+            os.close(self._err)
+            self._err = None
+            return
+        with contextlib.suppress(OSError):
+            os.write(2, data)
+        self._tail += data
+        del self._tail[:-self.TAIL]
+
+    def _explain(self, code: int) -> None:
+        while self._err is not None and self._err in self.readers:  # what is left now
+            before = len(self._tail)
+            self._tee()
+            if len(self._tail) == before:
+                break
+        from mpi_bootstrap import failures
+
+        found = failures.explain(self._tail.decode("utf-8", "replace"))
+        if found is not None:
+            self.log("mpirun failure explained", signature=found.signature, code=code)
+            with contextlib.suppress(OSError):
+                os.write(2, found.text(code).encode())
 
     def install(self) -> None:
         """Handlers first, then let any signal blocked across exec in."""
@@ -247,7 +289,15 @@ class Supervisor:
                 if signum in TERMINATING:
                     self.log("signal before start", signal=signal.Signals(signum).name)
                     return 0 if self.restart else 128 + signum
-            main = spawn(argv, env, group=self.group)
+            pipe = None
+            if self.explain:
+                pipe = os.pipe2(os.O_CLOEXEC)
+                os.set_blocking(pipe[0], False)
+            main = spawn(argv, env, group=self.group, stderr=pipe)
+            if pipe is not None:
+                os.close(pipe[1])
+                self._err = pipe[0]
+                self.readers[pipe[0]] = self._tee
             self.log("child started", pid=main, program=argv[0])
         else:
             main = adopt
@@ -335,6 +385,8 @@ class Supervisor:
         if self.restart:
             return int(ExitStatus.PEER_UNAVAILABLE) if self.give_up else 0
         code = exit_code(main_status if main_status is not None else 0)
+        if self.explain and code != 0 and not stop_signal:
+            self._explain(code)
         if stop_signal and code != 0 and code != 128 + stop_signal:
             # mpirun chose its own code (MPICH: 255) for a job we were told to end; the
             # orchestrator must see that it was ended by the signal: 128+N, like tini.
@@ -496,7 +548,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if spec.get("net"):
         readers.update(_net_server(spec["net"], log))
     sup = Supervisor(grace=float(spec["grace"]), group=bool(spec["group"]), log=log,
-                     restart=restart, readers=readers, stop_file=spec.get("stop_file"))
+                     restart=restart, readers=readers, stop_file=spec.get("stop_file"),
+                     explain=bool(spec.get("explain")))
     sup.install()
     if os.getpid() != 1 and become_subreaper():
         log("subreaper", reason="not PID 1: orphans re-parent to the agent and are reaped")

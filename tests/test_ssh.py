@@ -126,6 +126,16 @@ class TestDirExchange:
         assert done.returncode == 69, done.stderr
         assert "host key mismatch for job-worker-1" in done.stderr
         assert "mpirun start" not in done.stderr
+        # Without preflight, mpirun itself meets the impostor; its output stays, and the
+        # agent explains it after (issue 7: mpirun's stderr is teed, not swallowed).
+        done = launch(cluster, tmp_path, ["hostname"], MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+                      MPI_DNS_WAIT_SECONDS="20", MPI_BOOTSTRAP_PREFLIGHT="false")
+        assert done.returncode != 0
+        assert "Host key verification failed." in done.stderr
+        tail = done.stderr[done.stderr.index("Host key verification failed."):]
+        assert "mpi-bootstrap: mpirun exited" in tail
+        assert "Likely cause: the sshd that answered for job-worker-1 presented a host key" \
+            in tail
 
     def test_sshd_down_is_exit_69_before_mpirun(self, cluster: Cluster, tmp_path: Path
                                                ) -> None:
