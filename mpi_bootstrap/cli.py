@@ -51,6 +51,10 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
 
         if config.role == "probe":
             return worker.probe(config)
+        if config.role == "doctor":
+            from mpi_bootstrap import diagnose
+
+            return diagnose.main(config, config.json)
         for note in config.notes:
             logger.info("note", note=note)
         return worker.start(config, environ, log.events(logger))

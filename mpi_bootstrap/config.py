@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 from mpi_bootstrap.errors import ConfigError
 from mpi_bootstrap.names import is_dns_name, is_user_name
 
-ROLES = ("launcher", "worker", "probe")
+ROLES = ("launcher", "worker", "probe", "doctor")
 REWRITE_MODES = ("none", "fqdn", "ip")
 EXCHANGE_MODES = ("auto", "secret", "dir", "net", "none")
 MPI_CHOICES = ("auto", "openmpi", "openmpi4", "openmpi5", "mpich", "intel")
@@ -443,8 +443,8 @@ def _build(environ: Mapping[str, str], argv: list[str]) -> Config:
     elif values["exchange"] == "secret" and values["sshd_port"] == 0:
         problems.append(f"{sources['sshd_port'].name}: the secret exchange needs a fixed "
                         "port (no exchange tells the launcher a free one)")
-    if ns.json and not ns.explain:
-        problems.append("--json: only valid with --explain")
+    if ns.json and not ns.explain and role != "doctor":
+        problems.append("--json: only valid with --explain or doctor")
     if role == "worker" and program:
         notes.append(f"worker command {program[0]!r} ignored: the agent runs its own sshd")
     if role == "launcher":

@@ -116,10 +116,14 @@ def wait_for_dns(config: Config, hostfile: hf.Hostfile, own_name: str, log: Any
         failing = [result.answers[n] for n in result.unresolved]
         summary = ", ".join(f"{a.name} ({a.error_kind})" for a in failing[:5])
         more = f" and {len(failing) - 5} more" if len(failing) > 5 else ""
+        from mpi_bootstrap import diagnose
+
+        doctor = diagnose.for_dump([a.name for a in failing[:16]])
         raise DNSTimeoutError(
             f"DNS: {len(failing)} of {len(names)} names did not resolve within "
             f"{config.dns_wait_seconds:g} s: {summary}{more}",
-            details=dns_dump(hostfile, failing, own_name))
+            details=dns_dump(hostfile, failing, own_name) + "\n--- doctor (each "
+            "nameserver asked directly)\n" + doctor)
     return answers
 
 

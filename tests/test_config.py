@@ -121,5 +121,5 @@ class TestErrors:
             cfg({"MPI_HOSTFILE": "/tmp/h", "MPI_BOOTSTRAP_OUTPUT_HOSTFILE": "/tmp/./h"})
 
     def test_json_needs_explain(self) -> None:
-        with pytest.raises(ConfigError, match="--json: only valid with --explain"):
+        with pytest.raises(ConfigError, match="--json: only valid with --explain or doctor"):
             cfg(argv=["--json", "launcher", *PROG])

@@ -113,8 +113,11 @@ class Cluster:
             if dns:
                 self.switch.exec_checked(["ip", "addr", "add", f"{DNS_ADDRESS}/24", "dev",
                                           "br-ctl"])
-                records = {self.fqdn(p.name): p.address for p in self.pods
-                           if p.name not in late}
+                records = [(self.fqdn(p.name), p.address) for p in self.pods
+                           if p.name not in late]
+                # The headless Service answers with every ready worker (not the launcher).
+                records += [(self.service, p.address) for p in self.pods[1:]
+                            if p.name not in late]
                 self.dnsmasq = Dnsmasq(self.switch, records=records, listen=DNS_ADDRESS)
         except BaseException:
             self.close()
@@ -128,11 +131,16 @@ class Cluster:
         """The form MPI Operator writes in hostfiles: `<pod>.<job>.<ns>.svc`."""
         return f"{name}.{self.job}.{self.namespace}.svc"
 
+    @property
+    def service(self) -> str:
+        """The headless Service's name: `<job>.<ns>.svc.cluster.local`."""
+        return f"{self.job}.{self.namespace}.svc.cluster.local"
+
     def add_record(self, name: str) -> None:
-        """A pod's DNS record appears (late)."""
+        """A pod's DNS record appears (late), in its own name and the Service's."""
         assert self.dnsmasq is not None
         pod = next(p for p in self.pods if p.name == name)
-        self.dnsmasq.add({self.fqdn(name): pod.address})
+        self.dnsmasq.add([(self.fqdn(name), pod.address), (self.service, pod.address)])
 
     def _wire(self, pod: Pod, iface: str, bridge: str, address: str) -> None:
         # Made inside the switch namespace: nothing ever appears in the host's.

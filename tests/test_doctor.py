@@ -1,0 +1,149 @@
+"""`mpi-bootstrap doctor` against real dnsmasq scenarios in the simulated cluster:
+record missing, record late, only-FQDN, nameserver down, wrong address."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import AGENT
+from tests.support.cluster import Cluster
+
+pytestmark = [pytest.mark.netns, pytest.mark.dnsmasq, pytest.mark.timeout(180)]
+
+PODS = ["job-launcher", "job-worker-0", "job-worker-1"]
+
+
+def doctor(c: Cluster, work: Path, **extra: str) -> dict[str, Any]:
+    hf = work / "hostfile"
+    hf.write_text("".join(f"{c.svc(w)} slots=1\n" for w in PODS[1:]))
+    xdir = work / "exchange"
+    xdir.mkdir(exist_ok=True)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "MPI_HOSTFILE": str(hf),
+           "MPI_BOOTSTRAP_EXCHANGE_DIR": str(xdir), "MPI_BOOTSTRAP_LOG_FORMAT": "json",
+           **extra}
+    done = c.pods[0].run([AGENT, "doctor", "--json"], env, timeout=60)
+    assert done.returncode in (0, 1), done.stderr
+    out: dict[str, Any] = json.loads(done.stdout)
+    out["exit"] = done.returncode
+    return out
+
+
+def about(report: dict[str, Any], host_part: str) -> list[dict[str, Any]]:
+    return [f for f in report["findings"] if host_part in f["host"]]
+
+
+def start_workers(c: Cluster, work: Path) -> None:
+    xdir = work / "exchange"
+    xdir.mkdir(exist_ok=True)
+    for pod in c.pods[1:]:
+        c.start(pod, [AGENT, "worker"], {
+            "PATH": "/usr/bin:/bin", "HOME": str(work),
+            "MPI_BOOTSTRAP_STATE_DIR": str(work / pod.name),
+            "MPI_BOOTSTRAP_EXCHANGE_DIR": str(xdir)})
+    deadline = time.monotonic() + 20
+    while len(list(xdir.glob("job-worker-*.json"))) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_all_well(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    with Cluster(PODS, dns=True) as c:
+        start_workers(c, tmp_path)
+        report = doctor(c, tmp_path)
+        assert report["problems"] == 0, [f for f in report["findings"] if not f["ok"]]
+        assert report["exit"] == 0
+        ssh = [f for f in report["findings"] if f["check"] == "ssh"]
+        assert len(ssh) == 2 and all("answers" in f["detail"] for f in ssh)
+        svc = [f for f in report["findings"] if f["check"] == "headless Service"]
+        assert len(svc) == 1 and svc[0]["ok"] and svc[0]["detail"].startswith("2 addresses")
+
+
+def test_record_missing_then_late(tmp_path: Path) -> None:
+    with Cluster(PODS, dns=True, late=["job-worker-1"]) as c:
+        report = doctor(c, tmp_path)
+        bad = [f for f in about(report, "job-worker-1") if not f["ok"]]
+        ns = next(f for f in bad if f["check"].startswith("nameserver"))
+        assert "not found" in ns["detail"]
+        assert "job-worker-1.job.default.svc.default.svc.cluster.local: NXDOMAIN" in ns["detail"]
+        assert "job-worker-1.job.default.svc.cluster.local: NXDOMAIN" in ns["detail"]
+        assert "not be Ready" in ns["advice"]
+        svc = next(f for f in report["findings"] if f["check"] == "headless Service")
+        assert svc["host"] == "job.default.svc.cluster.local"
+        assert not svc["ok"] and svc["detail"].startswith("1 addresses for 2 workers")
+        assert "endpoints are not populated" in svc["advice"]
+        assert report["exit"] == 1
+        c.add_record("job-worker-1")  # the late record appears
+        report = doctor(c, tmp_path)
+        assert all(f["ok"] for f in about(report, "job-worker-1")
+                   if f["check"] != "record"), report
+
+
+def test_only_fqdn(tmp_path: Path) -> None:
+    with Cluster(PODS, dns=True, fqdn_only=True) as c:
+        report = doctor(c, tmp_path)
+        ns = next(f for f in about(report, "job-worker-0") if f["check"].startswith(
+            "nameserver"))
+        assert not ns["ok"]
+        assert "job-worker-0.job.default.svc: REFUSED" in ns["detail"]
+        assert "MPI_BOOTSTRAP_REWRITE=fqdn" in ns["advice"]
+        fixed = doctor(c, tmp_path, MPI_BOOTSTRAP_REWRITE="fqdn")
+        assert all(f["ok"] for f in about(fixed, "job-worker-0") if f["check"] != "record")
+
+
+def test_nameserver_down(tmp_path: Path) -> None:
+    with Cluster(PODS, dns=True) as c:
+        assert c.dnsmasq is not None
+        c.dnsmasq.close()
+        t0 = time.monotonic()
+        report = doctor(c, tmp_path)
+        assert time.monotonic() - t0 < 30  # bounded by the deadline, not hosts × timeout
+        down = [f for f in report["findings"] if f["check"] == "nameserver 10.250.0.2"]
+        assert down and all(not f["ok"] and f["detail"] == "no answer" for f in down)
+        assert "down or unreachable" in down[0]["advice"]
+
+
+def test_wrong_address(tmp_path: Path) -> None:
+    """DNS points at an old address; the worker published its real one."""
+    tmp_path.chmod(0o755)
+    with Cluster(PODS, dns=True, late=["job-worker-0"]) as c:
+        assert c.dnsmasq is not None
+        c.dnsmasq.add({c.fqdn("job-worker-0"): "10.250.0.77"})
+        start_workers(c, tmp_path)
+        report = doctor(c, tmp_path)
+        stale = next(f for f in about(report, "job-worker-0")
+                     if f["check"] == "published address")
+        assert not stale["ok"]
+        assert "DNS says 10.250.0.77, the worker published 10.250.0.11" in stale["detail"]
+        assert "stale record" in stale["advice"]
+
+
+def test_negative_ttl_from_soa(mocker: Any) -> None:
+    """NXDOMAIN with the zone's SOA: the doctor says how long the NXDOMAIN stays cached.
+    (dnsmasq sends no SOA with its NXDOMAIN, so this reply is built here; CoreDNS does.)"""
+    import dns.message
+    import dns.rcode
+    import dns.rrset
+
+    from mpi_bootstrap import diagnose
+
+    def reply(q: dns.message.Message, *_a: Any, **_k: Any) -> dns.message.Message:
+        r = dns.message.make_response(q)
+        r.set_rcode(dns.rcode.NXDOMAIN)
+        r.authority.append(dns.rrset.from_text(
+            "cluster.local.", 30, "IN", "SOA",
+            "ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 5"))
+        return r
+
+    mocker.patch("dns.query.udp", side_effect=reply)
+    mocker.patch("mpi_bootstrap.dns.SystemResolver.__call__", return_value=__import__(
+        "mpi_bootstrap.dns", fromlist=["Answer"]).Answer("x", error_kind="not found"))
+    conf = diagnose.ResolvConf(("10.96.0.10",), ("default.svc.cluster.local",), 5, 1.0)
+    found = diagnose.dns_findings("w-0.job.default.svc", conf, time.monotonic() + 5)
+    ns = next(f for f in found if f.check.startswith("nameserver"))
+    assert "will keep saying NXDOMAIN for up to 5 more seconds" in ns.advice
