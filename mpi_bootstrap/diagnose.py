@@ -12,7 +12,6 @@ Everything runs in parallel under one deadline.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import json
 import os
@@ -109,9 +108,54 @@ def ask(server: str, qname: str, timeout: float) -> tuple[str, tuple[str, ...], 
     return rcode, addrs, neg
 
 
+def within(deadline: float, jobs: Sequence[Callable[[], list[Finding]]],
+           on_late: Callable[[int], list[Finding]]) -> list[Finding]:
+    """Run every job at once in daemon threads; keep what finished by `deadline`.
+
+    Daemon threads: a check stuck in the resolver or a dead nameserver never holds the
+    doctor (or the agent) past its deadline, not even at exit.
+    """
+    import threading
+
+    results: list[list[Finding]] = [[] for _ in jobs]
+    done = [False] * len(jobs)
+
+    def work(i: int) -> None:
+        try:
+            results[i] = jobs[i]()
+        except Exception as exc:  # a check that breaks is a finding, not a crash
+            results[i] = [Finding("doctor", "internal", False, repr(exc))]
+        done[i] = True
+
+    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    late = sum(not d for d in done)
+    return [f for r in results for f in r] + (on_late(late) if late else [])
+
+
+def system_lookup(name: str, deadline: float) -> sysdns.Answer:
+    """getaddrinfo, given at most half the time left: glibc tries a dead nameserver for
+    its full timeout per name, and the direct queries still need the rest."""
+    import threading
+
+    holder: list[sysdns.Answer] = []
+
+    def look() -> None:
+        holder.append(sysdns.SystemResolver()(name))
+
+    t = threading.Thread(target=look, daemon=True)
+    t.start()
+    t.join(max(0.0, (deadline - time.monotonic()) / 2))
+    return holder[0] if holder else sysdns.Answer(
+        name, error_kind=sysdns.TEMPORARY, detail="no answer within half the deadline")
+
+
 def dns_findings(name: str, conf: ResolvConf, deadline: float) -> list[Finding]:
     out = []
-    answer = sysdns.SystemResolver()(name)
+    answer = system_lookup(name, deadline)
     if answer.ok:
         out.append(Finding(name, "system resolver", True, f"-> {answer.addresses[0]}"))
         return out
@@ -257,18 +301,9 @@ def run(config: Config, *, deadline_s: float = 10.0,
         lambda n=n: dns_findings(n, conf, deadline) for n in [*names, own]]  # type: ignore[misc]
     jobs.append(lambda: service_finding(names, config.cluster_domain, conf, deadline))
     jobs.extend(ssh_jobs(config, names, deadline))
-    results: list[Finding] = []
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=32)
-    futures = [pool.submit(j) for j in jobs]
-    done, not_done = concurrent.futures.wait(futures, timeout=max(0.1, deadline_s + 1))
-    for f in futures:
-        if f in done and f.exception() is None:
-            results.extend(f.result())
-    if not_done:
-        results.append(Finding("doctor", "deadline", False,
-                               f"{len(not_done)} checks did not finish in {deadline_s:g} s"))
-    pool.shutdown(wait=False, cancel_futures=True)
-    return results
+    return within(deadline + 0.5, jobs, lambda n: [Finding(
+        "doctor", "deadline", False, f"{n} checks did not finish in {deadline_s:g} s",
+        "a nameserver or a worker does not answer; the findings above say which")])
 
 
 def ssh_jobs(config: Config, names: Sequence[str], deadline: float
@@ -330,8 +365,7 @@ def for_dump(names: Sequence[str], deadline_s: float = 3.0) -> str:
     """The DNS part of the doctor for the DNS-wait timeout dump (bounded)."""
     conf = read_resolv_conf()
     deadline = time.monotonic() + deadline_s
-    with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
-        found = [f for fs in pool.map(lambda n: dns_findings(n, conf, deadline), names)
-                 for f in fs]
+    found = within(deadline + 0.5, [lambda n=n: dns_findings(n, conf, deadline)  # type: ignore[misc]
+                                    for n in names], lambda n: [])
     return "\n".join(f.line() for f in found)
 

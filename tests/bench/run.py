@@ -396,6 +396,16 @@ SSH = os.path.join(ROOT, "tests", "bench", "ssh.py")
 CLUSTER = os.path.join(ROOT, "tests", "bench", "cluster.py")
 
 
+def bench_doctor() -> dict[str, Any]:
+    """tests/bench/doctor.py (64 hosts, one nameserver down)."""
+    path = os.path.join(ROOT, "tests", "bench", "doctor.py")
+    done = subprocess.run([PY, path], capture_output=True, text=True, timeout=600,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"doctor.py exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
 def bench_container() -> dict[str, Any]:
     """tests/bench/container.py (image size added, container start to sshd ready)."""
     path = os.path.join(ROOT, "tests", "bench", "container.py")
@@ -554,6 +564,11 @@ def table(results: dict[str, Any]) -> str:
                      "", f"venv alone {img.get('agent_venv_only')} MB", ""))
         rows.append(("12. container start -> sshd ready", f"{start.get('median')} ms", "",
                      "", ""))
+    if "doctor" in b and not err("doctor", "13. doctor (doctor.py)"):
+        r = b["doctor"]
+        rows.append(("13. doctor, 64 hosts, 1 NS down", f"{r.get('elapsed_s')} s",
+                     f"<= {r.get('doctor_deadline_s')} s deadline",
+                     f"{r.get('serial_worst_case_s')} s (hosts x timeout)", ""))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
              for row in rows]
@@ -633,6 +648,7 @@ def main() -> int:
             guarded(results, "ssh", bench_ssh)
             guarded(results, "cluster", bench_cluster)
             guarded(results, "container", bench_container)
+            guarded(results, "doctor", bench_doctor)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     results["meta"]["total_wall_s"] = time.monotonic() - t_start
