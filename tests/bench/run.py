@@ -390,56 +390,40 @@ def bench_hostfile(workdir: str) -> dict[str, Any]:
 PID1 = os.path.join(ROOT, "tests", "bench", "pid1.py")
 
 
-SSH = os.path.join(ROOT, "tests", "bench", "ssh.py")
-
-
-CLUSTER = os.path.join(ROOT, "tests", "bench", "cluster.py")
-
-
-def bench_doctor() -> dict[str, Any]:
-    """tests/bench/doctor.py (64 hosts, one nameserver down)."""
-    path = os.path.join(ROOT, "tests", "bench", "doctor.py")
-    done = subprocess.run([PY, path], capture_output=True, text=True, timeout=600,
+def run_script(name: str, timeout: float) -> dict[str, Any]:
+    """Run tests/bench/<name>.py as it runs alone; its stdout is one JSON object."""
+    path = os.path.join(ROOT, "tests", "bench", f"{name}.py")
+    done = subprocess.run([PY, path], capture_output=True, text=True, timeout=timeout,
                           check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"doctor.py exited {done.returncode}: {done.stderr.strip()[-2000:]}")
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
-
-
-def bench_container() -> dict[str, Any]:
-    """tests/bench/container.py (image size added, container start to sshd ready)."""
-    path = os.path.join(ROOT, "tests", "bench", "container.py")
-    done = subprocess.run([PY, path], capture_output=True, text=True, timeout=1200,
-                          check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"container.py exited {done.returncode}: "
+        raise RuntimeError(f"{name}.py exited {done.returncode}: "
                            f"{done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
-def bench_cluster() -> dict[str, Any]:
-    """tests/bench/cluster.py (time to first rank per MPI, 16-worker launch phases)."""
-    done = subprocess.run([PY, CLUSTER], capture_output=True, text=True, timeout=900,
-                          check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"cluster.py exited {done.returncode}: {done.stderr.strip()[-2000:]}")
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
+def bench_pid1() -> dict[str, Any]:
+    """Supervisor RSS and SIGTERM latency (issue 3)."""
+    return run_script("pid1", 240)
 
 
 def bench_ssh() -> dict[str, Any]:
-    """tests/bench/ssh.py (worker readiness, preflight over 16 workers)."""
-    done = subprocess.run([PY, SSH], capture_output=True, text=True, timeout=600, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"ssh.py exited {done.returncode}: {done.stderr.strip()[-2000:]}")
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
+    """Worker readiness and preflight over 16 workers (issue 4)."""
+    return run_script("ssh", 600)
 
 
-def bench_pid1() -> dict[str, Any]:
-    """tests/bench/pid1.py (supervisor RSS, SIGTERM latency), run as it runs alone."""
-    done = subprocess.run([PY, PID1], capture_output=True, text=True, timeout=240, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"pid1.py exited {done.returncode}: {done.stderr.strip()[-2000:]}")
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
+def bench_cluster() -> dict[str, Any]:
+    """Time to first rank per MPI, 16-worker launch phases (issue 5)."""
+    return run_script("cluster", 900)
+
+
+def bench_container() -> dict[str, Any]:
+    """Image size added, container start to sshd ready (issue 6)."""
+    return run_script("container", 1200)
+
+
+def bench_doctor() -> dict[str, Any]:
+    """doctor over 64 hosts with one nameserver down (issue 7)."""
+    return run_script("doctor", 600)
 
 
 # ---------------------------------------------------------------- report
