@@ -18,7 +18,13 @@ from mpi_bootstrap import hostfile as hf
 from mpi_bootstrap import log as logmod
 from mpi_bootstrap import mpi as mpimod
 from mpi_bootstrap.config import Config
-from mpi_bootstrap.errors import ConfigError, DNSTimeoutError, ExecError, ExitStatus
+from mpi_bootstrap.errors import (
+    ConfigError,
+    DNSTimeoutError,
+    ExecError,
+    ExitStatus,
+    PeerUnavailableError,
+)
 from mpi_bootstrap.model import Decision
 from mpi_bootstrap.names import is_ip_literal
 from mpi_bootstrap.plan import Facts, Plan, build_plan, host_entries, lookup_name
@@ -199,8 +205,17 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Any) -> in
     if p.ssh_targets:
         preflight.wait_sshd(p.ssh_targets, p.deadline, events)
     if p.preflight:
-        preflight.run(p.remote, p.ssh_command, p.mpi, prefix=p.prefix, env=env,
-                      deadline=p.deadline, check_ld=config.exchange != "none", log=events)
+        try:
+            preflight.run(p.remote, p.ssh_command, p.mpi, prefix=p.prefix, env=env,
+                          deadline=p.deadline, check_ld=config.exchange != "none",
+                          log=events)
+        except PeerUnavailableError as exc:  # the doctor's view goes with it (issue 7)
+            from mpi_bootstrap import diagnose
+
+            problems = [f.line() for f in diagnose.run(config, deadline_s=5.0) if not f.ok]
+            exc.details = "\n".join(filter(None, [
+                exc.details, "--- doctor", *(problems or ["(no other problem found)"])]))
+            raise
     if config.exec:
         log.info("mpirun exec", argv=list(p.argv), forwarded=list(p.forwarded))
         proc.exec_replace(p.argv, env)

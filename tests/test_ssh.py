@@ -169,6 +169,7 @@ class TestDirExchange:
         assert done.returncode == 69, done.stderr
         assert "preflight: job-worker-0: hydra_pmi_proxy not found by a non-interactive " \
                "ssh session" in done.stderr
+        assert "--- doctor" in done.stderr  # the doctor runs on a preflight failure
         assert "mpirun start" not in done.stderr
 
 
