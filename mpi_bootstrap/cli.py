@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from mpi_bootstrap import proc
 from mpi_bootstrap.config import Config
-from mpi_bootstrap.errors import BootstrapError, ConfigError, ExitStatus
+from mpi_bootstrap.errors import BootstrapError, ConfigError, ExitStatus, signal_exit_status
 
 
 def _fail(message: str, details: str = "") -> None:
@@ -63,8 +63,8 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         _fail(exc.message, exc.details)
         return int(exc.status)
     except proc.Interrupted as exc:
-        logger.warning("interrupted", signal=str(exc), exit_code=128 + exc.signum)
-        return 128 + exc.signum
+        logger.warning("interrupted", signal=str(exc), exit_code=signal_exit_status(exc.signum))
+        return signal_exit_status(exc.signum)
     except Exception as exc:
         logger.error("internal error", error=repr(exc), exit_code=int(ExitStatus.INTERNAL),
                      traceback=traceback.format_exc())
@@ -77,4 +77,4 @@ def main() -> int:
     try:
         return run(sys.argv[1:], os.environ)
     except proc.Interrupted as exc:  # before logging was set up
-        return 128 + exc.signum
+        return signal_exit_status(exc.signum)

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from mpi_bootstrap.errors import ExecError, ExitStatus
+from mpi_bootstrap.errors import ExecError, ExitStatus, signal_exit_status
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
              signal.SIGUSR1, signal.SIGUSR2)
@@ -122,8 +122,14 @@ def resolve(program: str, path: str | None) -> str | None:
 
 
 def exit_code(status: int) -> int:
-    code = os.waitstatus_to_exitcode(status)
-    return 128 - code if code < 0 else code
+    """A wait status as a shell reports it (death by signal N → 128+N)."""
+    return shell_code(os.waitstatus_to_exitcode(status))
+
+
+def shell_code(returncode: int) -> int:
+    """A returncode (−N for signal N, as waitstatus_to_exitcode and Popen give it) as a
+    shell reports it."""
+    return signal_exit_status(-returncode) if returncode < 0 else returncode
 
 
 def _exec_error(program: str, exc: OSError | None = None) -> ExecError:
@@ -235,14 +241,12 @@ class Supervisor:
             signal.signal(s, _noop)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
 
-    def _signal_all(self, main: int, signum: int, *, main_alive: bool) -> int:
+    def _signal_all(self, signum: int) -> int:
+        """Signal every process below us (the main child is gone: these are leftovers)."""
         targets = descendants(os.getpid())
         for pid in targets:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
-        if self.group and main_alive:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(main, signum)
         return len(targets)
 
     def _forward(self, main: int, signum: int) -> None:
@@ -288,7 +292,7 @@ class Supervisor:
             for signum in _drain(self._rfd):
                 if signum in TERMINATING:
                     self.log("signal before start", signal=signal.Signals(signum).name)
-                    return 0 if self.restart else 128 + signum
+                    return 0 if self.restart else signal_exit_status(signum)
             pipe = None
             if self.explain:
                 pipe = os.pipe2(os.O_CLOEXEC)
@@ -362,7 +366,7 @@ class Supervisor:
                     main_status = status
                 if main_status is not None:
                     if not none_left:
-                        n = self._signal_all(main, signal.SIGTERM, main_alive=False)
+                        n = self._signal_all(signal.SIGTERM)
                         self.log("terminating leftovers", processes=n, grace_s=self.grace)
                     deadline = time.monotonic() + self.grace
             if restart_at is not None and time.monotonic() >= restart_at:
@@ -376,7 +380,7 @@ class Supervisor:
                     if killed:
                         self.log("leftovers survive SIGKILL", level="warning")
                         break
-                    n = self._signal_all(main, signal.SIGKILL, main_alive=False)
+                    n = self._signal_all(signal.SIGKILL)
                     self.log("killing leftovers", level="warning", processes=n)
                     killed = True
                     deadline = time.monotonic() + 2.0
@@ -387,12 +391,12 @@ class Supervisor:
         code = exit_code(main_status if main_status is not None else 0)
         if self.explain and code != 0 and not stop_signal:
             self._explain(code)
-        if stop_signal and code != 0 and code != 128 + stop_signal:
+        if stop_signal and code not in (0, signal_exit_status(stop_signal)):
             # mpirun chose its own code (MPICH: 255) for a job we were told to end; the
             # orchestrator must see that it was ended by the signal: 128+N, like tini.
             self.log("stopped by signal", signal=signal.Signals(stop_signal).name,
-                     child_code=code, code=128 + stop_signal)
-            return 128 + stop_signal
+                     child_code=code, code=signal_exit_status(stop_signal))
+            return signal_exit_status(stop_signal)
         return code
 
 
@@ -435,12 +439,7 @@ def capture(argv: Sequence[str], env: Mapping[str, str] | None = None,
     except subprocess.TimeoutExpired as exc:
         out = exc.output.decode("utf-8", "replace") if exc.output else ""
         return 124, out + f"\n(timed out after {timeout:g} s)"
-    return exit_code_of_returncode(done.returncode), done.stdout.decode("utf-8", "replace")
-
-
-def exit_code_of_returncode(returncode: int) -> int:
-    """A Popen returncode as a shell reports it (−N → 128+N)."""
-    return 128 - returncode if returncode < 0 else returncode
+    return shell_code(done.returncode), done.stdout.decode("utf-8", "replace")
 
 
 def exec_replace(argv: Sequence[str], env: Mapping[str, str]) -> None:
