@@ -38,42 +38,7 @@ class Finding:
         return text + (f" — {self.advice}" if self.advice and not self.ok else "")
 
 
-@dataclasses.dataclass(frozen=True)
-class ResolvConf:
-    nameservers: tuple[str, ...]
-    search: tuple[str, ...]
-    ndots: int
-    timeout: float
-
-
-def read_resolv_conf(path: str = "/etc/resolv.conf") -> ResolvConf:
-    servers: list[str] = []
-    search: list[str] = []
-    ndots, timeout = 1, 5.0
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            lines = fh.read().splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        parts = line.split()
-        if not parts or parts[0].startswith(("#", ";")):
-            continue
-        if parts[0] == "nameserver" and len(parts) > 1:
-            servers.append(parts[1])
-        elif parts[0] in ("search", "domain"):
-            search = parts[1:]
-        elif parts[0] == "options":
-            for opt in parts[1:]:
-                key, _, value = opt.partition(":")
-                if key == "ndots" and value.isdigit():
-                    ndots = int(value)
-                elif key == "timeout" and value.isdigit():
-                    timeout = float(value)
-    return ResolvConf(tuple(servers), tuple(search), ndots, timeout)
-
-
-def candidates(name: str, conf: ResolvConf) -> list[str]:
+def candidates(name: str, conf: sysdns.ResolvConf) -> list[str]:
     """The names glibc asks for, in order (res_search: ndots decides what goes first)."""
     if name.endswith("."):
         return [name.rstrip(".")]
@@ -153,7 +118,7 @@ def system_lookup(name: str, deadline: float) -> sysdns.Answer:
         name, error_kind=sysdns.TEMPORARY, detail="no answer within half the deadline")
 
 
-def dns_findings(name: str, conf: ResolvConf, deadline: float) -> list[Finding]:
+def dns_findings(name: str, conf: sysdns.ResolvConf, deadline: float) -> list[Finding]:
     out = []
     answer = system_lookup(name, deadline)
     if answer.ok:
@@ -201,7 +166,7 @@ def dns_findings(name: str, conf: ResolvConf, deadline: float) -> list[Finding]:
     return out
 
 
-def service_finding(hosts: Sequence[str], domain: str, conf: ResolvConf,
+def service_finding(hosts: Sequence[str], domain: str, conf: sysdns.ResolvConf,
                     deadline: float) -> list[Finding]:
     """`<subdomain>.<ns>.svc.<domain>` addresses versus the workers that use it."""
     groups: dict[str, int] = {}
@@ -287,7 +252,7 @@ def run(config: Config, *, deadline_s: float = 10.0,
     import socket
 
     deadline = time.monotonic() + deadline_s
-    conf = read_resolv_conf()
+    conf = sysdns.read_resolv_conf()
     try:
         hostfile = hf.read(config.hostfile)
         names = [hf.fqdn(h.name, config.cluster_domain) if config.rewrite != "none"
@@ -363,7 +328,7 @@ def main(config: Config, as_json: bool) -> int:
 
 def for_dump(names: Sequence[str], deadline_s: float = 3.0) -> str:
     """The DNS part of the doctor for the DNS-wait timeout dump (bounded)."""
-    conf = read_resolv_conf()
+    conf = sysdns.read_resolv_conf()
     deadline = time.monotonic() + deadline_s
     found = within(deadline + 0.5, [lambda n=n: dns_findings(n, conf, deadline)  # type: ignore[misc]
                                     for n in names], lambda n: [])

@@ -55,18 +55,39 @@ class Answer:
 Lookup = Callable[[str], Answer]
 
 
-def read_nameservers(resolv_conf: str = "/etc/resolv.conf") -> tuple[str, ...]:
+@dataclasses.dataclass(frozen=True)
+class ResolvConf:
+    nameservers: tuple[str, ...]
+    search: tuple[str, ...]
+    ndots: int
+    timeout: float
+
+
+def read_resolv_conf(path: str = "/etc/resolv.conf") -> ResolvConf:
+    servers: list[str] = []
+    search: list[str] = []
+    ndots, timeout = 1, 5.0
     try:
-        with open(resolv_conf, encoding="utf-8", errors="replace") as fh:
+        with open(path, encoding="utf-8", errors="replace") as fh:
             lines = fh.read().splitlines()
     except OSError:
-        return ()
-    out = []
+        lines = []
     for line in lines:
         parts = line.split()
-        if len(parts) >= 2 and parts[0] == "nameserver":
-            out.append(parts[1])
-    return tuple(out)
+        if not parts or parts[0].startswith(("#", ";")):
+            continue
+        if parts[0] == "nameserver" and len(parts) > 1:
+            servers.append(parts[1])
+        elif parts[0] in ("search", "domain"):
+            search = parts[1:]
+        elif parts[0] == "options":
+            for opt in parts[1:]:
+                key, _, value = opt.partition(":")
+                if key == "ndots" and value.isdigit():
+                    ndots = int(value)
+                elif key == "timeout" and value.isdigit():
+                    timeout = float(value)
+    return ResolvConf(tuple(servers), tuple(search), ndots, timeout)
 
 
 class SystemResolver:
@@ -75,7 +96,7 @@ class SystemResolver:
     def __init__(self, resolv_conf: str = "/etc/resolv.conf") -> None:
         # glibc falls back to 127.0.0.1 without a nameserver line; knowing there is none
         # turns an opaque "temporary failure" into "no nameserver".
-        self.has_nameserver = bool(read_nameservers(resolv_conf))
+        self.has_nameserver = bool(read_resolv_conf(resolv_conf).nameservers)
 
     def __call__(self, name: str) -> Answer:
         try:

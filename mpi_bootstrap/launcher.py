@@ -164,7 +164,7 @@ def gather(config: Config, environ: Mapping[str, str], log: Any) -> tuple[Facts,
     hostfile = hf.read(path)
     own = socket.gethostname()
     answers = wait_for_dns(config, hostfile, own, log)
-    mine = peers.own_addresses()
+    mine = frozenset(netif.addresses())
     remote = [(e.name, e.rewritten_to, e.address)
               for e in host_entries(config, hostfile, answers)
               if not peers.is_local(e.rewritten_to, e.address, own, mine)]

@@ -12,7 +12,6 @@ import dataclasses
 import ipaddress
 import os
 import pwd
-import socket
 import time
 from collections.abc import Mapping, Sequence
 
@@ -28,13 +27,6 @@ class ClientKey:
     path: str  # where ssh will read it
     public: str
     file: PlannedFile | None  # a copy the executor writes (secret mode), else None
-
-
-def own_addresses() -> frozenset[str]:
-    import psutil
-
-    return frozenset(a.address.split("%", 1)[0] for addrs in psutil.net_if_addrs().values()
-                     for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6))
 
 
 def is_local(name: str, address: str | None, own_name: str, own: frozenset[str]) -> bool:

@@ -15,7 +15,7 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from mpi_bootstrap import exchange, keys, proc, sshd
+from mpi_bootstrap import exchange, keys, netif, proc, sshd
 from mpi_bootstrap.config import Config
 from mpi_bootstrap.errors import ConfigError, ExitStatus, PeerUnavailableError
 from mpi_bootstrap.files import atomic_write
@@ -34,17 +34,6 @@ def prepare_state_dir(path: str) -> None:
         raise ConfigError([f"MPI_BOOTSTRAP_STATE_DIR: {path} belongs to uid {st.st_uid}, "
                            f"not to this user ({os.geteuid()})"])
     os.chmod(path, 0o700)
-
-
-def control_addresses(iface: str) -> list[str]:
-    import psutil
-
-    addrs = psutil.net_if_addrs().get(iface, [])
-    out = []
-    for a in addrs:
-        if a.family in (socket.AF_INET, socket.AF_INET6) and not a.address.startswith("fe80"):
-            out.append(a.address.split("%", 1)[0])
-    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +83,7 @@ def start(config: Config, environ: Mapping[str, str], log: Any) -> int:
     authorized_path = os.path.join(state, "authorized_keys")
     atomic_write(authorized_path, "".join(k + "\n" for k in ident.authorized), 0o600)
     user = pwd.getpwuid(os.geteuid()).pw_name
-    addresses = control_addresses(config.control_iface)
+    addresses = netif.addresses(config.control_iface, link_local=False)
     if addresses:
         listen, probe_addr, bind_addr = addresses, addresses[0], addresses[0]
     else:
