@@ -135,11 +135,18 @@ def collect(config: Config, hosts: Sequence[tuple[str, str, str | None]],
     return records
 
 
+def endpoint(name: str, record: exchange.Record) -> str:
+    """Where ssh connects: the address the worker published, where its sshd listens.
+    DNS can still hold an earlier pod's address (found in the compose test: podman's
+    DNS answered with a previous run's address); the record is the worker's own word."""
+    return record.addresses[0] if record.addresses else name
+
+
 def peers(records: Mapping[str, exchange.Record], names: Mapping[str, tuple[str, ...]],
           user_override: str | None) -> list[Peer]:
     """ssh peers from records; `names[new]` lists every name mpirun may use for it."""
     out = []
     for new, rec in records.items():
-        out.append(Peer(names=names[new], hostname=new, port=rec.port,
+        out.append(Peer(names=names[new], hostname=endpoint(new, rec), port=rec.port,
                         user=user_override or rec.user, host_key=rec.host_key))
     return out

@@ -229,8 +229,15 @@ def ssh_setup(config: Config, facts: Facts, entries: list[HostEntry],
                          "the workers' host keys, from the exchange", shown=True)]
     if facts.client.file is not None:
         files.append(facts.client.file)
-    targets = {new: (by_new[new].address or new, rec.port) for new, rec in facts.records.items()
+    targets = {new: (peers.endpoint(new, rec), rec.port) for new, rec in facts.records.items()
                if new in by_new}
+    for new, rec in facts.records.items():
+        dns_addr = by_new[new].address if new in by_new else None
+        if rec.addresses and dns_addr and dns_addr not in rec.addresses:
+            decisions.append(Decision(
+                f"ssh endpoint {new}", rec.addresses[0], "exchange record",
+                f"WARNING: DNS says {dns_addr}, the worker published {rec.addresses[0]}: "
+                "ssh uses the published address (stale DNS of an earlier pod?)"))
     decisions.append(Decision(
         "ssh trust", config.exchange, str(config.source("exchange")),
         {"secret": "the job's key from the Secret is also each worker's host key: pinned, "

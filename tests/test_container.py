@@ -35,8 +35,16 @@ COMPOSE_FILE = str(ROOT / "container" / "docker-compose.yml")
 
 
 class Podman:
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], project: str) -> None:
         self.env = env
+        # A project of its own per session: podman's DNS (aardvark) keeps its records
+        # outside our private storage, by network name, so a reused name could answer
+        # with an address of an earlier run.
+        self.project = project
+
+    def container(self, service: str) -> str:
+        """The container podman-compose made for `service`."""
+        return f"{self.project}_{service}_1"
 
     def __call__(self, *args: str, check: bool = True, timeout: float = 600,
                  input: bytes | None = None) -> subprocess.CompletedProcess[str]:
@@ -49,7 +57,7 @@ class Podman:
 
     def compose(self, *args: str, timeout: float = 600, extra_env: dict[str, str] | None = None
                 ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([COMPOSE, "-f", COMPOSE_FILE, "-p", "mpibtest", *args],
+        return subprocess.run([COMPOSE, "-f", COMPOSE_FILE, "-p", self.project, *args],
                               env={**self.env, **(extra_env or {})}, capture_output=True,
                               text=True, timeout=timeout, check=False)
 
@@ -80,7 +88,7 @@ def session() -> Iterator[Podman]:
     env = {**os.environ,
            "CONTAINERS_CONF": str(ROOT / "tests" / "support" / "podman" / "containers.conf"),
            "CONTAINERS_STORAGE_CONF": str(store / "storage.conf")}
-    pm = Podman(env)
+    pm = Podman(env, f"mpibt{store.name[-8:].lower().replace('_', '')}")
     try:
         with open(base_rootfs(), "rb") as fh:
             pm("import", "-", BASE, input=fh.read())
@@ -126,7 +134,7 @@ class TestCompose:
         # the agent, not a shell, was PID 1 of every container: the supervisor says so by
         # never logging "subreaper" (it only does that when it is not PID 1)
         assert '"event": "subreaper"' not in out
-        for c in ("mpibtest_launcher_1", "mpibtest_worker-0_1", "mpibtest_worker-1_1"):
+        for c in map(podman.container, ("launcher", "worker-0", "worker-1")):
             state = json.loads(podman("inspect", c).stdout)[0]["State"]
             assert state["ExitCode"] == 0, (c, state)
         podman.compose("down", "-v", timeout=120)
@@ -136,20 +144,20 @@ class TestCompose:
         env = {"DEMO_PROGRAM": "/opt/demo/sleep-job"}
         up = podman.compose("up", "-d", extra_env=env)
         assert up.returncode == 0, up.stdout + up.stderr
-        for w in ("mpibtest_worker-0_1", "mpibtest_worker-1_1"):
+        for w in (podman.container("worker-0"), podman.container("worker-1")):
             worker_ready(podman, w)
             assert "mpi_bootstrap" in podman("exec", w, "cat", "/proc/1/cmdline").stdout
         deadline = time.monotonic() + 120
         while not all("sleep" in podman("top", w, "comm", check=False).stdout
-                      for w in ("mpibtest_worker-0_1", "mpibtest_worker-1_1")):
-            assert time.monotonic() < deadline, podman("logs", "mpibtest_launcher_1").stderr
+                      for w in (podman.container("worker-0"), podman.container("worker-1"))):
+            assert time.monotonic() < deadline, podman("logs", podman.container("launcher")).stderr
             time.sleep(0.5)
-        assert "mpi_bootstrap" in podman("exec", "mpibtest_launcher_1", "cat",
+        assert "mpi_bootstrap" in podman("exec", podman.container("launcher"), "cat",
                                          "/proc/1/cmdline").stdout
-        podman("stop", "-t", "30", "mpibtest_launcher_1")
-        launcher = json.loads(podman("inspect", "mpibtest_launcher_1").stdout)[0]["State"]
+        podman("stop", "-t", "30", podman.container("launcher"))
+        launcher = json.loads(podman("inspect", podman.container("launcher")).stdout)[0]["State"]
         assert launcher["ExitCode"] == 143, launcher
-        for w in ("mpibtest_worker-0_1", "mpibtest_worker-1_1"):
+        for w in (podman.container("worker-0"), podman.container("worker-1")):
             assert "sleep" not in podman("top", w, "comm", check=False).stdout
             podman("stop", "-t", "30", w)
             state = json.loads(podman("inspect", w).stdout)[0]["State"]

@@ -334,3 +334,28 @@ class TestSSHTrust:
         assert "c2VjcmV0LWtleS1ieXRlcw" not in shown
         assert "PRIVATE KEY" not in shown
         assert "StrictHostKeyChecking yes" in shown  # the config itself is shown
+
+
+def test_ssh_goes_to_the_published_address_when_dns_is_stale() -> None:
+    """DNS still names an earlier pod: ssh and the sshd wait use the worker's record."""
+    from mpi_bootstrap import exchange, peers
+
+    env = {**BASE_ENV, "MPI_BOOTSTRAP_EXCHANGE": "dir", "MPI_BOOTSTRAP_EXCHANGE_DIR": "/x"}
+    config = Config.from_env(env, ["--state-dir", "/run/mpi-bootstrap", "launcher", "--",
+                                   "a.out"])
+    parsed = hf.parse(HOSTFILE, "/etc/mpi/hostfile")
+    answers = {n: Answer(n, addresses=(a,)) for n, a in ADDRESSES.items()}
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIL4FbUREZCX4XJ0cFCw6lRx4ehfW10t1GxS1s/M0/Gl2"
+    records = {n: exchange.Record(n.split(".")[0], ("10.1.0.99",) if i == 0 else (a,), 2222,
+                                  key, "root") for i, (n, a) in enumerate(ADDRESSES.items())}
+    facts = Facts(environ=env, hostfile=parsed, answers=answers, mpi=MPIS["openmpi4"],
+                  interfaces=frozenset({"lo", "eth0"}), is_root=True, is_pid1=True,
+                  launcher_hostname="pi-launcher",
+                  client=peers.ClientKey("/x/job-key/id", key, None), records=records,
+                  remote=tuple(ADDRESSES))
+    plan = build_plan(config, facts)
+    assert plan.ssh_targets["pi-worker-0.pi.default.svc"] == ("10.1.0.99", 2222)
+    cfg = next(f for f in plan.files if f.path.endswith("/ssh_config")).text
+    assert "  HostName 10.1.0.99\n" in cfg
+    warn = next(d for d in plan.decisions if d.setting == "ssh endpoint pi-worker-0.pi.default.svc")
+    assert "DNS says 10.1.0.10, the worker published 10.1.0.99" in warn.reason
