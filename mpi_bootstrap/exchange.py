@@ -280,9 +280,14 @@ def fetch(host: str, port: int, token: str, client_key: str, timeout: float = 5.
     with socket.create_connection((host, port), timeout=timeout) as conn:
         conn.sendall(hello)
         raw = _read_line(conn)
+    return read_reply(raw, token, nonce, host)
+
+
+def read_reply(raw: bytes, token: str, nonce: str, host: str) -> Record:
+    """The record in a worker's reply to our hello `nonce`, or RecordError naming `host`."""
     try:
         reply = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise RecordError(f"{host}: exchange reply is not JSON") from None
     if not isinstance(reply, dict) or reply.get("type") != "record":
         raise RecordError(f"{host}: exchange refused (is MPI_BOOTSTRAP_TOKEN the same on "
@@ -291,4 +296,7 @@ def fetch(host: str, port: int, token: str, client_key: str, timeout: float = 5.
         raise RecordError(f"{host}: exchange reply not signed with the job's token")
     if reply.get("nonce") != nonce:
         raise RecordError(f"{host}: exchange reply answers another request (replay)")
-    return record_from(reply.get("record"))
+    try:
+        return record_from(reply.get("record"))
+    except RecordError as exc:
+        raise RecordError(f"{host}: {exc}") from None
