@@ -18,6 +18,7 @@ class ExitStatus(enum.IntEnum):
     DNS_TIMEOUT = 68  # EX_NOHOST: a host did not resolve before the deadline
     PEER_UNAVAILABLE = 69  # EX_UNAVAILABLE: a worker is not reachable
     INTERNAL = 70  # EX_SOFTWARE: a bug in the agent
+    CANT_CREATE = 73  # EX_CANTCREAT: a file or directory the agent needs cannot be written
     NOT_EXECUTABLE = 126  # the program exists but cannot be executed
     NOT_FOUND = 127  # the program does not exist
     SIGNAL_BASE = 128  # 128+N: killed by (or stopped for) signal N
@@ -66,6 +67,18 @@ class PeerUnavailableError(BootstrapError):
     """A worker cannot be reached (no sshd, refused, wrong key)."""
 
     status = ExitStatus.PEER_UNAVAILABLE
+
+
+class WriteError(BootstrapError, OSError):
+    """A file or directory cannot be written (read-only, full, not ours). Also an OSError,
+    so code that tolerates a failed write (the supervisor's bookkeeping) still does."""
+
+    status = ExitStatus.CANT_CREATE
+
+    @classmethod
+    def of(cls, path: str, exc: OSError) -> WriteError:
+        return cls(f"cannot write {path}: {exc.strerror or exc} (the directory must be "
+                   "writable, ours, and have free space)")
 
 
 class ExecError(BootstrapError):

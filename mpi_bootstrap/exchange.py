@@ -157,7 +157,13 @@ class DirExchange:
         final = os.path.join(self.dir, "job-key")
         if not os.path.isdir(final):
             tmp = os.path.join(self.dir, f".job-key.{os.getpid()}.{secrets.token_hex(4)}")
-            os.mkdir(tmp, 0o700)
+            try:
+                os.mkdir(tmp, 0o700)
+            except OSError as exc:
+                from mpi_bootstrap.errors import WriteError
+
+                raise WriteError(f"MPI_BOOTSTRAP_EXCHANGE_DIR: cannot create the job's key "
+                                 f"in {self.dir}: {exc.strerror or exc}") from None
             try:
                 make(os.path.join(tmp, "id"))
                 with contextlib.suppress(FileExistsError, OSError):
@@ -244,7 +250,10 @@ class NetServer:
         if not isinstance(client_key, str) or not is_public_key(client_key):
             return deny("client_key is not one OpenSSH public key")
         self._seen[nonce] = now
-        self.authorize(client_key)
+        try:
+            self.authorize(client_key)
+        except OSError as exc:  # a full or read-only state dir: say so, do not crash
+            return deny(f"cannot authorise the key: {exc}")
         self.log("exchange answered", peer=peer)
         return _signed(self._key, {"v": VERSION, "type": "record", "nonce": nonce,
                                    "record": self.record.to_dict()})

@@ -17,8 +17,8 @@ from typing import Any
 
 from mpi_bootstrap import exchange, keys, netif, proc, sshd
 from mpi_bootstrap.config import Config
-from mpi_bootstrap.errors import ConfigError, ExitStatus, PeerUnavailableError
-from mpi_bootstrap.files import atomic_write
+from mpi_bootstrap.errors import ConfigError, ExitStatus, PeerUnavailableError, WriteError
+from mpi_bootstrap.files import atomic_write, private_dir
 
 RECORD_FILE = "record.json"
 DONE_FILE = "job-done"
@@ -26,14 +26,18 @@ DONE_FILE = "job-done"
 
 def prepare_state_dir(path: str) -> None:
     """The private directory: created 0700, or an existing one made 0700 if it is ours."""
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    st = os.lstat(path)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as exc:
+        raise WriteError(f"MPI_BOOTSTRAP_STATE_DIR: cannot create {path}: "
+                         f"{exc.strerror or exc}") from None
     if not os.path.isdir(path) or os.path.islink(path):
         raise ConfigError([f"MPI_BOOTSTRAP_STATE_DIR: {path} is not a directory"])
     if st.st_uid != os.geteuid():
         raise ConfigError([f"MPI_BOOTSTRAP_STATE_DIR: {path} belongs to uid {st.st_uid}, "
                            f"not to this user ({os.geteuid()})"])
-    os.chmod(path, 0o700)
+    private_dir(path, "MPI_BOOTSTRAP_STATE_DIR")
 
 
 @dataclasses.dataclass(frozen=True)
