@@ -8,8 +8,12 @@ Forms read (one host per line; `#` comments, blank lines and CRLF allowed):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import re
+import stat
+import time
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
@@ -49,11 +53,55 @@ class Hostfile:
         return sum(h.slots for h in self.hosts)
 
 
+# A hostfile someone is rewriting in place (`cat > hostfile`, a script appending line by
+# line) must not be read half-written: a truncated name is still a valid name, and the
+# job would wait for a host that does not exist. ConfigMap mounts are swapped atomically
+# and have an old mtime, so this costs nothing in a pod.
+QUIET_S = 0.1  # a file changed less than this long ago may still be being written
+SETTLE_S = 5.0  # give up (exit 65) if it keeps changing this long
+
+
 def read(path: str) -> Hostfile:
-    """Read and parse `path`; every problem is a HostfileError naming file:line."""
+    """Read and parse `path`; every problem is a HostfileError naming file:line.
+
+    The bytes parsed are a state the file was in for at least QUIET_S: the file is read
+    again if it changed while being read or was changed just before.
+    """
+    give_up = time.monotonic() + SETTLE_S
+    while True:
+        data, before, after = _read_once(path)
+        if len(data) > MAX_BYTES:
+            raise HostfileError(f"{path}: larger than {MAX_BYTES // (1024 * 1024)} MiB; "
+                                "not a hostfile")
+        if not stat.S_ISREG(before.st_mode):
+            break  # a pipe or a device has no size or mtime to compare
+        age = time.time() - after.st_mtime
+        if _same(before, after) and len(data) == after.st_size:
+            if not 0 <= age < QUIET_S:
+                break
+            time.sleep(QUIET_S - age)
+            with contextlib.suppress(OSError):
+                if _same(after, os.stat(path)):
+                    break
+        if time.monotonic() >= give_up:
+            raise HostfileError(f"{path}: kept changing while being read for {SETTLE_S:g} s "
+                                "(write it to a temporary file, then rename it into place)")
+        time.sleep(0.05)
+    return parse(data, path)
+
+
+def _same(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_ino, a.st_dev, a.st_size, a.st_mtime_ns) == \
+        (b.st_ino, b.st_dev, b.st_size, b.st_mtime_ns)
+
+
+def _read_once(path: str) -> tuple[bytes, os.stat_result, os.stat_result]:
+    """(bytes, stat of the open file before reading, stat of the path after)."""
     try:
         with open(path, "rb") as fh:
+            before = os.fstat(fh.fileno())
             data = fh.read(MAX_BYTES + 1)
+        after = os.stat(path) if stat.S_ISREG(before.st_mode) else before
     except FileNotFoundError:
         raise HostfileError(f"{path}: hostfile not found") from None
     except IsADirectoryError:
@@ -62,10 +110,7 @@ def read(path: str) -> Hostfile:
         raise HostfileError(f"{path}: hostfile not readable (permission denied)") from None
     except OSError as exc:
         raise HostfileError(f"{path}: cannot read hostfile: {exc.strerror or exc}") from None
-    if len(data) > MAX_BYTES:
-        raise HostfileError(f"{path}: larger than {MAX_BYTES // (1024 * 1024)} MiB; "
-                            "not a hostfile")
-    return parse(data, path)
+    return data, before, after
 
 
 def _decode(data: bytes, path: str) -> str:
