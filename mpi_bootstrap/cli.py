@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from mpi_bootstrap import proc
 from mpi_bootstrap.config import Config
@@ -43,6 +45,19 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     log.configure(config.log_format, config.log_level, role=config.role)
     logger = log.get()
     try:
+        return _role(config, environ, logger)
+    finally:
+        # Reached only when the agent is about to exit without a hand-off (a success
+        # hands off or execs): what it started and did not hand off must not outlive it.
+        stopped = proc.end_pending()
+        if stopped:
+            logger.info("stopped children", count=stopped)
+
+
+def _role(config: Config, environ: Mapping[str, str], logger: Any) -> int:
+    from mpi_bootstrap import log
+
+    try:
         if config.role == "launcher":
             from mpi_bootstrap import launcher
 
@@ -75,6 +90,13 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
 
 def main() -> int:
     try:
-        return run(sys.argv[1:], os.environ)
+        code = run(sys.argv[1:], os.environ)
     except proc.Interrupted as exc:  # before logging was set up
-        return signal_exit_status(exc.signum)
+        code = signal_exit_status(exc.signum)
+    if any(not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        # An interrupted step left threads running: exit now instead of waiting for
+        # them (their children were stopped by end_pending).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

@@ -7,7 +7,6 @@ are skipped.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import ipaddress
 import os
@@ -15,9 +14,10 @@ import pwd
 import time
 from collections.abc import Mapping, Sequence
 
-from mpi_bootstrap import exchange, keys
+from mpi_bootstrap import exchange, keys, parallel
 from mpi_bootstrap.config import Config
 from mpi_bootstrap.errors import ConfigError, PeerUnavailableError
+from mpi_bootstrap.files import private_dir
 from mpi_bootstrap.model import PlannedFile
 from mpi_bootstrap.sshconfig import Peer
 
@@ -67,7 +67,7 @@ def client_key(config: Config, *, write: bool) -> ClientKey | None:
         path = os.path.join(state, "id_launcher")
         if not write:
             return ClientKey(path, "(generated at run time)", None)
-        os.makedirs(state, mode=0o700, exist_ok=True)
+        private_dir(state, "MPI_BOOTSTRAP_STATE_DIR")
         pair = keys.generate(path, "mpi-bootstrap launcher key")
         return ClientKey(path, pair.public, None)
     return None
@@ -118,11 +118,9 @@ def collect(config: Config, hosts: Sequence[tuple[str, str, str | None]],
                 time.sleep(0.2)
 
         targets = [new for _, new, _ in hosts]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(targets) or 1)
-                                                   ) as pool:
-            for target, rec in zip(targets, pool.map(one, targets), strict=True):
-                if rec is not None:
-                    records[target] = rec
+        for target, rec in zip(targets, parallel.map_all(one, targets, 32), strict=True):
+            if rec is not None:
+                records[target] = rec
     if fetch:
         missing = [new for _, new, _ in hosts if new not in records]
         if missing:

@@ -5,13 +5,12 @@ A failure is one line naming the host and the reason (exit 69), and mpirun never
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from mpi_bootstrap import proc, sshd
+from mpi_bootstrap import parallel, proc, sshd
 from mpi_bootstrap.errors import PeerUnavailableError
 from mpi_bootstrap.mpi import HYDRA, INTEL, ORTE, MPIInfo
 
@@ -62,6 +61,18 @@ def explain_ssh_failure(host: str, output: str, code: int) -> str:
     return f"{host}: ssh failed: {last}"
 
 
+# ssh's words for "nobody (or a dying sshd) answered": worth another try before the
+# deadline. A wrong host key, a refused key or a missing daemon are not.
+TRANSIENT = ("connection refused", "connection reset", "connection closed",
+             "kex_exchange_identification")
+RETRY_DELAY = 0.3
+
+
+def transient(output: str) -> bool:
+    low = output.lower()
+    return any(t in low for t in TRANSIENT) and "permission denied" not in low
+
+
 def check_output(host: str, output: str, mpi: MPIInfo, want_ld: str | None) -> str | None:
     """None if the session is fit for mpirun, else the reason."""
     lines: dict[str, str] = {}
@@ -85,13 +96,8 @@ def check_output(host: str, output: str, mpi: MPIInfo, want_ld: str | None) -> s
 
 def _parallel(items: Sequence[str], fn: Callable[[str], str | None]) -> dict[str, str]:
     """Run fn on every item at once (bounded); collect the failures."""
-    failures: dict[str, str] = {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(items) or 1)
-                                               ) as pool:
-        for item, result in zip(items, pool.map(fn, items), strict=True):
-            if result:
-                failures[item] = result
-    return failures
+    results = parallel.map_all(fn, items, MAX_PARALLEL)
+    return {item: result for item, result in zip(items, results, strict=True) if result}
 
 
 def wait_sshd(targets: Mapping[str, tuple[str, int]], deadline: float, log: proc.Log) -> None:
@@ -123,11 +129,18 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], mpi: MPIInfo, *,
     started = time.monotonic()
 
     def one(host: str) -> str | None:
-        timeout = max(1.0, deadline - time.monotonic())
-        code, output = proc.capture([*ssh_command, host, script], env=env, timeout=timeout)
-        if code != 0:
-            return explain_ssh_failure(host, output, code)
-        return check_output(host, output, mpi, want_ld)
+        while True:
+            timeout = max(1.0, deadline - time.monotonic())
+            code, output = proc.capture([*ssh_command, host, script], env=env,
+                                        timeout=timeout)
+            if code == 0:
+                return check_output(host, output, mpi, want_ld)
+            reason = explain_ssh_failure(host, output, code)
+            if not transient(output) or time.monotonic() + RETRY_DELAY >= deadline:
+                return reason
+            # The worker's supervisor restarts a dead sshd within a second: try again.
+            log("preflight retry", level="warning", host=host, reason=reason)
+            time.sleep(RETRY_DELAY)
 
     failures = _parallel(list(hosts), one)
     if failures:

@@ -153,9 +153,47 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], *, group: bool,
     if group:
         kwargs["setpgroup"] = 0
     try:
-        return os.posix_spawn(path, list(argv), dict(env), **kwargs)
+        pid = os.posix_spawn(path, list(argv), dict(env), **kwargs)
     except OSError as exc:
         raise _exec_error(argv[0], exc) from None
+    _pending.add(pid)
+    return pid
+
+
+# Children started before anything supervises them (sshd being checked, `mpirun
+# --version`, preflight's ssh): if the agent gives up or is interrupted before the
+# hand-off, end_pending() stops them, so none outlives the agent as an orphan.
+_pending: set[int] = set()
+
+
+def end_pending(grace: float = 1.0) -> int:
+    """SIGTERM every child still pending, SIGKILL what is left after `grace` s; reap them.
+    Returns how many were signalled. Only PIDs this process started are touched."""
+    alive = []
+    for pid in sorted(_pending):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+            alive.append(pid)
+    deadline = time.monotonic() + grace
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in alive if not _gone(pid)]
+        if alive:
+            time.sleep(0.01)
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    n = len(_pending)
+    _pending.clear()
+    return n
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:  # reaped already (by the thread that ran it)
+        return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,8 +212,12 @@ def exited(pid: int, *, wait: bool = False) -> int | None:
     try:
         done, status = os.waitpid(pid, 0 if wait else os.WNOHANG)
     except ChildProcessError:
+        _pending.discard(pid)
         return None
-    return exit_code(status) if done == pid else None
+    if done != pid:
+        return None
+    _pending.discard(pid)
+    return exit_code(status)
 
 
 class Supervisor:
@@ -431,15 +473,25 @@ def capture(argv: Sequence[str], env: Mapping[str, str] | None = None,
     import subprocess
 
     try:
-        done = subprocess.run(list(argv), env=None if env is None else dict(env),
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=timeout, check=False)
+        child = subprocess.Popen(list(argv), env=None if env is None else dict(env),
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT)
     except OSError as exc:
         raise _exec_error(argv[0], exc) from None
-    except subprocess.TimeoutExpired as exc:
-        out = exc.output.decode("utf-8", "replace") if exc.output else ""
-        return 124, out + f"\n(timed out after {timeout:g} s)"
-    return shell_code(done.returncode), done.stdout.decode("utf-8", "replace")
+    _pending.add(child.pid)
+    with child:
+        try:
+            out, _ = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            out, _ = child.communicate()
+            return 124, out.decode("utf-8", "replace") + f"\n(timed out after {timeout:g} s)"
+        except BaseException:  # Interrupted: the child goes with us
+            child.kill()
+            raise
+        finally:
+            _pending.discard(child.pid)
+    return shell_code(child.returncode), out.decode("utf-8", "replace")
 
 
 def exec_replace(argv: Sequence[str], env: Mapping[str, str]) -> None:
