@@ -68,6 +68,7 @@ def read(path: str) -> Hostfile:
     again if it changed while being read or was changed just before.
     """
     give_up = time.monotonic() + SETTLE_S
+    looked_twice = False
     while True:
         data, before, after = _read_once(path)
         if len(data) > MAX_BYTES:
@@ -77,12 +78,17 @@ def read(path: str) -> Hostfile:
             break  # a pipe or a device has no size or mtime to compare
         age = time.time() - after.st_mtime
         if _same(before, after) and len(data) == after.st_size:
-            if not 0 <= age < QUIET_S:
+            if not data and not looked_twice:
+                # truncate(2) sets the size before the mtime: an empty file with an old
+                # mtime may be one being rewritten this instant. Look again.
+                looked_twice = True
+            elif not 0 <= age < QUIET_S:
                 break
-            time.sleep(QUIET_S - age)
-            with contextlib.suppress(OSError):
-                if _same(after, os.stat(path)):
-                    break
+            else:
+                time.sleep(QUIET_S - age)
+                with contextlib.suppress(OSError):
+                    if _same(after, os.stat(path)):
+                        break
         if time.monotonic() >= give_up:
             raise HostfileError(f"{path}: kept changing while being read for {SETTLE_S:g} s "
                                 "(write it to a temporary file, then rename it into place)")

@@ -98,13 +98,29 @@ class Dnsmasq:
                 f"--pid-file={os.path.join(self.workdir, 'dnsmasq.pid')}",
                 f"--log-facility={self.log_path}",
             ]
-            with open(os.path.join(self.workdir, "stderr"), "wb") as err:
-                self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                             stdout=subprocess.DEVNULL, stderr=err)
-            self._wait_answers(READY_NAME, start_timeout, "start")
+            self._argv = argv
+            self.start(start_timeout)
         except BaseException:
             self.close()
             raise
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Start the server (again, after stop(): the same records, from hostsdir)."""
+        with open(os.path.join(self.workdir, "stderr"), "ab") as err:
+            self.proc = subprocess.Popen(self._argv, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=err)
+        self._wait_answers(READY_NAME, timeout, "start")
+
+    def stop(self) -> None:
+        """Stop the server (only the PID we started); its records stay for start()."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
 
     @property
     def pid(self) -> int:
@@ -165,14 +181,7 @@ class Dnsmasq:
         return "\n".join(parts)
 
     def close(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()  # only the PID we started
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+        self.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> Dnsmasq:

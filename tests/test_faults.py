@@ -1,0 +1,455 @@
+"""Injected faults, each caused for real on the simulated cluster: the DNS server goes
+away mid-wait, a worker pod vanishes after the exchange, sshd dies during preflight, the
+state directory is read-only or full, the hostfile is rewritten while it is read, and
+SIGTERM arrives in every phase. Expected each time: a recovery or a clear error with the
+documented exit code, no process left behind, no half-written file.
+
+The pods here are not PID namespaces (`pid1=False`): the agent runs as a subreaper, so a
+child it failed to stop would still be visible in the pod's network namespace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mpi_bootstrap import hostfile as hf
+from mpi_bootstrap.errors import HostfileError
+from tests.conftest import AGENT, REAL_MPIS
+from tests.support.cluster import Cluster, Pod
+
+pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.timeout(180)]
+
+OMPI = REAL_MPIS["openmpi4"]
+WORKERS = ["job-worker-0", "job-worker-1"]
+
+
+class Agent:
+    """A running agent whose JSON log lines are collected as they come."""
+
+    def __init__(self, cluster: Cluster, pod: Pod, argv: list[str], env: dict[str, str]
+                 ) -> None:
+        self.pod = pod
+        self.p = cluster.start(pod, argv, env)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.p.stderr is not None
+        for line in self.p.stderr:
+            self.lines.append(line)
+
+    def events(self) -> list[dict[str, object]]:
+        out = []
+        for line in list(self.lines):
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    out.append(json.loads(line))
+        return out
+
+    def wait_event(self, name: str, timeout: float = 30, **match: object) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(e["event"] == name and all(e.get(k) == v for k, v in match.items())
+                   for e in self.events()):
+                return
+            assert self.p.poll() is None, f"exited {self.p.returncode}: {self.stderr()}"
+            time.sleep(0.05)
+        raise AssertionError(f"no {name!r} event within {timeout} s: {self.stderr()}")
+
+    def finish(self, timeout: float = 60) -> tuple[int, str, str]:
+        out = self.p.stdout.read() if self.p.stdout else ""
+        code = self.p.wait(timeout=timeout)
+        self._reader.join(timeout=5)
+        return code, out, self.stderr()
+
+    def stderr(self) -> str:
+        return "".join(self.lines)
+
+
+class Job:
+    """A launcher and workers with the dir exchange, Open MPI 4, logs as JSON."""
+
+    def __init__(self, cluster: Cluster, work: Path) -> None:
+        self.c, self.work = cluster, work
+        self.xdir = work / "exchange"
+        self.xdir.mkdir(exist_ok=True)
+        self.workers: list[Agent] = []
+
+    def env(self, pod: Pod, **extra: str) -> dict[str, str]:
+        home = self.work / pod.name
+        home.mkdir(exist_ok=True)
+        return {"PATH": f"{OMPI.bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
+                "LANG": "C.UTF-8", "MPI_BOOTSTRAP_STATE_DIR": str(home / "state"),
+                "MPI_BOOTSTRAP_EXCHANGE_DIR": str(self.xdir),
+                "MPI_BOOTSTRAP_LOG_FORMAT": "json", **extra}
+
+    def state(self, name: str) -> Path:
+        return self.work / name / "state"
+
+    def start_workers(self, pods: list[Pod] | None = None) -> None:
+        for pod in pods if pods is not None else self.c.pods[1:]:
+            w = Agent(self.c, pod, [AGENT, "worker"], self.env(pod))
+            w.wait_event("record published", timeout=30)
+            self.workers.append(w)
+
+    def hostfile(self, names: list[str] | None = None) -> Path:
+        path = self.work / "hostfile"
+        path.write_text("".join(f"{n} slots=1\n" for n in names or WORKERS))
+        return path
+
+    def launcher(self, program: list[str], names: list[str] | None = None, **extra: str
+                 ) -> Agent:
+        pod = self.c.pods[0]
+        env = self.env(pod, MPI_HOSTFILE=str(self.hostfile(names)),
+                       MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(self.work / "out" / "hostfile"),
+                       **extra)
+        return Agent(self.c, pod, [AGENT, "launcher", "--mpirun", OMPI.mpirun, "--",
+                                   *program], env)
+
+    def launch(self, program: list[str], timeout: float = 120, **extra: str
+               ) -> tuple[int, str, str]:
+        return self.launcher(program, **extra).finish(timeout)
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    tmp_path.chmod(0o755)  # pods run as root, but sshd's StrictModes looks at the path
+    return tmp_path
+
+
+def processes(pod: Pod) -> list[str]:
+    """`comm` of every process still in the pod's network namespace."""
+    names = []
+    for pid in pod.netns.pids():
+        with contextlib.suppress(OSError):
+            names.append(Path(f"/proc/{pid}/comm").read_text().strip())
+    return names
+
+
+def assert_no_process_left(pod: Pod, timeout: float = 5) -> None:
+    deadline = time.monotonic() + timeout
+    while processes(pod) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes(pod) == [], f"left running in {pod.name}: {processes(pod)}"
+
+
+def half_written(*dirs: Path) -> list[str]:
+    """Temporary files of files.atomic_write (`.<name>.XXXX.tmp`) under `dirs`."""
+    return [str(p) for d in dirs if d.exists() for p in d.rglob(".*.tmp")]
+
+
+def script(path: Path, body: str) -> Path:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+class TestDNSOutage:
+    """The DNS server stops while the launcher waits, and comes back: the job runs."""
+
+    def test_server_stops_mid_wait_and_returns(self, work: Path) -> None:
+        with Cluster(["job-launcher", *WORKERS], dns=True, late=["job-worker-1"]) as c:
+            assert c.dnsmasq is not None
+            job = Job(c, work)
+            job.start_workers()
+            launcher = job.launcher(["hostname"], [c.svc(w) for w in WORKERS],
+                                    MPI_DNS_WAIT_SECONDS="60")
+            launcher.wait_event("DNS WAIT", host=c.svc("job-worker-1"))
+            c.dnsmasq.stop()  # the server is gone: lookups now fail differently
+            time.sleep(3)
+            assert launcher.p.poll() is None, launcher.stderr()
+            # the record is published while the server is down; the server returns
+            c.dnsmasq.add([(c.fqdn("job-worker-1"), c.pods[2].address),
+                           (c.service, c.pods[2].address)], wait=False)
+            c.dnsmasq.start()
+            code, out, err = launcher.finish()
+            assert code == 0, err
+            assert sorted(out.split()) == WORKERS
+            reasons = {e["reason"] for e in launcher.events() if e["event"] == "DNS WAIT"}
+            assert reasons, err
+
+
+class TestWorkerVanishes:
+    """A worker pod disappears after publishing its record: 69 naming it, no mpirun."""
+
+    def test_after_the_exchange(self, work: Path) -> None:
+        with Cluster(["job-launcher", *WORKERS]) as c:
+            job = Job(c, work)
+            job.start_workers()
+            gone = c.pods[2]
+            for pid in gone.netns.pids():  # the whole pod, agent and sshd alike
+                os.kill(pid, signal.SIGKILL)
+            gone.netns.exec_checked(["ip", "link", "set", "eth0", "down"])
+            assert (job.xdir / "job-worker-1.json").exists()  # its record stays behind
+            t0 = time.monotonic()
+            code, _, err = job.launch(["hostname"], MPI_DNS_WAIT_SECONDS="6")
+            assert code == 69, err
+            assert "worker unreachable: job-worker-1: no sshd answers on " \
+                   f"{gone.address}:" in err
+            assert time.monotonic() - t0 < 6 + 10
+            assert "mpirun start" not in err
+            assert_no_process_left(c.pods[0])
+            assert half_written(job.state("job-launcher"), work / "out") == []
+
+
+class TestSshdDiesDuringPreflight:
+    """sshd is killed while preflight connects: the worker restarts it, preflight tries
+    again, and the job runs."""
+
+    def test_recovers(self, work: Path) -> None:
+        with Cluster(["job-launcher", *WORKERS]) as c:
+            job = Job(c, work)
+            job.start_workers()
+            pidfile = job.state("job-worker-1") / "sshd.pid"
+            bindir = work / "bin"
+            bindir.mkdir()
+            # preflight's first ssh to job-worker-1 kills its sshd, then tries once
+            # (ssh's own ConnectionAttempts would hide the agent's retry)
+            script(bindir / "ssh", f"""
+case "$*" in *job-worker-1*) mkdir {work}/killed 2>/dev/null && first=1;; esac
+if [ -n "$first" ]; then
+  kill -9 "$(cat {pidfile})"
+  exec /usr/bin/ssh -o ConnectionAttempts=1 "$@"
+fi
+exec /usr/bin/ssh "$@"
+""")
+            code, out, err = job.launch(
+                ["hostname"], PATH=f"{bindir}:{OMPI.bindir}:/usr/local/bin:/usr/bin:/bin")
+            assert (work / "killed").is_dir()
+            assert code == 0, err
+            assert sorted(out.split()) == WORKERS
+            events = [json.loads(ln) for ln in err.splitlines() if ln.startswith("{")]
+            retries = [e for e in events if e["event"] == "preflight retry"]
+            assert retries and {e["host"] for e in retries} == {"job-worker-1"}, err
+            worker = job.workers[1]
+            worker.wait_event("child started", restarted=True, timeout=10)
+
+
+def mounted(fs_options: str, where: Path, then: list[str], fill: bool = False
+            ) -> list[str]:
+    """argv: mount a small tmpfs at `where` in the pod's own mount namespace (`ip netns
+    exec` makes one; nothing reaches the host), optionally fill it, then run `then`."""
+    fill_cmd = f"dd if=/dev/zero of={where}/fill bs=4k >/dev/null 2>&1; " if fill else ""
+    return ["sh", "-c", f"mount -t tmpfs -o {fs_options} tmpfs {where} && {fill_cmd}"
+            f"exec {' '.join(then)}"]
+
+
+class TestStateDir:
+    """A read-only or full state directory is exit 73 naming the path, nothing
+    half-written, nothing left running."""
+
+    @pytest.mark.parametrize("fault", ["read-only", "full"])
+    def test_worker(self, work: Path, fault: str) -> None:
+        with Cluster(["job-launcher", "job-worker-0"]) as c:
+            job = Job(c, work)
+            pod = c.pods[1]
+            where = work / "fs"
+            where.mkdir()
+            options = "size=64k,mode=0755" + (",ro" if fault == "read-only" else "")
+            env = job.env(pod, MPI_BOOTSTRAP_STATE_DIR=str(where / "state"))
+            done = pod.run(mounted(options, where, [AGENT, "worker"], fill=fault == "full"),
+                           env, timeout=60)
+            assert done.returncode == 73, done.stderr
+            reason = "Read-only file system" if fault == "read-only" else \
+                "No space left on device"
+            assert f"{where}/state" in done.stderr and reason in done.stderr, done.stderr
+            assert "Traceback" not in done.stderr
+            assert_no_process_left(pod)
+            assert not (job.xdir / "job-worker-0.json").exists()
+
+    def test_launcher_full(self, work: Path) -> None:
+        with Cluster(["job-launcher", "job-worker-0"]) as c:
+            job = Job(c, work)
+            job.start_workers()
+            launcher = c.pods[0]
+            where = work / "fs"
+            where.mkdir()
+            env = job.env(launcher, MPI_HOSTFILE=str(job.hostfile(["job-worker-0"])),
+                          MPI_BOOTSTRAP_STATE_DIR=str(where / "state"),
+                          MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(where / "hostfile"))
+            done = launcher.run(mounted("size=64k,mode=0755", where,
+                                        [AGENT, "launcher", "--mpirun", OMPI.mpirun, "--",
+                                         "hostname"], fill=True), env, timeout=60)
+            assert done.returncode == 73, done.stderr
+            assert f"cannot write {where}/" in done.stderr, done.stderr
+            assert "No space left on device" in done.stderr
+            assert "mpirun start" not in done.stderr
+            assert_no_process_left(launcher)
+
+
+class TestHostfileRewrittenWhileRead:
+    """A hostfile rewritten in place, line by line, is never parsed half-written."""
+
+    def test_only_whole_versions_are_parsed(self, tmp_path: Path) -> None:
+        path = tmp_path / "hostfile"
+        versions = [[f"pi-worker-{i}.pi.default.svc" for i in range(n)] for n in (3, 7)]
+        texts = ["".join(f"{h} slots=1\n" for h in v) for v in versions]
+        path.write_text(texts[0])
+        # Another process rewrites it in place (truncate, then a line at a time with
+        # small gaps), rests, and does it again with the other version.
+        writer = subprocess.Popen([sys.executable, "-c", """
+import sys, time
+path, texts = sys.argv[1], sys.argv[2:]
+n = 0
+while True:
+    with open(path, "r+") as fh:
+        fh.truncate(0)
+        for line in texts[n % 2].splitlines(keepends=True):
+            fh.write(line)
+            fh.flush()
+            time.sleep(0.004)
+    n += 1
+    time.sleep(0.25)
+""", str(path), *texts])
+        try:
+            seen = set()
+            deadline = time.monotonic() + 6
+            reads = 0
+            while time.monotonic() < deadline:
+                hosts = [h.name for h in hf.read(str(path)).hosts]
+                assert hosts in versions, f"a half-written hostfile was parsed: {hosts}"
+                seen.add(len(hosts))
+                reads += 1
+            assert seen == {3, 7}, seen  # both versions were read while being rewritten
+            assert reads >= 10
+        finally:
+            writer.kill()
+            writer.wait()
+
+    def test_never_settles(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        path = tmp_path / "hostfile"
+        path.write_text("a slots=1\n")
+        monkeypatch.setattr(hf, "SETTLE_S", 1.0)
+        stop = threading.Event()
+
+        def churn() -> None:
+            n = 0
+            while not stop.is_set():
+                path.write_text(f"a slots={n % 9 + 1}\n")
+                n += 1
+                time.sleep(0.01)
+
+        t = threading.Thread(target=churn, daemon=True)
+        t.start()
+        try:
+            with pytest.raises(HostfileError, match="kept changing while being read") as exc:
+                hf.read(str(path))
+            assert exc.value.status == 65
+        finally:
+            stop.set()
+            t.join()
+
+
+PHASES = ["mpirun --version", "hostfile", "DNS", "exchange", "sshd wait", "preflight",
+          "mpirun"]
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    with Cluster(["job-launcher", "job-worker-0"]) as c:
+        yield c
+
+
+class TestSigtermInEveryPhase:
+    """SIGTERM at any point of the launcher: 143 at once, no child left, no temporary
+    file, and no output file unless it is whole."""
+
+    @pytest.mark.parametrize("phase", PHASES)
+    def test_launcher(self, cluster: Cluster, work: Path, phase: str) -> None:
+        job = Job(cluster, work)
+        launcher_pod, worker_pod = cluster.pods
+        bindir = work / "bin"
+        bindir.mkdir()
+        path = f"{bindir}:{OMPI.bindir}:/usr/local/bin:/usr/bin:/bin"
+        extra: dict[str, str] = {"PATH": path, "MPI_DNS_WAIT_SECONDS": "60"}
+        mpirun = OMPI.mpirun
+        program = ["hostname"]
+        if phase == "mpirun --version":  # an mpirun that hangs when asked its version
+            mpirun = str(script(bindir / "mpirun", "exec sleep 60\n"))
+        if phase in ("preflight", "mpirun", "sshd wait"):
+            job.start_workers([worker_pod])
+        if phase == "sshd wait":  # the worker's record names a port nobody listens on
+            for pid in worker_pod.netns.pids():
+                os.kill(pid, signal.SIGKILL)
+            assert_no_process_left(worker_pod)
+            record = json.loads((job.xdir / "job-worker-0.json").read_text())
+            record["port"] = 1
+            (job.xdir / "job-worker-0.json").write_text(json.dumps(record))
+        if phase == "preflight":  # an ssh that never returns
+            script(bindir / "ssh", "exec sleep 60\n")
+        if phase == "mpirun":
+            program = ["sleep", "60"]
+        names = {"DNS": ["job-worker-0", "no-such-host"]}.get(phase, ["job-worker-0"])
+        hostfile = job.hostfile(names)
+        if phase == "hostfile":  # a FIFO nobody writes: open() blocks
+            hostfile.unlink()
+            os.mkfifo(hostfile)
+        env = job.env(launcher_pod, MPI_HOSTFILE=str(hostfile),
+                      MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(work / "out" / "hostfile"), **extra)
+        agent = Agent(cluster, launcher_pod,
+                      [AGENT, "launcher", "--mpirun", mpirun, "--", *program], env)
+        # Wait until the agent is inside the phase.
+        if phase in ("mpirun --version", "preflight", "mpirun"):
+            wait_for_process(launcher_pod if phase != "mpirun" else worker_pod, "sleep",
+                             agent)
+        else:
+            marker = {"hostfile": "MPI", "DNS": "DNS WAIT", "exchange": "DNS done",
+                      "sshd wait": "records"}[phase]
+            agent.wait_event(marker)
+            time.sleep(0.5)  # well inside the wait that follows the marker
+        assert agent.p.poll() is None, agent.stderr()
+        t0 = time.monotonic()
+        agent.p.send_signal(signal.SIGTERM)
+        code, _, err = agent.finish(timeout=30)
+        elapsed = time.monotonic() - t0
+        assert code == 143, err
+        assert elapsed < 3.0, f"{elapsed:.1f} s to exit"
+        assert "Traceback" not in err
+        assert_no_process_left(launcher_pod)
+        if phase == "mpirun":  # the ranks on the worker go too (the worker's sshd stays)
+            deadline = time.monotonic() + 15
+            while "sleep" in processes(worker_pod) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert "sleep" not in processes(worker_pod)
+        state = job.state("job-launcher")
+        assert half_written(state, work / "out", job.xdir) == []
+        out = work / "out" / "hostfile"
+        if out.exists():  # written only whole (the plan's text), never a prefix of it
+            assert out.read_text().endswith("\n") and "job-worker-0" in out.read_text()
+        for f in state.glob("*") if state.exists() else []:
+            assert stat.S_IMODE(f.stat().st_mode) & 0o077 in (0, 0o044), f
+
+    def test_worker_while_sshd_starts(self, cluster: Cluster, work: Path) -> None:
+        """SIGTERM while the worker waits for its sshd: 143, and that sshd goes too."""
+        job = Job(cluster, work)
+        pod = cluster.pods[1]
+        slow = script(work / "slow-sshd", "exec sleep 60\n")  # never answers
+        agent = Agent(cluster, pod, [AGENT, "worker"],
+                      job.env(pod, MPI_BOOTSTRAP_SSHD=str(slow)))
+        wait_for_process(pod, "sleep", agent)
+        agent.p.send_signal(signal.SIGTERM)
+        code, _, err = agent.finish(timeout=30)
+        assert code == 143, err
+        assert_no_process_left(pod)
+        assert half_written(job.state(pod.name), job.xdir) == []
+
+
+def wait_for_process(pod: Pod, name: str, agent: Agent, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while name not in processes(pod):
+        assert time.monotonic() < deadline, f"no {name} in {pod.name}: {agent.stderr()}"
+        assert agent.p.poll() is None, agent.stderr()
+        time.sleep(0.05)
