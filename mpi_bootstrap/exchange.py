@@ -48,6 +48,8 @@ VERSION = 1
 MAX_MESSAGE = 16384
 CLOCK_SKEW = 120.0  # seconds a hello's timestamp may differ from the worker's clock
 NONCE_TTL = 2 * CLOCK_SKEW
+MAX_CONNECTIONS = 16  # open at once on a worker; more evict the oldest
+CONNECTION_SECONDS = 2.0  # a peer has this long to send its hello
 _NONCE = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -258,19 +260,59 @@ class NetServer:
         return _signed(self._key, {"v": VERSION, "type": "record", "nonce": nonce,
                                    "record": self.record.to_dict()})
 
-    def serve_one(self, listener: socket.socket) -> None:
-        """Accept and answer one connection (short timeouts: a slow peer cannot stall)."""
-        try:
-            conn, addr = listener.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        with conn:
-            conn.settimeout(1.0)
+    def attach(self, listener: socket.socket, readers: dict[int, Callable[[], None]]
+               ) -> None:
+        """Serve from an event loop that calls `readers[fd]()` when fd is readable.
+
+        Nothing here ever blocks, so a peer that connects and says nothing (or trickles
+        bytes) cannot stall the loop (the worker's PID 1, which also forwards signals).
+        At most MAX_CONNECTIONS are open at once — the oldest goes first — and each
+        gets CONNECTION_SECONDS to send its line.
+        """
+        listener.setblocking(False)
+        conns: dict[int, tuple[socket.socket, float, bytearray, str]] = {}
+
+        def close(fd: int) -> None:
+            conn = conns.pop(fd)[0]
+            readers.pop(fd, None)
+            conn.close()
+
+        def accept() -> None:
             try:
-                raw = _read_line(conn)
-                conn.sendall(self.answer(raw, str(addr[0])))
-            except OSError:
+                conn, addr = listener.accept()
+            except OSError:  # BlockingIOError, or a peer that reset before we accepted
                 return
+            now = time.monotonic()
+            for fd in [fd for fd, c in conns.items() if now - c[1] > CONNECTION_SECONDS]:
+                close(fd)
+            if len(conns) >= MAX_CONNECTIONS:
+                close(min(conns, key=lambda fd: conns[fd][1]))
+            conn.setblocking(False)
+            fd = conn.fileno()
+            conns[fd] = (conn, now, bytearray(), str(addr[0]))
+            readers[fd] = lambda: receive(fd)
+
+        def receive(fd: int) -> None:
+            if fd not in conns:
+                return
+            conn, _, data, peer = conns[fd]
+            try:
+                chunk = conn.recv(4096)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            data += chunk
+            if chunk and b"\n" not in data and len(data) <= MAX_MESSAGE:
+                return  # more to come
+            if chunk:
+                line = bytes(data.split(b"\n", 1)[0])
+                # A reply fits any socket buffer; one that does not go out whole is lost.
+                with contextlib.suppress(OSError):
+                    conn.send(self.answer(line, peer))
+            close(fd)
+
+        readers[listener.fileno()] = accept
 
 
 def _read_line(conn: socket.socket) -> bytes:

@@ -595,12 +595,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec["argv"] = args[1:]
     log = json_log(spec["role"], spec["log_level"], fmt=spec.get("log_format", "json"))
     restart = RestartPolicy(**spec["restart"]) if spec.get("restart") else None
-    readers: dict[int, Callable[[], None]] = {}
-    if spec.get("net"):
-        readers.update(_net_server(spec["net"], log))
     sup = Supervisor(grace=float(spec["grace"]), group=bool(spec["group"]), log=log,
-                     restart=restart, readers=readers, stop_file=spec.get("stop_file"),
+                     restart=restart, stop_file=spec.get("stop_file"),
                      explain=bool(spec.get("explain")))
+    if spec.get("net"):
+        _net_server(spec["net"], log, sup.readers)
     sup.install()
     if os.getpid() != 1 and become_subreaper():
         log("subreaper", reason="not PID 1: orphans re-parent to the agent and are reaped")
@@ -622,7 +621,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _net_server(net: Mapping[str, Any], log: Log) -> dict[int, Callable[[], None]]:
+def _net_server(net: Mapping[str, Any], log: Log,
+                readers: dict[int, Callable[[], None]]) -> None:
     """The worker's net exchange, served from the supervisor's loop (stdlib only)."""
     import socket
 
@@ -630,7 +630,6 @@ def _net_server(net: Mapping[str, Any], log: Log) -> dict[int, Callable[[], None
     from mpi_bootstrap.files import atomic_write
 
     listener = socket.socket(fileno=int(net["fd"]))
-    listener.setblocking(False)
     path = str(net["authorized_keys"])
 
     def authorize(key: str) -> None:
@@ -645,7 +644,7 @@ def _net_server(net: Mapping[str, Any], log: Log) -> dict[int, Callable[[], None
 
     server = exchange.NetServer(str(net["token"]), exchange.record_from(net["record"]),
                                 authorize, log)
-    return {listener.fileno(): lambda: server.serve_one(listener)}
+    server.attach(listener, readers)
 
 
 if __name__ == "__main__":

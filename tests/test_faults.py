@@ -453,3 +453,51 @@ def wait_for_process(pod: Pod, name: str, agent: Agent, timeout: float = 30) -> 
         assert time.monotonic() < deadline, f"no {name} in {pod.name}: {agent.stderr()}"
         assert agent.p.poll() is None, agent.stderr()
         time.sleep(0.05)
+
+
+class TestNetExchangeFlood:
+    """Strangers holding many silent connections to a worker's net exchange stall
+    nothing: a real hello is answered at once, and SIGTERM still ends the worker."""
+
+    TOKEN = "flood-test-token-0123456789abcdef"  # noqa: S105 - a test token
+
+    def test_silent_connections(self, cluster: Cluster, work: Path) -> None:
+        job = Job(cluster, work)
+        launcher_pod, pod = cluster.pods
+        env = job.env(pod, MPI_BOOTSTRAP_TOKEN=self.TOKEN, MPI_BOOTSTRAP_EXCHANGE="net")
+        del env["MPI_BOOTSTRAP_EXCHANGE_DIR"]
+        worker = Agent(cluster, pod, [AGENT, "worker"], env)
+        worker.wait_event("record published")
+        root = Path(__file__).resolve().parent.parent
+        # 200 connections that never send a byte, held open for the whole test
+        flood = cluster.start(launcher_pod, [sys.executable, "-c", f"""
+import socket, sys, time
+held = []
+for _ in range(200):
+    try:
+        held.append(socket.create_connection(({pod.address!r}, 2223), timeout=2))
+    except OSError:
+        pass
+print(len(held), flush=True)
+time.sleep(120)
+"""])
+        assert flood.stdout is not None
+        assert int(flood.stdout.readline()) > 100
+        t0 = time.monotonic()
+        done = launcher_pod.run([sys.executable, "-c", f"""
+import sys
+from mpi_bootstrap import exchange, keys
+key = keys.generate(sys.argv[1], "t").public
+print(exchange.fetch({pod.address!r}, 2223, {self.TOKEN!r}, key, timeout=10).port)
+""", str(work / "client-key")], {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+            timeout=30)
+        answered = time.monotonic() - t0
+        assert done.returncode == 0, done.stderr
+        assert int(done.stdout) > 0
+        assert answered < 2.0, f"a real hello waited {answered:.1f} s behind the flood"
+        t0 = time.monotonic()
+        worker.p.send_signal(signal.SIGTERM)
+        code, _, err = worker.finish(timeout=30)
+        assert code == 0, err
+        assert time.monotonic() - t0 < 2.0
+        flood.kill()
