@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 
-from mpi_bootstrap.errors import WriteError
+from mpi_bootstrap.errors import ConfigError, WriteError
 
 
 def atomic_write(path: str, text: str, mode: int = 0o644) -> None:
@@ -39,10 +40,24 @@ def atomic_write(path: str, text: str, mode: int = 0o644) -> None:
         raise
 
 
-def private_dir(path: str, what: str) -> None:
-    """Create `path` 0700 (or make an existing one 0700); WriteError if that fails."""
+def state_dir(path: str, setting: str = "MPI_BOOTSTRAP_STATE_DIR") -> None:
+    """The agent's private directory: created 0700, or an existing one made 0700 — only
+    if it is a real directory owned by this user. Someone else's directory (or a symlink
+    to one) is refused: its owner could swap the ssh config the agent writes there, and
+    ssh runs what that config says (ProxyCommand) as this user."""
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as exc:
+        raise WriteError(f"{setting}: cannot create {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConfigError([f"{setting}: {path} is not a directory"
+                           + (" (a symlink)" if stat.S_ISLNK(st.st_mode) else "")])
+    if st.st_uid != os.geteuid():
+        raise ConfigError([f"{setting}: {path} belongs to uid {st.st_uid}, not to this "
+                           f"user ({os.geteuid()})"])
+    try:
         os.chmod(path, 0o700)
     except OSError as exc:
-        raise WriteError(f"{what}: cannot create {path}: {exc.strerror or exc}") from None
+        raise WriteError(f"{setting}: cannot make {path} private: "
+                         f"{exc.strerror or exc}") from None

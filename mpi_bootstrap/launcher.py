@@ -196,7 +196,7 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Any) -> in
     Neither returns on success: the process image is replaced, and the supervisor
     exits with mpirun's code.
     """
-    files.private_dir(config.state_dir, "MPI_BOOTSTRAP_STATE_DIR")
+    files.state_dir(config.state_dir)
     for f in p.files:
         files.atomic_write(f.path, f.text, f.mode)
         log.debug("wrote", path=f.path, purpose=f.purpose)

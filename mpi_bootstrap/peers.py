@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from mpi_bootstrap import exchange, keys, parallel
 from mpi_bootstrap.config import Config
 from mpi_bootstrap.errors import ConfigError, PeerUnavailableError
-from mpi_bootstrap.files import private_dir
+from mpi_bootstrap.files import state_dir
 from mpi_bootstrap.model import PlannedFile
 from mpi_bootstrap.sshconfig import Peer
 
@@ -67,7 +67,7 @@ def client_key(config: Config, *, write: bool) -> ClientKey | None:
         path = os.path.join(state, "id_launcher")
         if not write:
             return ClientKey(path, "(generated at run time)", None)
-        private_dir(state, "MPI_BOOTSTRAP_STATE_DIR")
+        state_dir(state)
         pair = keys.generate(path, "mpi-bootstrap launcher key")
         return ClientKey(path, pair.public, None)
     return None
@@ -88,6 +88,7 @@ def collect(config: Config, hosts: Sequence[tuple[str, str, str | None]],
         return {new: exchange.Record(new, (addr,) if addr else (), port, key.public, user)
                 for _, new, addr in hosts}
     records: dict[str, exchange.Record] = {}
+    last: dict[str, str] = {}  # net: the last failure per worker, for the error message
     if config.exchange == "dir" and config.exchange_dir:
         ex = exchange.DirExchange(config.exchange_dir)
         while True:
@@ -111,8 +112,9 @@ def collect(config: Config, hosts: Sequence[tuple[str, str, str | None]],
                 except exchange.RecordError as exc:
                     if "refused" in str(exc) or "not signed" in str(exc):
                         raise PeerUnavailableError(str(exc)) from None
-                except OSError:
-                    pass
+                    last[target] = str(exc)  # e.g. a replayed reply: ask again
+                except OSError as exc:
+                    last[target] = f"{target}: {exc.strerror or exc}"
                 if time.monotonic() >= deadline:
                     return None
                 time.sleep(0.2)
@@ -129,7 +131,8 @@ def collect(config: Config, hosts: Sequence[tuple[str, str, str | None]],
             raise PeerUnavailableError(
                 f"no record from {missing[0]}" + (f" and {len(missing) - 1} more" if
                                                   len(missing) > 1 else "") +
-                f" {where} before the deadline: is the worker running `mpi-bootstrap worker`?")
+                f" {where} before the deadline: is the worker running `mpi-bootstrap worker`?",
+                details="\n".join(f"last attempt: {last[m]}" for m in missing if m in last))
     return records
 
 

@@ -17,27 +17,11 @@ from typing import Any
 
 from mpi_bootstrap import exchange, keys, netif, proc, sshd
 from mpi_bootstrap.config import Config
-from mpi_bootstrap.errors import ConfigError, ExitStatus, PeerUnavailableError, WriteError
-from mpi_bootstrap.files import atomic_write, private_dir
+from mpi_bootstrap.errors import ConfigError, ExitStatus, PeerUnavailableError
+from mpi_bootstrap.files import atomic_write, state_dir
 
 RECORD_FILE = "record.json"
 DONE_FILE = "job-done"
-
-
-def prepare_state_dir(path: str) -> None:
-    """The private directory: created 0700, or an existing one made 0700 if it is ours."""
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        st = os.lstat(path)
-    except OSError as exc:
-        raise WriteError(f"MPI_BOOTSTRAP_STATE_DIR: cannot create {path}: "
-                         f"{exc.strerror or exc}") from None
-    if not os.path.isdir(path) or os.path.islink(path):
-        raise ConfigError([f"MPI_BOOTSTRAP_STATE_DIR: {path} is not a directory"])
-    if st.st_uid != os.geteuid():
-        raise ConfigError([f"MPI_BOOTSTRAP_STATE_DIR: {path} belongs to uid {st.st_uid}, "
-                           f"not to this user ({os.geteuid()})"])
-    private_dir(path, "MPI_BOOTSTRAP_STATE_DIR")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +66,7 @@ def sshd_argv(config: Config, config_path: str) -> list[str]:
 
 def start(config: Config, environ: Mapping[str, str], log: Any) -> int:
     state = config.state_dir
-    prepare_state_dir(state)
+    state_dir(state)
     ident = identity(config, log)
     authorized_path = os.path.join(state, "authorized_keys")
     atomic_write(authorized_path, "".join(k + "\n" for k in ident.authorized), 0o600)

@@ -1,0 +1,745 @@
+"""The agent's security promises, each proved against the real programs: the real
+`mpi-bootstrap worker` with its real OpenSSH sshd, real ssh and paramiko clients, and the
+real launcher running Open MPI 4, in a simulated cluster of network namespaces.
+
+SECURITY.md cites these classes: one class per promise, its docstring saying which.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import fnmatch
+import json
+import os
+import pwd
+import re
+import secrets
+import socket
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from mpi_bootstrap import exchange, keys
+from tests.conftest import AGENT
+from tests.support.cluster import Cluster, Pod
+from tests.test_ssh import WORKERS, base_env, record_of, start_workers
+
+pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
+
+# Fresh per run: a value that cannot appear in any output by accident.
+TOKEN = "tok-" + secrets.token_hex(16)
+WRONG_TOKEN = "tok-" + secrets.token_hex(16)
+EXCHANGE_PORT = 2223
+MARKER = "MPIB_SECURITY_MARKER=reached-mpirun"  # in the launcher's env, seen by a local rank
+
+
+# ---------------------------------------------------------------- helpers
+
+_CLONE_NEWNET = 0x40000000
+
+
+def connect(pod: Pod, address: str, port: int, timeout: float = 10.0) -> socket.socket:
+    """A TCP connection made from inside `pod`'s network namespace.
+
+    A socket stays in the namespace it was created in, so a short-lived thread enters the
+    pod (setns affects only the calling thread) and hands the connected socket back.
+    """
+    box: list[socket.socket | BaseException] = []
+
+    def inner() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(f"/run/netns/{pod.netns.name}", os.O_RDONLY)
+            try:
+                if libc.setns(fd, _CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, os.strerror(err))
+            finally:
+                os.close(fd)
+            box.append(socket.create_connection((address, port), timeout=timeout))
+        except BaseException as exc:  # handed to the caller's thread
+            box.append(exc)
+
+    t = threading.Thread(target=inner)
+    t.start()
+    t.join()
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
+
+
+def wait_listening(pod: Pod, address: str, port: int, proc: subprocess.Popen[str],
+                   timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        with contextlib.suppress(OSError):
+            connect(pod, address, port, timeout=1.0).close()
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listens on {address}:{port} in {pod.name}")
+
+
+def ask(pod: Pod, address: str, raw: bytes, port: int = EXCHANGE_PORT) -> bytes:
+    """Send one net-exchange line from `pod` and return the reply line."""
+    with connect(pod, address, port) as conn:
+        conn.sendall(raw)
+        data = b""
+        while b"\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return data.split(b"\n", 1)[0]
+
+
+def launcher_env(tmp: Path, cluster: Cluster, hostfile: str, **extra: str) -> dict[str, str]:
+    hf = tmp / "hostfile"
+    hf.write_text(hostfile)
+    return base_env(tmp, cluster.pods[0], MPI_HOSTFILE=str(hf),
+                    MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(tmp / "mpi-hostfile"), **extra)
+
+
+def make_mount(tmp: Path) -> Path:
+    """MPI Operator's Secret: one ECDSA P-521 key, mounted 0644 (mpi-operator #429)."""
+    mount = tmp / "secret"
+    mount.mkdir()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-b", "521", "-N", "", "-f",
+                    str(mount / "id_rsa")], check=True)
+    (mount / "authorized_keys").write_text((mount / "id_rsa.pub").read_text())
+    for f in mount.iterdir():
+        f.chmod(0o644)
+    return mount
+
+
+def exchange_env(tmp: Path, mode: str) -> dict[str, str]:
+    """Settings for one exchange mode. The token is set in every mode: wherever it is
+    unused it must still never reach a log or mpirun."""
+    env = {"MPI_BOOTSTRAP_EXCHANGE": mode, "MPI_BOOTSTRAP_TOKEN": TOKEN}
+    if mode == "dir":
+        (tmp / "exchange").mkdir()
+        env["MPI_BOOTSTRAP_EXCHANGE_DIR"] = str(tmp / "exchange")
+    elif mode == "secret":
+        env["MPI_BOOTSTRAP_SSH_AUTH_DIR"] = str(make_mount(tmp))
+    return env
+
+
+def command_lines(cluster: Cluster) -> str:
+    """Every process's argv in every pod (what `ps` shows to any user)."""
+    out = []
+    for pod in cluster.pods:
+        for pid in pod.netns.pids():
+            with contextlib.suppress(OSError):
+                out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                           .decode(errors="replace"))
+    return "\n".join(out)
+
+
+def stop(cluster: Cluster, procs: list[subprocess.Popen[str]]) -> list[tuple[str, str]]:
+    """SIGTERM the workers still running; (stdout, stderr) of each."""
+    for p in procs:
+        if p.poll() is None:
+            cluster.signal(p)
+    return [p.communicate(timeout=20) for p in procs]
+
+
+@dataclasses.dataclass
+class JobRun:
+    tmp: Path
+    mode: str
+    job: subprocess.CompletedProcess[str]
+    outputs: dict[str, str]  # everything the agent printed, by where it came from
+
+
+def run_job(cluster: Cluster, tmp: Path, mode: str, *, level: str = "info",
+            fmt: str = "json") -> JobRun:
+    """Workers, `launcher --explain` (text and JSON), then a real job whose program is
+    `env` on every rank, one of them on the launcher itself (so it inherits mpirun's
+    environment); then the workers are stopped. Returns all that was printed."""
+    extra = {**exchange_env(tmp, mode), "MPI_BOOTSTRAP_LOG_LEVEL": level,
+             "MPI_BOOTSTRAP_LOG_FORMAT": fmt}
+    procs = start_workers(cluster, tmp, **extra)
+    hostfile = "job-launcher slots=1\n" + "".join(f"{w} slots=1\n" for w in WORKERS)
+    name, _, value = MARKER.partition("=")
+    env = launcher_env(tmp, cluster, hostfile, **{name: value}, **extra)
+    launcher = cluster.pods[0]
+    outputs: dict[str, str] = {}
+    for flags in (["--explain"], ["--explain", "--json"]):
+        done = launcher.run([AGENT, "launcher", *flags, "--", "env"], env, timeout=60)
+        assert done.returncode == 0, done.stderr
+        outputs[f"launcher {' '.join(flags)}: stdout"] = done.stdout
+        outputs[f"launcher {' '.join(flags)}: stderr"] = done.stderr
+    job = launcher.run([AGENT, "launcher", "--", "env"], env, timeout=120)
+    assert job.returncode == 0, job.stderr
+    outputs["launcher job: stdout"] = job.stdout
+    outputs["launcher job: stderr"] = job.stderr
+    outputs["command lines"] = command_lines(cluster)
+    worker0 = cluster.pods[1]
+    probe = worker0.run([AGENT, "probe"], base_env(tmp, worker0, **extra), timeout=30)
+    outputs["probe: stdout+stderr"] = probe.stdout + probe.stderr
+    for pod, (out, err) in zip(cluster.pods[1:], stop(cluster, procs), strict=True):
+        outputs[f"worker {pod.name}: stdout"] = out
+        outputs[f"worker {pod.name}: stderr"] = err
+    return JobRun(tmp, mode, job, outputs)
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    with Cluster(["job-launcher", *WORKERS]) as c:
+        yield c
+
+
+# ---------------------------------------------------------------- 1. file modes
+
+# Every path the agent may leave behind, relative to its root → its exact mode. A path
+# not listed here fails the test: a new file must be given a mode on purpose.
+WORKER_STATE = {
+    ".": 0o700,
+    "ssh_host_ed25519_key": 0o600,
+    "ssh_host_ed25519_key.pub": 0o644,
+    "id_job": 0o600,  # the Secret's key, copied (secret exchange, or mounted as well)
+    "id_job.pub": 0o644,
+    "authorized_keys": 0o600,
+    "sshd_config": 0o600,
+    "sshd.pid": 0o644,  # written by sshd itself
+    "record.json": 0o644,
+}
+LAUNCHER_STATE = {
+    ".": 0o700,
+    "ssh_config": 0o600,
+    "known_hosts": 0o644,
+    "id_launcher": 0o600,  # net exchange
+    "id_launcher.pub": 0o644,
+    "id_job": 0o600,  # secret exchange
+    "ssh-launcher": 0o755,  # hydra's ssh wrapper (MPICH, Intel MPI only)
+}
+EXCHANGE_DIR = {
+    "job-key": 0o700,
+    "job-key/id": 0o600,
+    "job-key/id.pub": 0o644,
+    "job-worker-*.json": 0o644,
+    "job-done": 0o644,
+}
+# What each exchange must have written (so an empty walk cannot pass).
+REQUIRED = {
+    "dir": ({"ssh_host_ed25519_key", "ssh_host_ed25519_key.pub", "authorized_keys",
+             "sshd_config", "record.json"},
+            {"ssh_config", "known_hosts"},
+            {"job-key", "job-key/id", "job-key/id.pub", "job-worker-0.json",
+             "job-worker-1.json", "job-done"}),
+    "net": ({"ssh_host_ed25519_key", "ssh_host_ed25519_key.pub", "authorized_keys",
+             "sshd_config", "record.json"},
+            {"ssh_config", "known_hosts", "id_launcher", "id_launcher.pub"}, set()),
+    "secret": ({"id_job", "id_job.pub", "authorized_keys", "sshd_config", "record.json"},
+               {"ssh_config", "known_hosts", "id_job"}, set()),
+}
+_TEMP = re.compile(r"^\..+\.tmp$|^\.job-key\.")  # files.atomic_write / DirExchange.job_key
+
+
+def walk(root: Path, *, itself: bool) -> dict[str, os.stat_result]:
+    """Every path under `root` (lstat, so a symlink is seen as one); `.` is root itself."""
+    found = {".": os.lstat(root)} if itself else {}
+    for here, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(here) / name
+            found[str(path.relative_to(root))] = os.lstat(path)
+    return found
+
+
+def mode_problems(root: Path, table: Mapping[str, int], required: set[str]) -> list[str]:
+    problems = []
+    entries = walk(root, itself="." in table)  # the exchange dir itself is the operator's
+    for missing in sorted(required - set(entries)):
+        problems.append(f"{root}/{missing}: expected, not written")
+    for rel, st in sorted(entries.items()):
+        where, mode = f"{root}/{rel}", stat.S_IMODE(st.st_mode)
+        if _TEMP.match(os.path.basename(rel)):
+            problems.append(f"{where}: temporary file left behind")
+            continue
+        if stat.S_ISLNK(st.st_mode) or not (stat.S_ISREG(st.st_mode) or
+                                            stat.S_ISDIR(st.st_mode)):
+            problems.append(f"{where}: not a plain file or directory")
+            continue
+        if st.st_uid != os.geteuid():
+            problems.append(f"{where}: owned by uid {st.st_uid}, not {os.geteuid()}")
+        if mode & 0o022:
+            problems.append(f"{where}: writable by group or others ({mode:04o})")
+        if stat.S_ISREG(st.st_mode) and b"PRIVATE KEY" in (root / rel).read_bytes() \
+                and mode != 0o600:
+            problems.append(f"{where}: holds a private key but is {mode:04o}, not 0600")
+        expected = next((m for pat, m in table.items() if fnmatch.fnmatchcase(rel, pat)),
+                        None)
+        if expected is None:
+            problems.append(f"{where}: no entry in the mode table (mode {mode:04o})")
+        elif mode != expected:
+            problems.append(f"{where}: mode {mode:04o}, expected {expected:04o}")
+    return problems
+
+
+class TestFileModes:
+    """Every key and config file the agent writes is private (0600 in a 0700 directory) or
+    public on purpose, none is writable by group or others, and no temporary file stays."""
+
+    @pytest.mark.parametrize("mode", ["dir", "net", "secret"])
+    def test_after_a_job(self, cluster: Cluster, tmp_path: Path, mode: str) -> None:
+        run = run_job(cluster, tmp_path, mode)
+        worker_req, launcher_req, exchange_req = REQUIRED[mode]
+        problems = []
+        for w in WORKERS:
+            problems += mode_problems(tmp_path / w / "state", WORKER_STATE, worker_req)
+        problems += mode_problems(tmp_path / "job-launcher" / "state", LAUNCHER_STATE,
+                                  launcher_req)
+        if mode == "dir":
+            problems += mode_problems(tmp_path / "exchange", EXCHANGE_DIR, exchange_req)
+        for out in ("mpi-hostfile", "mpi-hostfile.orig"):  # the rewritten hostfile
+            m = stat.S_IMODE((tmp_path / out).stat().st_mode)
+            if m != 0o644:
+                problems.append(f"{out}: mode {m:04o}, expected 0644")
+        assert problems == [], "\n".join(problems)
+        assert run.job.returncode == 0
+
+    @pytest.mark.parametrize("role", ["worker", "launcher"])
+    def test_existing_open_state_dir_is_made_private(self, cluster: Cluster,
+                                                     tmp_path: Path, role: str) -> None:
+        xdir = tmp_path / "exchange"
+        xdir.mkdir()
+        pod = cluster.pods[0 if role == "launcher" else 1]
+        state = tmp_path / pod.name / "state"
+        state.mkdir(parents=True)
+        state.chmod(0o755)
+        start_workers(cluster, tmp_path, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+        env = launcher_env(tmp_path, cluster, "".join(f"{w} slots=1\n" for w in WORKERS),
+                           MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+        done = cluster.pods[0].run([AGENT, "launcher", "--", "true"], env)
+        assert done.returncode == 0, done.stderr
+        assert stat.S_IMODE(state.stat().st_mode) == 0o700
+
+    @pytest.mark.parametrize("kind", ["owned-by-uid-1000", "symlink-to-it"])
+    @pytest.mark.parametrize("role", ["worker", "launcher"])
+    def test_state_dir_of_another_user_is_refused(self, cluster: Cluster, tmp_path: Path,
+                                                  role: str, kind: str) -> None:
+        """E.g. /tmp/mpi-bootstrap-<uid> (the non-root default) made first by someone else."""
+        xdir = tmp_path / "exchange"
+        xdir.mkdir()
+        pod = cluster.pods[0 if role == "launcher" else 1]
+        state = tmp_path / pod.name / "state"
+        target = state if kind == "owned-by-uid-1000" else tmp_path / "squatted"
+        target.mkdir(parents=True)
+        os.chown(target, 1000, 1000)
+        target.chmod(0o777)
+        if target != state:
+            state.parent.mkdir(exist_ok=True)
+            state.symlink_to(target)
+        if role == "worker":
+            p = cluster.start(pod, [AGENT, "worker"],
+                              base_env(tmp_path, pod, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir)))
+            _, err = p.communicate(timeout=30)
+            code = p.returncode
+        else:
+            start_workers(cluster, tmp_path, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+            env = launcher_env(tmp_path, cluster,
+                               "".join(f"{w} slots=1\n" for w in WORKERS),
+                               MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+            done = cluster.pods[0].run([AGENT, "launcher", "--", "true"], env)
+            code, err = done.returncode, done.stderr
+        assert code == 64, err
+        assert f"MPI_BOOTSTRAP_STATE_DIR: {state}" in err
+        assert list(target.iterdir()) == []
+        assert target.stat().st_uid == 1000 and stat.S_IMODE(target.stat().st_mode) == 0o777
+
+
+# ---------------------------------------------------------------- 2–4. the worker's sshd
+
+@dataclasses.dataclass(frozen=True)
+class Live:
+    """One running worker (dir exchange), reached from the launcher pod."""
+
+    launcher: Pod
+    address: str
+    port: int
+    host_key: str
+    user: str
+    job_key: Path  # the private key the worker's sshd authorises
+    tmp: Path
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    tmp = tmp_path_factory.mktemp("live")
+    with Cluster(["job-launcher", "job-worker-0"]) as c:
+        xdir = tmp / "exchange"
+        xdir.mkdir()
+        start_workers(c, tmp, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+        rec = record_of(tmp, c.pods[1])
+        yield Live(c.pods[0], c.pods[1].address, int(rec["port"]),  # type: ignore[call-overload]
+                   str(rec["host_key"]), str(rec["user"]), xdir / "job-key" / "id", tmp)
+
+
+@contextlib.contextmanager
+def transport(live: Live) -> Iterator[paramiko.Transport]:
+    """An SSH transport to the worker's sshd, its host key checked against the record."""
+    t = paramiko.Transport(connect(live.launcher, live.address, live.port))
+    try:
+        t.start_client(timeout=20)
+        key = t.get_remote_server_key()
+        assert f"{key.get_name()} {key.get_base64()}" == live.host_key
+        yield t
+    finally:
+        t.close()
+
+
+def job_key(live: Live) -> paramiko.PKey:
+    return paramiko.Ed25519Key(filename=str(live.job_key))
+
+
+def accepted(live: Live, user: str, key: paramiko.PKey) -> bool:
+    with transport(live) as t:
+        try:
+            t.auth_publickey(user, key)
+        except paramiko.AuthenticationException:
+            return False
+        return t.is_authenticated()
+
+
+def openssh(live: Live, *options: str, command: str = "true",
+            identity: bool = False) -> subprocess.CompletedProcess[str]:
+    """The real `ssh` client, from the launcher pod, the worker's host key pinned."""
+    known = live.tmp / "known_hosts"
+    known.write_text(f"[{live.address}]:{live.port} {live.host_key}\n")
+    argv = ["ssh", "-F", "/dev/null", "-p", str(live.port), "-o", "BatchMode=yes",
+            "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known}",
+            "-o", "ConnectTimeout=10", *options]
+    if identity:
+        argv += ["-i", str(live.job_key), "-o", "IdentitiesOnly=yes"]
+    return live.launcher.run([*argv, f"{live.user}@{live.address}", command],
+                             {"PATH": "/usr/bin:/bin", "HOME": str(live.tmp)}, timeout=60)
+
+
+class TestSshdRefusesPasswords:
+    """A worker's sshd offers public-key authentication only: no password, no
+    keyboard-interactive, no login without credentials."""
+
+    def test_auth_none_offers_only_publickey(self, live: Live) -> None:
+        with transport(live) as t, pytest.raises(paramiko.BadAuthenticationType) as err:
+            t.auth_none(live.user)
+        assert err.value.allowed_types == ["publickey"]
+
+    def test_password(self, live: Live) -> None:
+        with transport(live) as t, pytest.raises(paramiko.BadAuthenticationType) as err:
+            t.auth_password(live.user, "any-password", fallback=False)
+        assert err.value.allowed_types == ["publickey"]
+
+    def test_keyboard_interactive(self, live: Live) -> None:
+        with transport(live) as t, pytest.raises(paramiko.BadAuthenticationType) as err:
+            t.auth_interactive_dumb(live.user)
+        assert err.value.allowed_types == ["publickey"]
+
+    def test_openssh_client_password(self, live: Live) -> None:
+        done = openssh(live, "-o", "PreferredAuthentications=password,keyboard-interactive",
+                       "-o", "PubkeyAuthentication=no")
+        assert done.returncode == 255
+        # The server's list of methods that can continue: publickey alone.
+        assert "Permission denied (publickey)." in done.stderr
+        assert openssh(live, identity=True).returncode == 0  # the job's key does work
+
+
+class TestSshdRefusesStrangers:
+    """A worker's sshd admits only the job's key, and only for the job's user."""
+
+    def test_right_key_and_user_are_accepted(self, live: Live) -> None:
+        assert accepted(live, live.user, job_key(live))
+
+    def test_unknown_key(self, live: Live, tmp_path: Path) -> None:
+        keys.generate(str(tmp_path / "stranger"), "stranger")
+        stranger = paramiko.Ed25519Key(filename=str(tmp_path / "stranger"))
+        assert not accepted(live, live.user, stranger)
+        assert accepted(live, live.user, job_key(live))
+
+    @pytest.mark.parametrize("uid", [1000, 65534], ids=["uid1000", "nobody"])
+    def test_other_user(self, live: Live, uid: int) -> None:
+        try:
+            other = pwd.getpwuid(uid).pw_name  # a real account: sshd would serve it
+        except KeyError:
+            pytest.fail(f"no user with uid {uid} on this machine")
+        assert other != live.user
+        assert not accepted(live, other, job_key(live))  # AllowUsers
+        assert accepted(live, live.user, job_key(live))
+
+
+# Requested by the client → whether it must arrive (sshd.ACCEPT_ENV).
+ENV_REQUESTS = {
+    "NCCL_DEBUG": ("INFO", True),
+    "LD_LIBRARY_PATH": ("/opt/mpi/lib", True),
+    "UCX_TLS": ("tcp,self", True),
+    "FOO_SECRET": ("do-not-accept", False),
+    "LD_PRELOAD": ("/nonexistent/evil.so", False),
+    "BASH_ENV": ("/nonexistent/evil.sh", False),
+    "PATH": ("/nonexistent/evil-bin", False),
+}
+
+
+def check_env(text: str) -> None:
+    got = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    for name, (value, arrives) in ENV_REQUESTS.items():
+        if arrives:
+            assert got.get(name) == value, f"{name} did not arrive"
+        else:
+            assert value not in text, f"{name}={value} was accepted"
+    assert "LD_PRELOAD" not in got and "BASH_ENV" not in got and "FOO_SECRET" not in got
+
+
+class TestSshdAcceptsOnlyForwardedEnv:
+    """A session receives the MPI/NCCL/UCX variables the launcher forwards and nothing else
+    the client asks for (never LD_PRELOAD, BASH_ENV or PATH)."""
+
+    def test_paramiko_env_requests(self, live: Live) -> None:
+        with transport(live) as t:
+            t.auth_publickey(live.user, job_key(live))
+            chan = t.open_session(timeout=20)
+            chan.settimeout(20)
+            chan.update_environment({k: v for k, (v, _) in ENV_REQUESTS.items()})
+            chan.exec_command("env")
+            out = chan.makefile("rb").read().decode()
+            assert chan.recv_exit_status() == 0
+        check_env(out)
+
+    def test_openssh_setenv(self, live: Live) -> None:
+        setenv = " ".join(f"{k}={v}" for k, (v, _) in ENV_REQUESTS.items())
+        done = openssh(live, "-o", f"SetEnv={setenv}", command="env", identity=True)
+        assert done.returncode == 0, done.stderr
+        check_env(done.stdout)
+
+
+# ---------------------------------------------------------------- 5. the net exchange
+
+# An impostor on a worker's address: answers every hello with a record signed with the
+# token it was given (argv: address, port, record JSON, token) or (replay) with a fixed,
+# recorded reply (argv: address, port, "replay", reply). Standard library only; it
+# follows the protocol in exchange.py's docstring, written out again on purpose.
+IMPOSTOR = r"""
+import hashlib, hmac, json, socket, sys
+address, port, what, arg = sys.argv[1:5]
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind((address, int(port)))
+srv.listen(16)
+while True:
+    conn, _ = srv.accept()
+    with conn:
+        conn.settimeout(5)
+        data = b""
+        try:
+            while b"\n" not in data:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            if not data.strip():
+                continue
+            if what == "replay":
+                conn.sendall(arg.encode() + b"\n")
+                continue
+            hello = json.loads(data.split(b"\n")[0])
+            key = hmac.new(arg.encode(), b"mpi-bootstrap exchange v1", hashlib.sha256).digest()
+            reply = {"v": 1, "type": "record", "nonce": hello["nonce"],
+                     "record": json.loads(what)}
+            body = json.dumps(reply, sort_keys=True, separators=(",", ":")).encode()
+            reply["mac"] = hmac.new(key, body, hashlib.sha256).hexdigest()
+            conn.sendall(json.dumps(reply).encode() + b"\n")
+        except (OSError, ValueError):
+            pass
+"""
+
+
+def start_impostor(cluster: Cluster, pod: Pod, what: str, arg: str) -> subprocess.Popen[str]:
+    p = cluster.start(pod, ["/usr/bin/python3", "-c", IMPOSTOR, pod.address,
+                            str(EXCHANGE_PORT), what, arg], {"PATH": "/usr/bin:/bin"})
+    wait_listening(cluster.pods[0], pod.address, EXCHANGE_PORT, p)
+    return p
+
+
+def impostor_record(tmp: Path, pod: Pod) -> dict[str, object]:
+    pair = keys.generate(str(tmp / "impostor_host_key"), "impostor")
+    return exchange.Record(pod.name, (pod.address,), 2222, pair.public, "root").to_dict()
+
+
+def net_launch(cluster: Cluster, tmp: Path, workers: list[str], state: str, token: str, *,
+               deadline: float = 5) -> subprocess.CompletedProcess[str]:
+    env = launcher_env(tmp, cluster, "".join(f"{w} slots=1\n" for w in workers),
+                       MPI_BOOTSTRAP_TOKEN=token, MPI_DNS_WAIT_SECONDS=f"{deadline:g}",
+                       MPI_BOOTSTRAP_STATE_DIR=str(tmp / state))
+    return cluster.pods[0].run([AGENT, "launcher", "--", "hostname"], env, timeout=60)
+
+
+def trusted_keys(tmp: Path, state: str) -> str:
+    path = tmp / state / "known_hosts"
+    return path.read_text() if path.exists() else ""
+
+
+# Hellos with a bad token, and replayed hellos, are already proved refused by
+# tests/test_ssh.py::TestNetExchange::test_bad_token_and_replay_change_nothing.
+class TestNetExchangeRefuses:
+    """Without the token nobody can add a key to a worker or pass as one: a hello altered
+    after signing is denied and changes nothing, and a worker reply not signed for this
+    very request with the job's token is never trusted (exit 69)."""
+
+    def test_tampered_hello_changes_nothing(self, cluster: Cluster, tmp_path: Path) -> None:
+        procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_TOKEN=TOKEN)
+        worker = cluster.pods[1]
+        authorized = tmp_path / worker.name / "state" / "authorized_keys"
+        original = authorized.read_text()
+        alice = keys.generate(str(tmp_path / "alice"), "alice").public
+        mallory = keys.generate(str(tmp_path / "mallory"), "mallory").public
+        hello, _ = exchange.make_hello(TOKEN, alice)
+        signed = json.loads(hello)
+        tampered = {"client_key": mallory, "nonce": secrets.token_hex(32),
+                    "time": signed["time"] + 1}
+        for field, value in tampered.items():
+            raw = json.dumps({**signed, field: value}).encode() + b"\n"  # mac unchanged
+            assert json.loads(ask(cluster.pods[0], worker.address, raw)) == \
+                {"type": "denied"}, field
+            assert authorized.read_text() == original, field
+        # The same message, untouched, is accepted: only the tampering was refused.
+        reply = json.loads(ask(cluster.pods[0], worker.address, hello))
+        assert reply["type"] == "record"
+        assert alice in authorized.read_text()
+        assert mallory not in authorized.read_text()
+        _, err = stop(cluster, procs)[0]
+        reasons = [json.loads(ln).get("reason") for ln in err.splitlines()
+                   if ln.startswith("{") and json.loads(ln)["event"] == "exchange refused"]
+        assert reasons == ["bad mac (wrong or missing token)"] * len(tampered)
+
+    def test_impostor_worker_is_not_trusted(self, tmp_path: Path) -> None:
+        with Cluster(["job-launcher", "job-worker-0"]) as c:
+            pod = c.pods[1]
+            record = impostor_record(tmp_path, pod)
+            key = str(record["host_key"])
+            # Control: signed with the job's token, the same reply is believed.
+            p = start_impostor(c, pod, json.dumps(record), TOKEN)
+            # (nothing serves ssh at the record's port: the launcher then waits it out)
+            done = net_launch(c, tmp_path, ["job-worker-0"], "control", TOKEN, deadline=8)
+            assert key in trusted_keys(tmp_path, "control"), done.stderr
+            p.terminate()
+            p.wait(timeout=10)
+            # Signed with another token: refused at once, nothing trusted, mpirun never runs.
+            start_impostor(c, pod, json.dumps(record), WRONG_TOKEN)
+            t0 = time.monotonic()
+            done = net_launch(c, tmp_path, ["job-worker-0"], "state", TOKEN, deadline=90)
+            assert done.returncode == 69, done.stderr
+            assert "job-worker-0: exchange reply not signed with the job's token" in \
+                done.stderr
+            assert key not in trusted_keys(tmp_path, "state")
+            assert "mpirun start" not in done.stderr
+            assert time.monotonic() - t0 < 45  # refused at once, not retried to the deadline
+
+    def test_replayed_reply_is_not_trusted(self, cluster: Cluster, tmp_path: Path) -> None:
+        """A genuine reply of job-worker-0, recorded and replayed by job-worker-1."""
+        procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_TOKEN=TOKEN)
+        real, impostor = cluster.pods[1], cluster.pods[2]
+        throwaway = keys.generate(str(tmp_path / "throwaway"), "throwaway").public
+        hello, nonce = exchange.make_hello(TOKEN, throwaway)
+        recorded = ask(cluster.pods[0], real.address, hello)
+        # Control: the recorded reply is valid for the request it answered.
+        rec = exchange.read_reply(recorded, TOKEN, nonce, real.name)
+        assert rec.host == real.name
+        cluster.signal(procs[1])  # job-worker-1's real worker gives way
+        procs[1].wait(timeout=15)
+        start_impostor(cluster, impostor, "replay", recorded.decode())
+        done = net_launch(cluster, tmp_path, ["job-worker-1"], "state", TOKEN)
+        assert done.returncode == 69, done.stderr
+        assert "no record from job-worker-1" in done.stderr
+        assert "answers another request (replay)" in done.stderr  # the reason is named
+        assert rec.host_key not in trusted_keys(tmp_path, "state")
+        assert "mpirun start" not in done.stderr
+
+
+# ---------------------------------------------------------------- 6. secrets in output
+
+def private_key_lines(roots: list[Path]) -> tuple[int, set[str]]:
+    """(number of private key files, their base64 body lines) under `roots`."""
+    count, lines = 0, set()
+    for root in roots:
+        for path in root.rglob("*"):
+            if path.is_file() and b"PRIVATE KEY" in path.read_bytes():
+                count += 1
+                lines |= {ln.strip() for ln in path.read_text().splitlines()
+                          if not ln.startswith("-----") and len(ln.strip()) >= 16}
+    return count, lines
+
+
+def leaks(outputs: Mapping[str, str], key_lines: set[str]) -> list[str]:
+    found = []
+    for where, text in outputs.items():
+        if TOKEN in text:
+            found.append(f"{where}: the token")
+        if "PRIVATE KEY" in text:
+            found.append(f"{where}: a PRIVATE KEY marker")
+        found += [f"{where}: a private key line" for ln in key_lines if ln in text][:1]
+    return found
+
+
+# Every level for the exchange that uses the token; every exchange at debug.
+LOG_CASES = [
+    *(pytest.param("net", level, "json", id=f"net-{level}-json")
+      for level in ("debug", "info", "warning", "error")),
+    *(pytest.param(mode, "debug", "json", id=f"{mode}-debug-json") for mode in ("dir", "secret")),
+    *(pytest.param(mode, "debug", "console", id=f"{mode}-debug-console")
+      for mode in ("dir", "net", "secret")),
+]
+
+
+class TestNoSecretInOutput:
+    """No token and no private key material appears in any log line, `--explain` output
+    or command line, at any log level and format, and the token never reaches mpirun's
+    environment."""
+
+    @pytest.mark.parametrize(("mode", "level", "fmt"), LOG_CASES)
+    def test_job_and_explain(self, cluster: Cluster, tmp_path: Path, mode: str, level: str,
+                             fmt: str) -> None:
+        run = run_job(cluster, tmp_path, mode, level=level, fmt=fmt)
+        roots = [tmp_path / p.name / "state" for p in cluster.pods]
+        roots += [tmp_path / d for d in ("exchange", "secret") if (tmp_path / d).exists()]
+        count, key_lines = private_key_lines(roots)
+        # host keys of both workers (or the Secret's key) and the client key: ≥ 3 files
+        assert count >= 3 and key_lines
+        assert leaks(run.outputs, key_lines) == []
+        # The rank on the launcher inherits mpirun's environment (the marker proves it
+        # is there), and the token is not in it; nor in any remote rank's.
+        ranks = run.job.stdout.count("OMPI_COMM_WORLD_RANK=")
+        assert ranks == 3, run.job.stdout
+        assert run.job.stdout.count(MARKER) == 1
+        assert "MPI_BOOTSTRAP_TOKEN" not in run.job.stdout
+        if level == "debug":  # the logs were really collected
+            assert "mpirun start" in run.outputs["launcher job: stderr"]
+            assert "sshd ready" in run.outputs["worker job-worker-0: stderr"]
+
+    def test_failures(self, cluster: Cluster, tmp_path: Path) -> None:
+        """Error paths: a token mismatch, and a token too short to be accepted."""
+        procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_TOKEN=TOKEN,
+                              MPI_BOOTSTRAP_LOG_LEVEL="debug")
+        outputs = {}
+        done = net_launch(cluster, tmp_path, WORKERS, "state", WRONG_TOKEN)
+        assert done.returncode == 69, done.stderr
+        outputs["launcher, wrong token"] = done.stdout + done.stderr
+        short = "short-secret-1"  # < 16 characters: a config error that must not echo it
+        env = launcher_env(tmp_path, cluster, "job-worker-0 slots=1\n",
+                           MPI_BOOTSTRAP_TOKEN=short)
+        done = cluster.pods[0].run([AGENT, "launcher", "--", "true"], env)
+        assert done.returncode == 64, done.stderr
+        assert "MPI_BOOTSTRAP_TOKEN" in done.stderr
+        assert short not in done.stdout + done.stderr
+        for pod, (out, err) in zip(cluster.pods[1:], stop(cluster, procs), strict=True):
+            outputs[f"worker {pod.name}"] = out + err
+        assert "exchange refused" in outputs["worker job-worker-0"]
+        _, key_lines = private_key_lines([tmp_path / w / "state" for w in WORKERS])
+        assert leaks(outputs, key_lines) == []
+        assert all(WRONG_TOKEN not in text for text in outputs.values())
+
