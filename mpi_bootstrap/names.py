@@ -14,6 +14,11 @@ import re
 DNS_NAME_PATTERN = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?"
 _DNS_NAME = re.compile(DNS_NAME_PATTERN)
 _MAYBE_IPV4 = re.compile(r"[0-9.]+")
+# An IPv6 zone (`fe80::1%eth0`). ipaddress accepts *any* text after the '%' — newlines,
+# spaces, quotes — so an "address" in a worker's record could carry an ssh option into
+# the launcher's ssh config (`::1%\n  ProxyCommand …`; found by tests/test_fuzz.py).
+# Zones are interface names or numbers: the characters config accepts for an interface.
+_ZONE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 # One OpenSSH public key: its type and base64 blob, nothing else (no options, no comment).
 _PUBLIC_KEY = re.compile(
@@ -30,6 +35,9 @@ def is_ip_literal(text: str) -> bool:
     # ipaddress raises (slowly) for every hostname; only digits-and-dots or a colon
     # can be an address at all.
     if ":" not in text and not _MAYBE_IPV4.fullmatch(text):
+        return False
+    _, percent, zone = text.partition("%")
+    if percent and not _ZONE.fullmatch(zone):
         return False
     try:
         ipaddress.ip_address(text)

@@ -16,7 +16,8 @@ from mpi_bootstrap.names import is_host, is_public_key, is_user_name
 
 # Sent by the client; the worker's sshd accepts the same list (sshd.ACCEPT_ENV).
 SEND_ENV = ("LD_LIBRARY_PATH", "NCCL_*", "UCX_*", "FI_*")
-_PATH = re.compile(r"^/[A-Za-z0-9_./@+-]*$")
+# fullmatch, not ^…$: `$` also matches before a trailing newline.
+_PATH = re.compile(r"/[A-Za-z0-9_./@+-]*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +42,7 @@ def _name(value: str) -> str:
 
 
 def _path(value: str) -> str:
-    if not _PATH.match(value):
+    if not _PATH.fullmatch(value):
         raise UnsafeValue(f"{value!r} is not a plain absolute path")
     return value
 
