@@ -25,7 +25,8 @@ LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 # Linux interface names: up to 15 bytes, no '/', ':' or whitespace. We are stricter.
-_IFACE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+# Used with fullmatch: `$` would also match before a trailing newline ("eth0\n").
+_IFACE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -111,6 +112,12 @@ def _port(raw: str) -> int:
 def _token(raw: str) -> str:
     if len(raw) < 16:
         raise ValueError("must be at least 16 characters (value not shown)")
+    # os.environ surrogate-escapes bytes that are not UTF-8 (a binary Secret); the
+    # exchange encodes the token, which then raised UnicodeEncodeError (exit 70).
+    try:
+        raw.encode()
+    except UnicodeEncodeError:
+        raise ValueError("is not UTF-8 text (value not shown)") from None
     return raw
 
 
@@ -121,7 +128,7 @@ def _user(raw: str) -> str:
 
 
 def _iface(raw: str) -> str:
-    if not _IFACE.match(raw):
+    if not _IFACE.fullmatch(raw):
         raise ValueError(f"{raw!r} is not an interface name")
     return raw
 
@@ -269,7 +276,7 @@ class Config:
     exchange: str
     exchange_dir: str | None
     exchange_port: int
-    token: str | None
+    token: str | None = dataclasses.field(repr=False)  # a secret: never in repr or logs
     ssh_auth_dir: str
     sshd_port: int | None
     sshd: str
@@ -343,11 +350,13 @@ def _split_role(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
     """
     takes_value = {s.flag for s in SETTINGS if s.flag and s.default is not False}
     options: list[str] = []
+    role: str | None = None
     i = 0
+    # A loop, not recursion per role word: `worker worker …` × 1000 hit RecursionError.
     while i < len(argv):
         tok = argv[i]
         if tok == "--":
-            return options, None, argv[i + 1:]
+            return options, role, argv[i + 1:]
         if tok.startswith("-") and tok != "-":
             options.append(tok)
             if tok in takes_value and "=" not in tok:
@@ -358,11 +367,11 @@ def _split_role(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
             i += 1
             continue
         if tok in ROLES:
-            rest = argv[i + 1:]
-            more, _, program = _split_role(rest)
-            return options + more, tok, program
-        return options, None, argv[i:]
-    return options, None, []
+            role = role or tok  # the first role word counts; later ones are dropped
+            i += 1
+            continue
+        return options, role, argv[i:]
+    return options, role, []
 
 
 def _build(environ: Mapping[str, str], argv: list[str]) -> Config:
