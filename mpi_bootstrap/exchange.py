@@ -50,7 +50,8 @@ CLOCK_SKEW = 120.0  # seconds a hello's timestamp may differ from the worker's c
 NONCE_TTL = 2 * CLOCK_SKEW
 MAX_CONNECTIONS = 16  # open at once on a worker; more evict the oldest
 CONNECTION_SECONDS = 2.0  # a peer has this long to send its hello
-_NONCE = re.compile(r"^[0-9a-f]{64}$")
+_NONCE = re.compile(r"[0-9a-f]{64}")  # fullmatch: `$` would accept a trailing newline
+_MAX_TIME = 2**62  # a hello's time must fit arithmetic with the clock (found by fuzzing)
 
 
 class RecordError(ValueError):
@@ -77,7 +78,7 @@ def record_from(data: Any) -> Record:
     expected = {"v", "host", "addresses", "port", "host_key", "user"}
     if set(data) != expected:
         raise RecordError(f"fields {sorted(set(data) ^ expected)} unexpected or missing")
-    if data["v"] != VERSION:
+    if not _is_version(data["v"]):
         raise RecordError(f"version {data['v']!r} is not {VERSION}")
     host, port, key, user, addrs = (data["host"], data["port"], data["host_key"],
                                     data["user"], data["addresses"])
@@ -182,6 +183,11 @@ class DirExchange:
 
 # ---------------------------------------------------------------- net
 
+def _is_version(v: Any) -> bool:
+    """Exactly the integer VERSION: JSON `true` and `1.0` are == 1 in Python."""
+    return type(v) is int and v == VERSION
+
+
 def _key(token: str) -> bytes:
     return hmac.new(token.encode(), b"mpi-bootstrap exchange v1", hashlib.sha256).digest()
 
@@ -198,8 +204,17 @@ def _signed(key: bytes, message: dict[str, Any]) -> bytes:
 
 
 def _valid_mac(key: bytes, message: Mapping[str, Any]) -> bool:
+    """Never raises: compare_digest refuses non-ASCII text (TypeError), and a message
+    nested just below json's limits cannot be dumped again (RecursionError) — both
+    reachable without the token (found by tests/test_fuzz.py)."""
     mac = message.get("mac")
-    return isinstance(mac, str) and hmac.compare_digest(mac, _mac(key, message))
+    if not isinstance(mac, str) or not mac.isascii():
+        return False
+    try:
+        expected = _mac(key, message)
+    except (RecursionError, ValueError):
+        return False
+    return hmac.compare_digest(mac, expected)
 
 
 def make_hello(token: str, client_key: str, *, now: float | None = None) -> tuple[bytes, str]:
@@ -235,16 +250,17 @@ class NetServer:
         except (ValueError, RecursionError):
             return deny("not JSON")
         if not isinstance(message, dict) or message.get("type") != "hello" or \
-                message.get("v") != VERSION or set(message) != {
+                not _is_version(message.get("v")) or set(message) != {
                     "v", "type", "nonce", "time", "client_key", "mac"}:
             return deny("not a hello message")
         if not _valid_mac(self._key, message):
             return deny("bad mac (wrong or missing token)")
         nonce, stamp, client_key = message["nonce"], message["time"], message["client_key"]
-        if not isinstance(nonce, str) or not _NONCE.match(nonce):
+        if not isinstance(nonce, str) or not _NONCE.fullmatch(nonce):
             return deny("bad nonce")
         now = self.clock()
-        if type(stamp) is not int or abs(stamp - now) > CLOCK_SKEW:
+        if type(stamp) is not int or not 0 <= stamp < _MAX_TIME or \
+                abs(stamp - now) > CLOCK_SKEW:
             return deny("stale or future timestamp (replay or clock skew)")
         self._seen = {n: t for n, t in self._seen.items() if now - t < NONCE_TTL}
         if nonce in self._seen:
@@ -340,7 +356,8 @@ def read_reply(raw: bytes, token: str, nonce: str, host: str) -> Record:
         reply = json.loads(raw)
     except (ValueError, RecursionError):
         raise RecordError(f"{host}: exchange reply is not JSON") from None
-    if not isinstance(reply, dict) or reply.get("type") != "record":
+    if not isinstance(reply, dict) or reply.get("type") != "record" or \
+            not _is_version(reply.get("v")):
         raise RecordError(f"{host}: exchange refused (is MPI_BOOTSTRAP_TOKEN the same on "
                           "both sides?)")
     if not _valid_mac(_key(token), reply):
