@@ -56,7 +56,8 @@ $(MPI_VENVS)/impi/.installed:
 	$(MPI_VENVS)/impi/bin/pip install -q impi-rt==$(IMPI_VERSION)
 	touch $@
 
-test: system-deps install mpi-venvs
+# Lint first: the bandit rules (no shell, no hard-coded secret) are a promise (SECURITY.md).
+test: system-deps install mpi-venvs lint
 	$(PY) -m pytest -q
 
 # The images and the compose simulation under podman (also part of `make test`).
