@@ -27,7 +27,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 # Linux interface names: up to 15 bytes, no '/', ':' or whitespace. We are stricter.
 # Used with fullmatch: `$` would also match before a trailing newline ("eth0\n").
 _IFACE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch (`$` allows a final newline)
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -140,7 +140,7 @@ def _patterns(raw: str) -> tuple[str, ...]:
         if not item:
             continue
         name = item[:-1] if item.endswith("*") else item
-        if not _ENV_NAME.match(name):
+        if not _ENV_NAME.fullmatch(name):
             raise ValueError(f"{item!r} is not a variable name or NAME* prefix")
         out.append(item)
     return tuple(out)

@@ -27,7 +27,7 @@ HYDRA = "hydra"
 MAX_BYTES = 64 * 1024 * 1024
 _SLOTS_KEYS = {"slots", "count", "cpu"}  # Open MPI accepts all three spellings
 _MAX_KEYS = {"max_slots", "max-slots"}
-_INT = re.compile(r"^[0-9]{1,9}$")
+_INT = re.compile(r"[0-9]{1,9}")  # fullmatch (`$` allows a final newline)
 # The two shapes MPI Operator writes, checked in one match; anything else takes the
 # careful path that names what is wrong.
 _FAST = re.compile(f"({DNS_NAME_PATTERN})" r"(?:[ \t]+slots=([0-9]{1,9})|:([0-9]{1,9}))?")
@@ -210,7 +210,7 @@ def _split_hydra(token: str) -> tuple[str, str | None]:
 
 
 def _count(text: str, where: str, key: str) -> int:
-    if not _INT.match(text):
+    if not _INT.fullmatch(text):
         raise HostfileError(f"{where}: {key} must be a whole number ≥ 1, not {text!r}")
     value = int(text)
     if value < 1:
