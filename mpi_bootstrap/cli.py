@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -93,10 +92,6 @@ def main() -> int:
         code = run(sys.argv[1:], os.environ)
     except proc.Interrupted as exc:  # before logging was set up
         code = signal_exit_status(exc.signum)
-    if any(not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
-        # An interrupted step left threads running: exit now instead of waiting for
-        # them (their children were stopped by end_pending).
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+    # Threads of an interrupted fan-out (parallel.map_all) are daemons: nothing waits
+    # for them, and end_pending has stopped their children.
     return code

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from mpi_bootstrap.errors import ConfigError
-from mpi_bootstrap.names import is_dns_name, is_user_name
+from mpi_bootstrap.names import is_dns_name, is_plain_path, is_user_name
 
 ROLES = ("launcher", "worker", "probe", "doctor")
 REWRITE_MODES = ("none", "fqdn", "ip")
@@ -45,6 +45,15 @@ def _path(raw: str) -> str:
     if "\0" in raw:
         raise ValueError("contains a NUL byte")
     return raw
+
+
+def _plain_dir(raw: str) -> str:
+    """A directory whose paths go into ssh and sshd configs (and `ssh -F PATH`)."""
+    _path(raw)
+    if not is_plain_path(raw):
+        raise ValueError(f"{raw!r} must be an absolute path of letters, digits and "
+                         "_ . / @ + - only (it is written into ssh and sshd configs)")
+    return raw.rstrip("/") or "/"
 
 
 def _seconds(raw: str) -> float:
@@ -208,7 +217,8 @@ SETTINGS: tuple[Setting, ...] = (
             _choice(EXCHANGE_MODES),
             "how peers learn each other's sshd: secret, dir, net, none, or auto (dir if "
             "EXCHANGE_DIR is set, else net if TOKEN is set, else secret if a key is mounted)"),
-    Setting("exchange_dir", "--exchange-dir", ("MPI_BOOTSTRAP_EXCHANGE_DIR",), None, _path,
+    Setting("exchange_dir", "--exchange-dir", ("MPI_BOOTSTRAP_EXCHANGE_DIR",), None,
+            _plain_dir,
             "shared directory for the dir exchange"),
     Setting("exchange_port", "--exchange-port", ("MPI_BOOTSTRAP_EXCHANGE_PORT",), 2223,
             _port, "TCP port of the workers' net exchange"),
@@ -227,7 +237,8 @@ SETTINGS: tuple[Setting, ...] = (
             "launcher's own user)"),
     Setting("preflight", "--preflight", ("MPI_BOOTSTRAP_PREFLIGHT",), True, _bool,
             "check every worker over ssh before starting mpirun"),
-    Setting("state_dir", "--state-dir", ("MPI_BOOTSTRAP_STATE_DIR",), None, _path,
+    Setting("state_dir", "--state-dir", ("MPI_BOOTSTRAP_STATE_DIR",), None,
+            _plain_dir,
             "private directory for generated files (default /run/mpi-bootstrap as root)"),
     Setting("log_format", "--log-format", ("MPI_BOOTSTRAP_LOG_FORMAT",), "auto",
             _choice(LOG_FORMATS), "json, console, or auto (console on a TTY)"),

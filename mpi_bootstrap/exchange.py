@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import hmac
 import json
@@ -282,8 +283,8 @@ class NetServer:
 
         Nothing here ever blocks, so a peer that connects and says nothing (or trickles
         bytes) cannot stall the loop (the worker's PID 1, which also forwards signals).
-        At most MAX_CONNECTIONS are open at once — the oldest goes first — and each
-        gets CONNECTION_SECONDS to send its line.
+        At most MAX_CONNECTIONS are open at once: a newcomer closes the oldest, and any
+        open longer than CONNECTION_SECONDS.
         """
         listener.setblocking(False)
         conns: dict[int, tuple[socket.socket, float, bytearray, str]] = {}
@@ -296,8 +297,12 @@ class NetServer:
         def accept() -> None:
             try:
                 conn, addr = listener.accept()
-            except OSError:  # BlockingIOError, or a peer that reset before we accepted
+            except BlockingIOError:
                 return
+            except OSError as exc:  # out of fds: free one, or the loop would spin
+                if exc.errno in (errno.EMFILE, errno.ENFILE) and conns:
+                    close(min(conns, key=lambda fd: conns[fd][1]))
+                return  # (or a peer that reset before we accepted)
             now = time.monotonic()
             for fd in [fd for fd, c in conns.items() if now - c[1] > CONNECTION_SECONDS]:
                 close(fd)
@@ -321,7 +326,7 @@ class NetServer:
             data += chunk
             if chunk and b"\n" not in data and len(data) <= MAX_MESSAGE:
                 return  # more to come
-            if chunk:
+            if data:  # a line, too much, or the end of the peer's stream
                 line = bytes(data.split(b"\n", 1)[0])
                 # A reply fits any socket buffer; one that does not go out whole is lost.
                 with contextlib.suppress(OSError):

@@ -19,6 +19,9 @@ _MAYBE_IPV4 = re.compile(r"[0-9.]+")
 # the launcher's ssh config (`::1%\n  ProxyCommand …`; found by tests/test_fuzz.py).
 # Zones are interface names or numbers: the characters config accepts for an interface.
 _ZONE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
+# A path the agent writes into ssh_config/sshd_config, or into `ssh -F PATH` (split on
+# spaces by Open MPI): absolute, and no character that could end a value or a line.
+_PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./@+-]*")
 _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 # One OpenSSH public key: its type and base64 blob, nothing else (no options, no comment).
 _PUBLIC_KEY = re.compile(
@@ -57,3 +60,8 @@ def is_user_name(text: str) -> bool:
 def is_public_key(text: str) -> bool:
     """Exactly `type base64` of one OpenSSH public key."""
     return _PUBLIC_KEY.fullmatch(text) is not None
+
+
+def is_plain_path(text: str) -> bool:
+    """An absolute path of letters, digits and `_ . / @ + -` only."""
+    return _PLAIN_PATH.fullmatch(text) is not None

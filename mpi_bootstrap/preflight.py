@@ -68,9 +68,10 @@ TRANSIENT = ("connection refused", "connection reset", "connection closed",
 RETRY_DELAY = 0.3
 
 
-def transient(output: str) -> bool:
+def transient(code: int, output: str) -> bool:
+    """ssh itself failed (255) to connect, in a way a moment may cure."""
     low = output.lower()
-    return any(t in low for t in TRANSIENT) and "permission denied" not in low
+    return code == 255 and any(t in low for t in TRANSIENT) and "permission denied" not in low
 
 
 def check_output(host: str, output: str, mpi: MPIInfo, want_ld: str | None) -> str | None:
@@ -129,6 +130,7 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], mpi: MPIInfo, *,
     started = time.monotonic()
 
     def one(host: str) -> str | None:
+        delay = RETRY_DELAY
         while True:
             timeout = max(1.0, deadline - time.monotonic())
             code, output = proc.capture([*ssh_command, host, script], env=env,
@@ -136,11 +138,13 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], mpi: MPIInfo, *,
             if code == 0:
                 return check_output(host, output, mpi, want_ld)
             reason = explain_ssh_failure(host, output, code)
-            if not transient(output) or time.monotonic() + RETRY_DELAY >= deadline:
+            if not transient(code, output) or time.monotonic() + delay >= deadline:
                 return reason
             # The worker's supervisor restarts a dead sshd within a second: try again.
-            log("preflight retry", level="warning", host=host, reason=reason)
-            time.sleep(RETRY_DELAY)
+            if delay == RETRY_DELAY:
+                log("preflight retry", level="warning", host=host, reason=reason)
+            time.sleep(delay)
+            delay = min(2.0, delay * 2)
 
     failures = _parallel(list(hosts), one)
     if failures:

@@ -140,9 +140,12 @@ def _exec_error(program: str, exc: OSError | None = None) -> ExecError:
 
 
 def spawn(argv: Sequence[str], env: Mapping[str, str], *, group: bool,
-          stderr: tuple[int, int] | None = None) -> int:
+          stderr: tuple[int, int] | None = None, pending: bool = True) -> int:
     """Start argv with default signal dispositions and an empty mask; return its PID.
-    `stderr`: a pipe (read end, write end) to become the child's stderr."""
+    `stderr`: a pipe (read end, write end) to become the child's stderr. `pending`: the
+    agent has not handed it to a supervisor yet (see end_pending)."""
+    if _stopping:
+        raise Interrupted(signal.SIGTERM)
     path = resolve(argv[0], env.get("PATH"))
     if path is None:
         raise _exec_error(argv[0])
@@ -156,37 +159,54 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], *, group: bool,
         pid = os.posix_spawn(path, list(argv), dict(env), **kwargs)
     except OSError as exc:
         raise _exec_error(argv[0], exc) from None
-    _pending.add(pid)
+    if pending:
+        _pending[pid] = bool(group)
     return pid
 
 
 # Children started before anything supervises them (sshd being checked, `mpirun
-# --version`, preflight's ssh): if the agent gives up or is interrupted before the
-# hand-off, end_pending() stops them, so none outlives the agent as an orphan.
-_pending: set[int] = set()
+# --version`, preflight's ssh), PID → whether it leads its own process group: if the
+# agent gives up or is interrupted before the hand-off, end_pending() stops them, so
+# none outlives the agent as an orphan. Once it has run, nothing new is started
+# (threads of an interrupted fan-out would otherwise start the next ssh).
+_pending: dict[int, bool] = {}
+_stopping = False
+
+
+def _signal(pid: int, group: bool, signum: int) -> bool:
+    """Signal our child (its group if it leads one); False if it is already gone."""
+    try:
+        if group:
+            os.killpg(pid, signum)
+        else:
+            os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def end_pending(grace: float = 1.0) -> int:
     """SIGTERM every child still pending, SIGKILL what is left after `grace` s; reap them.
     Returns how many were signalled. Only PIDs this process started are touched."""
-    alive = []
-    for pid in sorted(_pending):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-            alive.append(pid)
+    global _stopping  # noqa: PLW0603 - one flag for the whole (exiting) process
+    _stopping = True
+    count = 0
     deadline = time.monotonic() + grace
-    while alive and time.monotonic() < deadline:
-        alive = [pid for pid in alive if not _gone(pid)]
-        if alive:
-            time.sleep(0.01)
-    for pid in alive:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
-    n = len(_pending)
-    _pending.clear()
-    return n
+    while _pending:
+        batch = dict(_pending)
+        alive = {pid: g for pid, g in batch.items() if _signal(pid, g, signal.SIGTERM)}
+        count += len(alive)
+        while alive and time.monotonic() < deadline:
+            alive = {pid: g for pid, g in alive.items() if not _gone(pid)}
+            if alive:
+                time.sleep(0.01)
+        for pid, g in alive.items():
+            _signal(pid, g, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        for pid in batch:  # a thread may have added one meanwhile: next round
+            _pending.pop(pid, None)
+    return count
 
 
 def _gone(pid: int) -> bool:
@@ -212,11 +232,11 @@ def exited(pid: int, *, wait: bool = False) -> int | None:
     try:
         done, status = os.waitpid(pid, 0 if wait else os.WNOHANG)
     except ChildProcessError:
-        _pending.discard(pid)
+        _pending.pop(pid, None)
         return None
     if done != pid:
         return None
-    _pending.discard(pid)
+    _pending.pop(pid, None)
     return exit_code(status)
 
 
@@ -339,7 +359,7 @@ class Supervisor:
             if self.explain:
                 pipe = os.pipe2(os.O_CLOEXEC)
                 os.set_blocking(pipe[0], False)
-            main = spawn(argv, env, group=self.group, stderr=pipe)
+            main = spawn(argv, env, group=self.group, stderr=pipe, pending=False)
             if pipe is not None:
                 os.close(pipe[1])
                 self._err = pipe[0]
@@ -363,7 +383,11 @@ class Supervisor:
             ready, _, _ = select.select([self._rfd, *self.readers], [], [], timeout)
             for fd in ready:
                 if fd in self.readers:
-                    self.readers[fd]()
+                    try:
+                        self.readers[fd]()
+                    except Exception as exc:  # PID 1 must outlive a bad reader
+                        self.readers.pop(fd, None)
+                        self.log("reader failed", level="error", fd=fd, error=repr(exc))
             if self.stop_file and not stopping and os.path.exists(self.stop_file):
                 self.log("job done", file=self.stop_file)
                 stopping = True
@@ -413,7 +437,7 @@ class Supervisor:
                     deadline = time.monotonic() + self.grace
             if restart_at is not None and time.monotonic() >= restart_at:
                 restart_at = None
-                main = spawn(argv, env, group=self.group)
+                main = spawn(argv, env, group=self.group, pending=False)
                 self.log("child started", pid=main, program=argv[0], restarted=True)
             if main_status is not None:
                 if none_left:
@@ -469,28 +493,37 @@ def install_early_handlers() -> None:
 
 def capture(argv: Sequence[str], env: Mapping[str, str] | None = None,
             timeout: float = 20.0) -> tuple[int, str]:
-    """Run argv to completion; return (exit code, stdout and stderr together)."""
+    """Run argv to completion; return (exit code, stdout and stderr together).
+
+    The child leads its own session, so a timeout ends it with everything it started
+    (a wrapper script's children would otherwise hold the pipe open past the timeout).
+    """
     import subprocess
 
+    if _stopping:
+        raise Interrupted(signal.SIGTERM)
     try:
         child = subprocess.Popen(list(argv), env=None if env is None else dict(env),
                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT)
+                                 stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as exc:
         raise _exec_error(argv[0], exc) from None
-    _pending.add(child.pid)
+    _pending[child.pid] = True
     with child:
         try:
             out, _ = child.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            child.kill()
-            out, _ = child.communicate()
+            _signal(child.pid, True, signal.SIGKILL)
+            try:
+                out, _ = child.communicate(timeout=2.0)
+            except subprocess.TimeoutExpired:  # a grandchild left the group and the pipe
+                out = b""
             return 124, out.decode("utf-8", "replace") + f"\n(timed out after {timeout:g} s)"
         except BaseException:  # Interrupted: the child goes with us
-            child.kill()
+            _signal(child.pid, True, signal.SIGKILL)
             raise
         finally:
-            _pending.discard(child.pid)
+            _pending.pop(child.pid, None)
     return shell_code(child.returncode), out.decode("utf-8", "replace")
 
 
@@ -638,6 +671,8 @@ def _net_server(net: Mapping[str, Any], log: Log,
                 keys = fh.read().splitlines()
         except FileNotFoundError:
             keys = []
+        except ValueError as exc:  # not UTF-8: refuse this hello, keep serving
+            raise OSError(f"{path} is not text: {exc}") from None
         if key not in keys:
             atomic_write(path, "\n".join([*keys, key]) + "\n", 0o600)
             log("client key authorized", key_type=key.split(maxsplit=1)[0])

@@ -9,15 +9,12 @@ base64 keys.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Sequence
 
-from mpi_bootstrap.names import is_host, is_public_key, is_user_name
+from mpi_bootstrap.names import is_host, is_plain_path, is_public_key, is_user_name
 
 # Sent by the client; the worker's sshd accepts the same list (sshd.ACCEPT_ENV).
 SEND_ENV = ("LD_LIBRARY_PATH", "NCCL_*", "UCX_*", "FI_*")
-# fullmatch, not ^…$: `$` also matches before a trailing newline.
-_PATH = re.compile(r"/[A-Za-z0-9_./@+-]*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +39,7 @@ def _name(value: str) -> str:
 
 
 def _path(value: str) -> str:
-    if not _PATH.fullmatch(value):
+    if not is_plain_path(value):
         raise UnsafeValue(f"{value!r} is not a plain absolute path")
     return value
 

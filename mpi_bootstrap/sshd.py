@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 
 from mpi_bootstrap import proc
 from mpi_bootstrap.errors import PeerUnavailableError
+from mpi_bootstrap.names import is_ip_literal, is_plain_path, is_user_name
+from mpi_bootstrap.sshconfig import UnsafeValue
 
 # Variables a session may receive from the launcher (SendEnv on the client side).
 ACCEPT_ENV = ("LD_LIBRARY_PATH", "NCCL_*", "UCX_*", "OMPI_*", "PRTE_*", "PMIX_*", "FI_*",
@@ -36,7 +38,18 @@ def safe_dirs(path: str, uid: int) -> bool:
 
 def config_text(*, port: int, listen: Sequence[str], host_key: str, authorized_keys: str,
                 pid_file: str, user: str, strict_modes: bool) -> str:
-    """sshd_config for one job: public-key login for the job's user only."""
+    """sshd_config for one job: public-key login for the job's user only.
+
+    Every value is checked first (UnsafeValue otherwise): sshd takes the *first* value of
+    a keyword, so one injected line (`PasswordAuthentication yes`) would win.
+    """
+    for path in (host_key, authorized_keys, pid_file):
+        if not is_plain_path(path):
+            raise UnsafeValue(f"{path!r} is not a plain absolute path")
+    if not all(is_ip_literal(a) for a in listen) or not is_user_name(user) or \
+            not 0 < port <= 65535:
+        raise UnsafeValue(f"listen {list(listen)!r}, user {user!r}, port {port!r}: not "
+                          "addresses, a user name and a port")
     lines = [
         "# Written by mpi-bootstrap: a private sshd for this MPI job only.",
         f"Port {port}",

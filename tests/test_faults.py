@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import stat
-import subprocess
 import sys
 import threading
 import time
@@ -24,8 +23,6 @@ from pathlib import Path
 
 import pytest
 
-from mpi_bootstrap import hostfile as hf
-from mpi_bootstrap.errors import HostfileError
 from tests.conftest import AGENT, REAL_MPIS
 from tests.support.cluster import Cluster, Pod
 
@@ -168,8 +165,11 @@ class TestDNSOutage:
             launcher = job.launcher(["hostname"], [c.svc(w) for w in WORKERS],
                                     MPI_DNS_WAIT_SECONDS="60")
             launcher.wait_event("DNS WAIT", host=c.svc("job-worker-1"))
-            c.dnsmasq.stop()  # the server is gone: lookups now fail differently
-            time.sleep(3)
+            c.dnsmasq.stop()
+            # The outage is real: a name the server knows no longer resolves in the pod.
+            known = c.fqdn("job-worker-0")
+            assert c.pods[0].run(["getent", "hosts", known], timeout=30).returncode != 0
+            time.sleep(2)  # the launcher keeps polling through it (no reply to count)
             assert launcher.p.poll() is None, launcher.stderr()
             # the record is published while the server is down; the server returns
             c.dnsmasq.add([(c.fqdn("job-worker-1"), c.pods[2].address),
@@ -178,8 +178,10 @@ class TestDNSOutage:
             code, out, err = launcher.finish()
             assert code == 0, err
             assert sorted(out.split()) == WORKERS
-            reasons = {e["reason"] for e in launcher.events() if e["event"] == "DNS WAIT"}
-            assert reasons, err
+            # job-worker-1 was published only while the server was down: the launcher
+            # resolved it from the restarted server
+            done = [e for e in launcher.events() if e["event"] == "DNS done"]
+            assert done and done[0]["unresolved"] == 0
 
 
 class TestWorkerVanishes:
@@ -241,10 +243,18 @@ exec /usr/bin/ssh "$@"
 def mounted(fs_options: str, where: Path, then: list[str], fill: bool = False
             ) -> list[str]:
     """argv: mount a small tmpfs at `where` in the pod's own mount namespace (`ip netns
-    exec` makes one; nothing reaches the host), optionally fill it, then run `then`."""
+    exec` makes one; nothing reaches the host), optionally fill it, run `then`, and list
+    on stdout (`LEFT …`) every file it left there, before the namespace goes away."""
     fill_cmd = f"dd if=/dev/zero of={where}/fill bs=4k >/dev/null 2>&1; " if fill else ""
     return ["sh", "-c", f"mount -t tmpfs -o {fs_options} tmpfs {where} && {fill_cmd}"
-            f"exec {' '.join(then)}"]
+            f"{' '.join(then)}; code=$?; find {where} -mindepth 1 ! -name fill "
+            "-printf 'LEFT %p %s\\n'; exit $code"]
+
+
+def left(stdout: str) -> dict[str, int]:
+    """{path: size} of what `mounted` listed."""
+    return {ln.split()[1]: int(ln.split()[2]) for ln in stdout.splitlines()
+            if ln.startswith("LEFT ")}
 
 
 class TestStateDir:
@@ -269,8 +279,13 @@ class TestStateDir:
             assert "Traceback" not in done.stderr
             assert_no_process_left(pod)
             assert not (job.xdir / "job-worker-0.json").exists()
+            files = left(done.stdout)
+            assert not [f for f in files if f.endswith(".tmp")], files
+            # whatever is there is whole: an empty state dir, or nothing at all
+            assert all(size == 0 or f.endswith("/state") for f, size in files.items()), files
 
-    def test_launcher_full(self, work: Path) -> None:
+    @pytest.mark.parametrize("fault", ["read-only", "full"])
+    def test_launcher(self, work: Path, fault: str) -> None:
         with Cluster(["job-launcher", "job-worker-0"]) as c:
             job = Job(c, work)
             job.start_workers()
@@ -280,77 +295,19 @@ class TestStateDir:
             env = job.env(launcher, MPI_HOSTFILE=str(job.hostfile(["job-worker-0"])),
                           MPI_BOOTSTRAP_STATE_DIR=str(where / "state"),
                           MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(where / "hostfile"))
-            done = launcher.run(mounted("size=64k,mode=0755", where,
+            options = "size=64k,mode=0755" + (",ro" if fault == "read-only" else "")
+            done = launcher.run(mounted(options, where,
                                         [AGENT, "launcher", "--mpirun", OMPI.mpirun, "--",
-                                         "hostname"], fill=True), env, timeout=60)
+                                         "hostname"], fill=fault == "full"), env, timeout=60)
             assert done.returncode == 73, done.stderr
-            assert f"cannot write {where}/" in done.stderr, done.stderr
-            assert "No space left on device" in done.stderr
+            reason = "Read-only file system" if fault == "read-only" else \
+                "No space left on device"
+            assert f"{where}/" in done.stderr and reason in done.stderr, done.stderr
             assert "mpirun start" not in done.stderr
+            assert "Traceback" not in done.stderr
             assert_no_process_left(launcher)
-
-
-class TestHostfileRewrittenWhileRead:
-    """A hostfile rewritten in place, line by line, is never parsed half-written."""
-
-    def test_only_whole_versions_are_parsed(self, tmp_path: Path) -> None:
-        path = tmp_path / "hostfile"
-        versions = [[f"pi-worker-{i}.pi.default.svc" for i in range(n)] for n in (3, 7)]
-        texts = ["".join(f"{h} slots=1\n" for h in v) for v in versions]
-        path.write_text(texts[0])
-        # Another process rewrites it in place (truncate, then a line at a time with
-        # small gaps), rests, and does it again with the other version.
-        writer = subprocess.Popen([sys.executable, "-c", """
-import sys, time
-path, texts = sys.argv[1], sys.argv[2:]
-n = 0
-while True:
-    with open(path, "r+") as fh:
-        fh.truncate(0)
-        for line in texts[n % 2].splitlines(keepends=True):
-            fh.write(line)
-            fh.flush()
-            time.sleep(0.004)
-    n += 1
-    time.sleep(0.25)
-""", str(path), *texts])
-        try:
-            seen = set()
-            deadline = time.monotonic() + 6
-            reads = 0
-            while time.monotonic() < deadline:
-                hosts = [h.name for h in hf.read(str(path)).hosts]
-                assert hosts in versions, f"a half-written hostfile was parsed: {hosts}"
-                seen.add(len(hosts))
-                reads += 1
-            assert seen == {3, 7}, seen  # both versions were read while being rewritten
-            assert reads >= 10
-        finally:
-            writer.kill()
-            writer.wait()
-
-    def test_never_settles(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        path = tmp_path / "hostfile"
-        path.write_text("a slots=1\n")
-        monkeypatch.setattr(hf, "SETTLE_S", 1.0)
-        stop = threading.Event()
-
-        def churn() -> None:
-            n = 0
-            while not stop.is_set():
-                path.write_text(f"a slots={n % 9 + 1}\n")
-                n += 1
-                time.sleep(0.01)
-
-        t = threading.Thread(target=churn, daemon=True)
-        t.start()
-        try:
-            with pytest.raises(HostfileError, match="kept changing while being read") as exc:
-                hf.read(str(path))
-            assert exc.value.status == 65
-        finally:
-            stop.set()
-            t.join()
+            files = left(done.stdout)
+            assert not [f for f in files if f.endswith(".tmp")], files
 
 
 PHASES = ["mpirun --version", "hostfile", "DNS", "exchange", "sshd wait", "preflight",
@@ -416,7 +373,8 @@ class TestSigtermInEveryPhase:
         code, _, err = agent.finish(timeout=30)
         elapsed = time.monotonic() - t0
         assert code == 143, err
-        assert elapsed < 3.0, f"{elapsed:.1f} s to exit"
+        # at once: 1 s of grace for its own children at most, plus a loaded machine
+        assert elapsed < 5.0, f"{elapsed:.1f} s to exit"
         assert "Traceback" not in err
         assert_no_process_left(launcher_pod)
         if phase == "mpirun":  # the ranks on the worker go too (the worker's sshd stays)
@@ -483,21 +441,23 @@ time.sleep(120)
 """])
         assert flood.stdout is not None
         assert int(flood.stdout.readline()) > 100
-        t0 = time.monotonic()
         done = launcher_pod.run([sys.executable, "-c", f"""
-import sys
+import sys, time
 from mpi_bootstrap import exchange, keys
 key = keys.generate(sys.argv[1], "t").public
-print(exchange.fetch({pod.address!r}, 2223, {self.TOKEN!r}, key, timeout=10).port)
+t0 = time.monotonic()
+port = exchange.fetch({pod.address!r}, 2223, {self.TOKEN!r}, key, timeout=10).port
+print(port, time.monotonic() - t0)
 """, str(work / "client-key")], {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
             timeout=30)
-        answered = time.monotonic() - t0
         assert done.returncode == 0, done.stderr
-        assert int(done.stdout) > 0
-        assert answered < 2.0, f"a real hello waited {answered:.1f} s behind the flood"
+        port, answered = done.stdout.split()
+        assert int(port) > 0
+        # served serially with 1 s per silent peer (before), this waited ~64 s
+        assert float(answered) < 2.0, f"a real hello waited {answered} s behind the flood"
         t0 = time.monotonic()
         worker.p.send_signal(signal.SIGTERM)
         code, _, err = worker.finish(timeout=30)
         assert code == 0, err
-        assert time.monotonic() - t0 < 2.0
+        assert time.monotonic() - t0 < 5.0
         flood.kill()

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
 from mpi_bootstrap import config as cfg
-from mpi_bootstrap import exchange, hostfile, keys, names, sshconfig
+from mpi_bootstrap import exchange, hostfile, keys, names, sshconfig, sshd
 from mpi_bootstrap.errors import ConfigError, ExitStatus, HostfileError
 from mpi_bootstrap.exchange import Record, RecordError
 from mpi_bootstrap.sshconfig import Peer, UnsafeValue
@@ -318,6 +318,11 @@ def argvs(draw: st.DrawFn) -> list[str]:
     return out + draw(st.lists(argv_tokens, min_size=1, max_size=3))
 
 
+def _is_plain_path(v: object) -> bool:
+    """Directories whose paths end up in ssh and sshd configs: plain and absolute."""
+    return type(v) is str and names.is_plain_path(v)
+
+
 def _is_path(v: object) -> bool:
     return type(v) is str and v != "" and "\0" not in v
 
@@ -364,10 +369,10 @@ EXPECTED: dict[str, Callable[[object], bool]] = {
     "ssh_connect_timeout": _int_in(1, math.inf), "exec": lambda v: type(v) is bool,
     "grace_seconds": _finite(0), "signal_group": lambda v: type(v) is bool,
     "exchange": _one_of(tuple(m for m in cfg.EXCHANGE_MODES if m != "auto")),
-    "exchange_dir": _optional(_is_path), "exchange_port": _int_in(0, 65535),
+    "exchange_dir": _optional(_is_plain_path), "exchange_port": _int_in(0, 65535),
     "token": _optional(_token), "ssh_auth_dir": _is_path, "sshd_port": _int_in(0, 65535),
     "sshd": _is_path, "ssh_user": _optional(lambda v: type(v) is str and names.is_user_name(v)),
-    "preflight": lambda v: type(v) is bool, "state_dir": _is_path,
+    "preflight": lambda v: type(v) is bool, "state_dir": _is_plain_path,
     "log_format": _one_of(cfg.LOG_FORMATS), "log_level": _one_of(cfg.LOG_LEVELS),
 }
 TOKEN_PROBLEMS = ("MPI_BOOTSTRAP_TOKEN: must be at least 16 characters (value not shown)",
@@ -568,6 +573,64 @@ class TestSshConfigFuzz:
             assert re.fullmatch(r"/[A-Za-z0-9_./@+-]*", path) is None
             return
         assert f"  IdentityFile {path}\n" in text and text.count("\n") == len(COMMON) + 3
+
+
+SSHD_KEYWORDS = {"Port", "ListenAddress", "HostKey", "PidFile", "AuthorizedKeysFile",
+                 "AllowUsers", "PubkeyAuthentication", "PasswordAuthentication",
+                 "KbdInteractiveAuthentication", "HostbasedAuthentication",
+                 "PermitEmptyPasswords", "PermitRootLogin", "UsePAM", "PermitUserEnvironment",
+                 "AllowAgentForwarding", "AllowTcpForwarding", "X11Forwarding", "PermitTunnel",
+                 "UseDNS", "StrictModes", "AcceptEnv", "LogLevel"}
+plain_paths = st.builds(lambda p: "/" + p, st.text(_LDH + "_./@+-", max_size=20))
+any_paths = st.one_of(plain_paths, tainted(st.just("/run/mpi-bootstrap/key")),
+                      st.text(max_size=20))
+
+
+def mostly(good: st.SearchStrategy[Any], bad: st.SearchStrategy[Any]
+           ) -> st.SearchStrategy[Any]:
+    """`good` 9 times in 10 (one_of would not weight a strategy listed twice)."""
+    return st.integers(0, 9).flatmap(lambda n: bad if n == 0 else good)
+
+
+class TestSshdConfigFuzz:
+    """The worker's sshd_config: unsafe paths, users or addresses raise UnsafeValue;
+    otherwise every line is one known keyword and its value, each keyword once (sshd
+    takes the first), so no value can add `PasswordAuthentication yes`."""
+
+    @fuzz(800)
+    @given(st.fixed_dictionaries({
+        "host_key": mostly(plain_paths, any_paths),
+        "authorized_keys": mostly(plain_paths, any_paths),
+        "pid_file": mostly(plain_paths, any_paths),
+        "user": mostly(users, st.text(max_size=12)),
+        "listen": st.lists(mostly(ipv4 | ipv6, any_hosts), max_size=3),
+        "port": st.one_of(st.integers(1, 65535), st.integers(-2, 70000)),
+        "strict_modes": st.booleans()}))
+    @example({"host_key": "/k", "authorized_keys": "/x\nPasswordAuthentication yes\n#",
+              "pid_file": "/p", "user": "root", "listen": [], "port": 22,
+              "strict_modes": True})
+    @example({"host_key": "/k", "authorized_keys": "/a", "pid_file": "/p", "user": "root",
+              "listen": ["::1%\nPasswordAuthentication yes"], "port": 22,
+              "strict_modes": True})
+    def test_config_text(self, args: dict[str, Any]) -> None:
+        try:
+            text = sshd.config_text(**args)
+        except UnsafeValue:
+            outcome("refused")
+            assert not (all(map(names.is_plain_path, (args["host_key"],
+                                                      args["authorized_keys"],
+                                                      args["pid_file"])))
+                        and names.is_user_name(args["user"]) and 0 < args["port"] <= 65535
+                        and all(map(names.is_ip_literal, args["listen"])))
+            return
+        outcome("written")
+        lines = text.splitlines()
+        assert lines[0].startswith("# ") and text.endswith("\n")
+        words = [ln.split(" ", 1)[0] for ln in lines[1:]]
+        assert set(words) <= SSHD_KEYWORDS
+        assert all(words.count(w) == 1 for w in set(words) - {"ListenAddress"})
+        assert words.count("ListenAddress") == len(args["listen"])
+        assert "PasswordAuthentication no" in lines
 
 
 # ---------------------------------------------------------------- 4. keys and names
@@ -1015,7 +1078,8 @@ class TestExchangeRegressions:
     def test_non_ascii_mac(self, mac: str) -> None:
         worker = Worker()
         check_denied(worker, worker.answer(json.dumps({**VALID_HELLO, "mac": mac}).encode()))
-        raw = json.dumps({"type": "record", "nonce": NONCE, "record": {}, "mac": mac})
+        # "v": 1, so read_reply gets as far as the mac (not refused at the version)
+        raw = json.dumps({"v": 1, "type": "record", "nonce": NONCE, "record": {}, "mac": mac})
         assert check_read_reply(raw.encode()) is None
 
     @fuzz(50)
@@ -1039,5 +1103,6 @@ class TestExchangeRegressions:
                    f'"mac":""}}').encode()
             worker = Worker()
             check_denied(worker, worker.answer(raw))
-            reply = f'{{"type":"record","nonce":{nested},"record":{{}},"mac":""}}'.encode()
+            reply = (f'{{"v":1,"type":"record","nonce":{nested},"record":{{}},'
+                     f'"mac":""}}').encode()
             assert check_read_reply(reply) is None
