@@ -15,7 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from mpi_bootstrap.errors import ConfigError
-from mpi_bootstrap.names import is_dns_name, is_plain_path, is_user_name
+from mpi_bootstrap.names import (
+    is_dns_name,
+    is_env_name,
+    is_iface_name,
+    is_plain_path,
+    is_user_name,
+)
 
 ROLES = ("launcher", "worker", "probe", "doctor")
 REWRITE_MODES = ("none", "fqdn", "ip")
@@ -24,10 +30,6 @@ MPI_CHOICES = ("auto", "openmpi", "openmpi4", "openmpi5", "mpich", "intel")
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
-# Linux interface names: up to 15 bytes, no '/', ':' or whitespace. We are stricter.
-# Used with fullmatch: `$` would also match before a trailing newline ("eth0\n").
-_IFACE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch (`$` allows a final newline)
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -137,7 +139,7 @@ def _user(raw: str) -> str:
 
 
 def _iface(raw: str) -> str:
-    if not _IFACE.fullmatch(raw):
+    if not is_iface_name(raw):
         raise ValueError(f"{raw!r} is not an interface name")
     return raw
 
@@ -149,7 +151,7 @@ def _patterns(raw: str) -> tuple[str, ...]:
         if not item:
             continue
         name = item[:-1] if item.endswith("*") else item
-        if not _ENV_NAME.fullmatch(name):
+        if not is_env_name(name):
             raise ValueError(f"{item!r} is not a variable name or NAME* prefix")
         out.append(item)
     return tuple(out)

@@ -46,12 +46,8 @@ def state_dir(path: str, setting: str = "MPI_BOOTSTRAP_STATE_DIR") -> None:
     to one) is refused: its owner could swap the ssh config the agent writes there, and
     ssh runs what that config says (ProxyCommand) as this user."""
     try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-    except FileExistsError:
-        pass  # not a directory: said below
-    except OSError as exc:
-        raise WriteError(f"{setting}: cannot create {path}: {exc.strerror or exc}") from None
-    try:
+        with contextlib.suppress(FileExistsError):  # not a directory: said below
+            os.makedirs(path, mode=0o700, exist_ok=True)
         st = os.lstat(path)
     except OSError as exc:
         raise WriteError(f"{setting}: cannot create {path}: {exc.strerror or exc}") from None

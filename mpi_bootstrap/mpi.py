@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from mpi_bootstrap.errors import ConfigError
 from mpi_bootstrap.model import Decision, PlannedFile
+from mpi_bootstrap.names import is_env_name
 
 OPENMPI, MPICH, INTEL = "openmpi", "mpich", "intel"
 ORTE, PRRTE, HYDRA = "orte", "prrte", "hydra"
@@ -38,7 +39,6 @@ FORWARD_PREFIXES = ("NCCL_", "UCX_", "OMPI_MCA_coll_")
 # (Horovod's denylist); the agent's own settings may hold secrets (MPI_BOOTSTRAP_TOKEN).
 DENY_PREFIXES = ("BASH_FUNC_", "MPI_BOOTSTRAP_")
 DENY_NAMES = frozenset({"OLDPWD"})
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch (`$` allows a final newline)
 NO_TREE_SPAWN = ("mpirun reaches every worker itself: only the launcher needs ssh "
                  "credentials, and tree spawn hangs past ~64 hosts (ompi #4465)")
 ENV_END = "MPI_BOOTSTRAP_ENV_END"  # sentinel that ends mpirun's environment (MPICH)
@@ -202,7 +202,7 @@ def forwarded_names(environ: Mapping[str, str], extra: Sequence[str]) -> tuple[
         )
         if not wanted:
             continue
-        if name in DENY_NAMES or name.startswith(DENY_PREFIXES) or not _ENV_NAME.fullmatch(name):
+        if name in DENY_NAMES or name.startswith(DENY_PREFIXES) or not is_env_name(name):
             if name in exact or any(name.startswith(p) for p, _ in patterns):
                 decisions.append(Decision(f"forward {name}", "no", "agent policy",
                                           "never forwarded (shell state or agent secret)"))

@@ -14,14 +14,12 @@ import re
 DNS_NAME_PATTERN = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?"
 _DNS_NAME = re.compile(DNS_NAME_PATTERN)
 _MAYBE_IPV4 = re.compile(r"[0-9.]+")
-# An IPv6 zone (`fe80::1%eth0`). ipaddress accepts *any* text after the '%' — newlines,
-# spaces, quotes — so an "address" in a worker's record could carry an ssh option into
-# the launcher's ssh config (`::1%\n  ProxyCommand …`; found by tests/test_fuzz.py).
-# Zones are interface names or numbers: the characters config accepts for an interface.
-_ZONE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
+# Linux interface names: up to 15 bytes, no '/', ':' or whitespace. We are stricter.
+_IFACE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 # A path the agent writes into ssh_config/sshd_config, or into `ssh -F PATH` (split on
 # spaces by Open MPI): absolute, and no character that could end a value or a line.
 _PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./@+-]*")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 # One OpenSSH public key: its type and base64 blob, nothing else (no options, no comment).
 _PUBLIC_KEY = re.compile(
@@ -39,8 +37,12 @@ def is_ip_literal(text: str) -> bool:
     # can be an address at all.
     if ":" not in text and not _MAYBE_IPV4.fullmatch(text):
         return False
+    # An IPv6 zone (`fe80::1%eth0`): ipaddress accepts *any* text after the '%' —
+    # newlines, spaces, quotes — so an "address" in a worker's record could carry an ssh
+    # option into the launcher's ssh config (`::1%\n  ProxyCommand …`; found by
+    # tests/test_fuzz.py). A zone is an interface name or number.
     _, percent, zone = text.partition("%")
-    if percent and not _ZONE.fullmatch(zone):
+    if percent and not is_iface_name(zone):
         return False
     try:
         ipaddress.ip_address(text)
@@ -51,6 +53,15 @@ def is_ip_literal(text: str) -> bool:
 
 def is_host(text: str) -> bool:
     return is_dns_name(text) or is_ip_literal(text)
+
+
+def is_iface_name(text: str) -> bool:
+    return _IFACE.fullmatch(text) is not None
+
+
+def is_env_name(text: str) -> bool:
+    """A portable environment variable name (one that can be forwarded with -x)."""
+    return _ENV_NAME.fullmatch(text) is not None
 
 
 def is_user_name(text: str) -> bool:
