@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import AGENT, REAL_MPIS, RealMPI
-from tests.support.cluster import Cluster, Pod
+from tests.support.cluster import Cluster, Pod, agent_env
 from tests.support.programs import LINE, compile_allreduce
 
 pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.dnsmasq,
@@ -53,12 +53,8 @@ class Job:
         self.xdir.mkdir(exist_ok=True)
 
     def env(self, pod: Pod, **extra: str) -> dict[str, str]:
-        home = self.work / pod.name
-        home.mkdir(exist_ok=True)
-        return {"PATH": f"{self.m.bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
-                "LANG": "C.UTF-8", "MPI_BOOTSTRAP_STATE_DIR": str(home / "state"),
-                "MPI_BOOTSTRAP_EXCHANGE_DIR": str(self.xdir),
-                "MPI_BOOTSTRAP_LOG_FORMAT": "json", **extra}
+        return agent_env(self.work, pod, path=f"{self.m.bindir}:/usr/local/bin:/usr/bin:/bin",
+                         **{"MPI_BOOTSTRAP_EXCHANGE_DIR": str(self.xdir), **extra})
 
     def start_workers(self, pods: list[Pod] | None = None) -> list[subprocess.Popen[str]]:
         self.workers = [self.c.start(p, [AGENT, "worker"], self.env(p))

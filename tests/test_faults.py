@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import AGENT, REAL_MPIS
-from tests.support.cluster import Cluster, Pod
+from tests.support.cluster import Cluster, Pod, agent_env
+from tests.test_cluster import pod_processes
 
 pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.timeout(180)]
 
@@ -86,12 +87,8 @@ class Job:
         self.workers: list[Agent] = []
 
     def env(self, pod: Pod, **extra: str) -> dict[str, str]:
-        home = self.work / pod.name
-        home.mkdir(exist_ok=True)
-        return {"PATH": f"{OMPI.bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
-                "LANG": "C.UTF-8", "MPI_BOOTSTRAP_STATE_DIR": str(home / "state"),
-                "MPI_BOOTSTRAP_EXCHANGE_DIR": str(self.xdir),
-                "MPI_BOOTSTRAP_LOG_FORMAT": "json", **extra}
+        return agent_env(self.work, pod, path=f"{OMPI.bindir}:/usr/local/bin:/usr/bin:/bin",
+                         **{"MPI_BOOTSTRAP_EXCHANGE_DIR": str(self.xdir), **extra})
 
     def state(self, name: str) -> Path:
         return self.work / name / "state"
@@ -127,20 +124,11 @@ def work(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def processes(pod: Pod) -> list[str]:
-    """`comm` of every process still in the pod's network namespace."""
-    names = []
-    for pid in pod.netns.pids():
-        with contextlib.suppress(OSError):
-            names.append(Path(f"/proc/{pid}/comm").read_text().strip())
-    return names
-
-
 def assert_no_process_left(pod: Pod, timeout: float = 5) -> None:
     deadline = time.monotonic() + timeout
-    while processes(pod) and time.monotonic() < deadline:
+    while pod_processes(pod) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert processes(pod) == [], f"left running in {pod.name}: {processes(pod)}"
+    assert pod_processes(pod) == [], f"left running in {pod.name}: {pod_processes(pod)}"
 
 
 def half_written(*dirs: Path) -> list[str]:
@@ -379,9 +367,9 @@ class TestSigtermInEveryPhase:
         assert_no_process_left(launcher_pod)
         if phase == "mpirun":  # the ranks on the worker go too (the worker's sshd stays)
             deadline = time.monotonic() + 15
-            while "sleep" in processes(worker_pod) and time.monotonic() < deadline:
+            while "sleep" in pod_processes(worker_pod) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            assert "sleep" not in processes(worker_pod)
+            assert "sleep" not in pod_processes(worker_pod)
         state = job.state("job-launcher")
         assert half_written(state, work / "out", job.xdir) == []
         out = work / "out" / "hostfile"
@@ -407,7 +395,7 @@ class TestSigtermInEveryPhase:
 
 def wait_for_process(pod: Pod, name: str, agent: Agent, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
-    while name not in processes(pod):
+    while name not in pod_processes(pod):
         assert time.monotonic() < deadline, f"no {name} in {pod.name}: {agent.stderr()}"
         assert agent.p.poll() is None, agent.stderr()
         time.sleep(0.05)

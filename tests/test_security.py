@@ -29,8 +29,8 @@ import pytest
 
 from mpi_bootstrap import exchange, keys
 from tests.conftest import AGENT
-from tests.support.cluster import Cluster, Pod
-from tests.test_ssh import WORKERS, base_env, record_of, start_workers
+from tests.support.cluster import Cluster, Pod, agent_env
+from tests.test_ssh import WORKERS, make_mount, record_of, start_workers
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
 
@@ -104,20 +104,8 @@ def ask(pod: Pod, address: str, raw: bytes, port: int = EXCHANGE_PORT) -> bytes:
 def launcher_env(tmp: Path, cluster: Cluster, hostfile: str, **extra: str) -> dict[str, str]:
     hf = tmp / "hostfile"
     hf.write_text(hostfile)
-    return base_env(tmp, cluster.pods[0], MPI_HOSTFILE=str(hf),
+    return agent_env(tmp, cluster.pods[0], MPI_HOSTFILE=str(hf),
                     MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(tmp / "mpi-hostfile"), **extra)
-
-
-def make_mount(tmp: Path) -> Path:
-    """MPI Operator's Secret: one ECDSA P-521 key, mounted 0644 (mpi-operator #429)."""
-    mount = tmp / "secret"
-    mount.mkdir()
-    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-b", "521", "-N", "", "-f",
-                    str(mount / "id_rsa")], check=True)
-    (mount / "authorized_keys").write_text((mount / "id_rsa.pub").read_text())
-    for f in mount.iterdir():
-        f.chmod(0o644)
-    return mount
 
 
 def exchange_env(tmp: Path, mode: str) -> dict[str, str]:
@@ -183,7 +171,7 @@ def run_job(cluster: Cluster, tmp: Path, mode: str, *, level: str = "info",
     outputs["launcher job: stderr"] = job.stderr
     outputs["command lines"] = command_lines(cluster)
     worker0 = cluster.pods[1]
-    probe = worker0.run([AGENT, "probe"], base_env(tmp, worker0, **extra), timeout=30)
+    probe = worker0.run([AGENT, "probe"], agent_env(tmp, worker0, **extra), timeout=30)
     outputs["probe: stdout+stderr"] = probe.stdout + probe.stderr
     for pod, (out, err) in zip(cluster.pods[1:], stop(cluster, procs), strict=True):
         outputs[f"worker {pod.name}: stdout"] = out
@@ -340,7 +328,7 @@ class TestFileModes:
             state.symlink_to(target)
         if role == "worker":
             p = cluster.start(pod, [AGENT, "worker"],
-                              base_env(tmp_path, pod, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir)))
+                              agent_env(tmp_path, pod, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir)))
             _, err = p.communicate(timeout=30)
             code = p.returncode
         else:

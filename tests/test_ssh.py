@@ -17,7 +17,7 @@ import pytest
 
 from mpi_bootstrap import exchange, keys, sshd
 from tests.conftest import AGENT
-from tests.support.cluster import Cluster, Pod
+from tests.support.cluster import Cluster, Pod, agent_env
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
 
@@ -28,14 +28,6 @@ WORKERS = ["job-worker-0", "job-worker-1"]
 def cluster() -> Iterator[Cluster]:
     with Cluster(["job-launcher", *WORKERS]) as c:
         yield c
-
-
-def base_env(tmp: Path, pod: Pod, **extra: str) -> dict[str, str]:
-    home = tmp / pod.name
-    home.mkdir(exist_ok=True)
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
-            "MPI_BOOTSTRAP_STATE_DIR": str(home / "state"), "MPI_BOOTSTRAP_LOG_FORMAT": "json",
-            **extra}
 
 
 def wait_ready(pod: Pod, env: dict[str, str], proc: subprocess.Popen[str],
@@ -57,7 +49,7 @@ def record_of(tmp: Path, pod: Pod) -> dict[str, object]:
 def start_workers(cluster: Cluster, tmp: Path, **extra: str) -> list[subprocess.Popen[str]]:
     procs = []
     for pod in cluster.pods[1:]:
-        env = base_env(tmp, pod, **extra)
+        env = agent_env(tmp, pod, **extra)
         p = cluster.start(pod, [AGENT, "worker"], env)
         wait_ready(pod, env, p)
         procs.append(p)
@@ -69,7 +61,7 @@ def launch(cluster: Cluster, tmp: Path, program: list[str], *, hostfile: str | N
     launcher = cluster.pods[0]
     hf = tmp / "hostfile"
     hf.write_text(hostfile or "".join(f"{w} slots=1\n" for w in WORKERS))
-    env = base_env(tmp, launcher, MPI_HOSTFILE=str(hf),
+    env = agent_env(tmp, launcher, MPI_HOSTFILE=str(hf),
                    MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(tmp / "mpi-hostfile"), **extra)
     return launcher.run([AGENT, "launcher", "--", *program], env, timeout=timeout)
 
@@ -173,18 +165,25 @@ class TestDirExchange:
         assert "mpirun start" not in done.stderr
 
 
+def make_mount(tmp: Path) -> Path:
+    """MPI Operator's Secret: one ECDSA P-521 key, mounted 0644 as a Secret mounted
+    outside /root/.ssh is (mpi-operator #429)."""
+    mount = tmp / "secret"
+    mount.mkdir()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-b", "521", "-N", "", "-f",
+                    str(mount / "id_rsa")], check=True)
+    (mount / "authorized_keys").write_text((mount / "id_rsa.pub").read_text())
+    for f in mount.iterdir():
+        f.chmod(0o644)
+    return mount
+
+
 class TestSecretExchange:
     """MPI Operator's Secret: one key, mounted 0644; the agent copies it 0600 and pins it."""
 
     def test_mounted_0644_key_works_and_is_untouched(self, cluster: Cluster,
                                                      tmp_path: Path) -> None:
-        mount = tmp_path / "secret"
-        mount.mkdir()
-        subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-b", "521", "-N", "", "-f",
-                        str(mount / "id_rsa")], check=True)
-        (mount / "authorized_keys").write_text((mount / "id_rsa.pub").read_text())
-        for f in mount.iterdir():
-            f.chmod(0o644)  # as a Secret mounted outside /root/.ssh (mpi-operator #429)
+        mount = make_mount(tmp_path)
         before = {f.name: f.read_bytes() for f in mount.iterdir()}
         extra = {"MPI_BOOTSTRAP_SSH_AUTH_DIR": str(mount)}
         start_workers(cluster, tmp_path, **extra)

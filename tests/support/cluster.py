@@ -27,6 +27,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 
 from tests.support.dnsmasq import Dnsmasq
@@ -72,6 +73,17 @@ class Pod:
 
 
 DNS_ADDRESS = f"{CTL_NET}.2"
+
+
+def agent_env(work: Path, pod: Pod, *, path: str = "/usr/local/bin:/usr/bin:/bin",
+              **extra: str) -> dict[str, str]:
+    """The environment tests give the agent in `pod`: its own HOME and state directory
+    under `work`, JSON logs; `extra` adds or overrides variables."""
+    home = work / pod.name
+    home.mkdir(exist_ok=True)
+    return {"PATH": path, "HOME": str(home), "LANG": "C.UTF-8",
+            "MPI_BOOTSTRAP_STATE_DIR": str(home / "state"), "MPI_BOOTSTRAP_LOG_FORMAT": "json",
+            **extra}
 
 
 class Cluster:
