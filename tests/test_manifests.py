@@ -1,9 +1,11 @@
-"""container/k8s/: every MPIJob validates against MPI Operator's CRD (v2beta1), with
-unknown fields treated as errors — as `kubectl apply --validate=strict` would."""
+"""container/k8s/: every MPIJob validates strictly against the project's own schema of
+the MPIJob v2beta1 API (tests/schemas/mpijob-v2beta1.yaml): unknown fields are errors at
+every level the schema models, as `kubectl apply --validate=strict` would make them."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,32 +14,15 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-CRD = ROOT.parent / "shared" / "schemas" / "kubeflow.org_mpijobs.yaml"
+SCHEMA = ROOT / "tests" / "schemas" / "mpijob-v2beta1.yaml"
 MANIFESTS = sorted((ROOT / "container" / "k8s").glob("*.yaml"))
-
-
-def strict(node: Any) -> Any:
-    """The CRD's OpenAPI schema as JSON Schema where unknown fields are errors."""
-    if isinstance(node, list):
-        return [strict(n) for n in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: strict(v) for k, v in node.items()}
-    if ("properties" in out and "additionalProperties" not in out
-            and not out.get("x-kubernetes-preserve-unknown-fields")):
-        out["additionalProperties"] = False
-    if out.get("x-kubernetes-int-or-string"):
-        out.pop("type", None)
-        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-    return out
 
 
 @pytest.fixture(scope="module")
 def validator() -> jsonschema.protocols.Validator:
-    crd = yaml.safe_load(CRD.read_text())
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v2beta1")
-    schema = strict(version["schema"]["openAPIV3Schema"])
+    schema = yaml.safe_load(SCHEMA.read_text())
     cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
     return cls(schema)  # type: ignore[no-any-return]
 
 
@@ -49,17 +34,26 @@ def mpijobs(path: Path) -> list[dict[str, Any]]:
     return [d for d in documents(path) if d.get("kind") == "MPIJob"]
 
 
+def errors(validator: jsonschema.protocols.Validator, job: dict[str, Any]) -> list[str]:
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in validator.iter_errors(job)]
+
+
+def test_every_manifest_is_checked() -> None:
+    """The glob finds the four MPIJobs (a moved directory cannot make the suite vacuous)."""
+    assert {p.name for p in MANIFESTS} >= {"nccl-allreduce.yaml", "dranet-allreduce.yaml",
+                                           "intel-mpi.yaml", "mpich.yaml"}
+
+
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
 def test_manifest_validates(path: Path, validator: jsonschema.protocols.Validator) -> None:
+    """Each MPIJob is valid v2beta1, and uses the agent as README says."""
     jobs = mpijobs(path)
     assert jobs, f"{path.name} has no MPIJob"
     for doc in documents(path):
         assert doc.get("apiVersion") and doc.get("kind") and doc["metadata"].get("name")
     for job in jobs:
-        assert job["apiVersion"] == "kubeflow.org/v2beta1"
-        errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-                  for e in validator.iter_errors(job)]
-        assert errors == []
+        assert errors(validator, job) == []
         for role, spec in job["spec"]["mpiReplicaSpecs"].items():
             for c in spec["template"]["spec"]["containers"]:
                 if role == "Worker":  # readiness through the agent
@@ -68,21 +62,65 @@ def test_manifest_validates(path: Path, validator: jsonschema.protocols.Validato
                     assert c["args"][0] == "mpirun"
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda j: j["spec"].__setitem__("slotPerWorker", j["spec"].pop("slotsPerWorker")),
-    lambda j: j["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
-    .__setitem__("readinesProbe", {"exec": {"command": ["true"]}}),
-    lambda j: j["spec"].__setitem__("mpiImplementation", "OpenMPI5"),
-], ids=["misspelled-spec-field", "misspelled-container-field", "bad-enum"])
-def test_a_wrong_manifest_fails(mutate: Any, validator: jsonschema.protocols.Validator
-                                ) -> None:
-    """The validator can fail: a misspelled field is an error, not silently dropped."""
+def _worker(job: dict[str, Any]) -> dict[str, Any]:
+    return job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]  # type: ignore[no-any-return]
+
+
+# (mutation, the path of the error, a word its message must contain)
+WRONG: dict[str, tuple[Callable[[dict[str, Any]], None], str, str]] = {
+    "misspelled-spec-field": (
+        lambda j: j["spec"].__setitem__("slotPerWorker", j["spec"].pop("slotsPerWorker")),
+        "spec", "'slotPerWorker' was unexpected"),
+    "misspelled-container-field": (
+        lambda j: _worker(j)["containers"][0].__setitem__(
+            "readinesProbe", {"exec": {"command": ["true"]}}),
+        "spec/mpiReplicaSpecs/Worker/template/spec/containers/0",
+        "'readinesProbe' was unexpected"),
+    "bad-enum": (
+        lambda j: j["spec"].__setitem__("mpiImplementation", "OpenMPI5"),
+        "spec/mpiImplementation", "'OpenMPI5' is not one of"),
+    "misspelled-replica": (
+        lambda j: j["spec"]["mpiReplicaSpecs"].__setitem__(
+            "Workers", j["spec"]["mpiReplicaSpecs"].pop("Worker")),
+        "spec/mpiReplicaSpecs", "'Workers' was unexpected"),
+    "bad-launcher-policy": (
+        lambda j: j["spec"].__setitem__("launcherCreationPolicy", "WaitForWorkers"),
+        "spec/launcherCreationPolicy", "is not one of"),
+    "string-slots": (
+        lambda j: j["spec"].__setitem__("slotsPerWorker", "1"),
+        "spec/slotsPerWorker", "is not of type 'integer'"),
+    "misspelled-probe-field": (
+        lambda j: _worker(j)["containers"][0]["readinessProbe"].__setitem__("period", 2),
+        "spec/mpiReplicaSpecs/Worker/template/spec/containers/0/readinessProbe",
+        "'period' was unexpected"),
+    "misspelled-env-field": (
+        lambda j: _worker(j)["containers"][0]["env"].append({"name": "X", "valeu": "1"}),
+        "spec/mpiReplicaSpecs/Worker/template/spec/containers/0/env/1",
+        "'valeu' was unexpected"),
+    "unknown-run-policy": (
+        lambda j: j["spec"]["runPolicy"].__setitem__("cleanPodPolicy", "Sometimes"),
+        "spec/runPolicy/cleanPodPolicy", "is not one of"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_a_wrong_manifest_fails_for_its_reason(
+        name: str, validator: jsonschema.protocols.Validator) -> None:
+    """Each deliberate mistake is refused, at its own path and for its own reason (not
+    for some other error the mutation happened to cause)."""
+    mutate, path, words = WRONG[name]
     job = copy.deepcopy(mpijobs(ROOT / "container" / "k8s" / "nccl-allreduce.yaml")[0])
+    assert errors(validator, job) == []
     mutate(job)
-    assert list(validator.iter_errors(job))
+    found = errors(validator, job)
+    assert len(found) == 1, found
+    where, _, message = found[0].partition(": ")
+    assert where == path, found
+    assert words in message, found
 
 
 def test_dranet_names_the_interface_nccl_uses() -> None:
+    """The DraNet claim names `dranet0`, and both roles tell the agent so."""
     docs = documents(ROOT / "container" / "k8s" / "dranet-allreduce.yaml")
     rct = next(d for d in docs if d["kind"] == "ResourceClaimTemplate")
     iface = rct["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["interface"]
