@@ -8,6 +8,10 @@ output and a summary, removes everything, and exits with the job's code.
 
     python tests/demo.py [--mpi openmpi4|openmpi5|mpich|intel] [--workers N]
                          [--slots N] [--rewrite none|fqdn|ip] [--json]
+    python tests/demo.py --print-needs [--mpi …]   # the MPI venvs that run needs
+
+`make demo` asks `--print-needs` first and installs only those venvs: the default
+(Open MPI 4, from Debian) needs none.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import AGENT, REAL_MPIS  # noqa: E402
+from tests.conftest import AGENT, MPI_VENVS, REAL_MPIS  # noqa: E402
 from tests.support.cluster import Cluster  # noqa: E402
 from tests.support.programs import LINE, compile_allreduce  # noqa: E402
 
@@ -41,6 +45,25 @@ def events(stderr: str) -> list[dict[str, Any]]:
     return out
 
 
+def needs(mpi: str) -> list[str]:
+    """The PyPI MPI venvs (`.venv-mpi/NAME`) a demo with `mpi` needs. Intel MPI's wheel
+    has no compiler or header: the program is built with MPICH's (programs.py)."""
+    kinds = ["mpich", mpi] if mpi == "intel" else [mpi]
+    out = []
+    for kind in kinds:
+        bindir = Path(REAL_MPIS[kind].bindir)
+        if bindir.parent.parent == MPI_VENVS:
+            out.append(str(bindir.parent.relative_to(ROOT)))
+    return out
+
+
+def rank_lines(stdout: str) -> str:
+    """The job's output as a person reads it: each rank's line says rank, host and
+    result; the start time the program also prints (for the summary) is dropped."""
+    return "".join(m[0] + "\n" if (m := LINE.match(line)) else line + "\n"
+                   for line in stdout.splitlines())
+
+
 def stamp(event: dict[str, Any]) -> float:
     from datetime import datetime
 
@@ -51,7 +74,7 @@ def run_job(mpi: str = "openmpi4", workers: int = 2, slots: int = 2, rewrite: st
             echo: bool = True) -> dict[str, Any]:
     m = REAL_MPIS[mpi]
     if not os.access(m.mpirun, os.X_OK):
-        raise SystemExit(f"{m.mpirun} missing: run `make mpi-venvs`")
+        raise SystemExit(f"{m.mpirun} missing: run `make demo` (it installs the MPI)")
     work = Path(tempfile.mkdtemp(prefix="mpib-demo-", dir="/tmp"))
     work.chmod(0o755)
     names = ["demo-launcher", *(f"demo-worker-{i}" for i in range(workers))]
@@ -86,7 +109,7 @@ def run_job(mpi: str = "openmpi4", workers: int = 2, slots: int = 2, rewrite: st
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if echo:
-        sys.stdout.write(done.stdout)
+        sys.stdout.write(rank_lines(done.stdout))
         if done.returncode != 0:
             sys.stderr.write(done.stderr)
     ev = events(done.stderr)
@@ -120,7 +143,12 @@ def main() -> int:
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--rewrite", default="none", choices=("none", "fqdn", "ip"))
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--print-needs", action="store_true",
+                        help="print the MPI venvs this run needs, and run nothing")
     args = parser.parse_args()
+    if args.print_needs:
+        print(" ".join(needs(args.mpi)))
+        return 0
     if os.geteuid() != 0:
         print("the demo builds network namespaces: run it as root", file=sys.stderr)
         return 1
