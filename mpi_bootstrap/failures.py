@@ -6,86 +6,155 @@ with the script that made them). The most specific cause wins: "Host key verific
 failed" explains the generic "ORTE was unable to reliably start one or more daemons"
 that follows it. Output that matches nothing gets no explanation — mpirun's own words
 stand. Standard library only: the resident supervisor uses it.
+
+Linear in the output, whatever it holds: PID 1 runs this after mpirun exits, and one
+rank printing a long unbroken line (base64, JSON) made a pattern with `\\S*` before an
+alternation take 77 s on 128 KiB, signals unanswered (tests/test_failures.py::
+TestAdversarialInput). So: only the last MAX_SCAN bytes are read, each line is cut at
+MAX_LINE characters, a line is looked at only if it holds a signature's fixed text (a
+plain substring search), and every pattern is anchored or has bounded repeats.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable, Iterator
+
+MAX_SCAN = 256 * 1024  # the tail of mpirun's stderr the supervisor keeps
+MAX_LINE = 1024  # ssh's and the MPIs' messages are far shorter
+DAEMONS = ("orted", "prted", "hydra_pmi_proxy", "hydra_bstrap_proxy")
+
+Fields = dict[str, str]
 
 
 @dataclasses.dataclass(frozen=True)
 class Signature:
     name: str
-    pattern: re.Pattern[str]
+    needles: tuple[str, ...]  # a line is looked at only if it holds one of these
     cause: str  # may use {host}, {path}
     fix: str
-    detail: re.Pattern[str] | None = None  # where the fields are, if not in `pattern`
+    fields: Callable[[str], Fields | None] = lambda _line: {}  # None: not this one
+    # Fields found on another line: (its fixed text, how to read them).
+    detail: tuple[str, Callable[[str], Fields | None]] | None = None
 
 
-def _sig(name: str, pattern: str, cause: str, fix: str, detail: str | None = None
-         ) -> Signature:
-    return Signature(name, re.compile(pattern, re.M), cause, fix,
-                     re.compile(detail, re.M) if detail else None)
+def _pattern(regex: str, how: str = "search") -> Callable[[str], Fields | None]:
+    compiled = re.compile(regex)
+    find = compiled.match if how == "match" else compiled.search
+
+    def fields(line: str) -> Fields | None:
+        m = find(line)
+        return None if m is None else {k: v for k, v in m.groupdict().items() if v}
+    return fields
 
 
+def _daemon_path(line: str) -> Fields | None:
+    """The daemon the shell could not run (`bash: line 1: /x/bin/orted: No such file`)."""
+    if not any(n in line for n in ("command not found", "No such file or directory",
+                                   "not found")):
+        return None
+    for token in line.split():
+        word = token.rstrip(":")
+        if word.rsplit("/", 1)[-1] in DAEMONS:
+            return {"path": word}
+    return None
+
+
+def _all_of(*parts: str) -> Callable[[str], Fields | None]:
+    """The parts appear in this order on the line."""
+    def fields(line: str) -> Fields | None:
+        at = 0
+        for part in parts:
+            at = line.find(part, at)
+            if at < 0:
+                return None
+            at += len(part)
+        return {}
+    return fields
+
+
+def _any(*tests: Callable[[str], Fields | None]) -> Callable[[str], Fields | None]:
+    def fields(line: str) -> Fields | None:
+        for test in tests:
+            found = test(line)
+            if found is not None:
+                return found
+        return None
+    return fields
+
+
+_HOST = r"(?P<host>[^\s:@]{1,253})"
 SIGNATURES = (
-    _sig("host-key-mismatch",
-         r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED",
-         "the sshd that answered for {host} presented a host key other than the one "
-         "the worker published: a restarted worker, a stale address from an earlier job, "
-         "or another pod's sshd",
-         "check that the worker pod is running `mpi-bootstrap worker` and has published "
-         "a fresh record, then start the launcher again (it re-reads the records); never "
-         "switch StrictHostKeyChecking off to get past this",
-         detail=r"Host key for (?P<host>\S+) has changed"),
-    _sig("permission-denied",
-         r"^(?:\S+@)?(?P<host>[^\s:@]+): Permission denied \(publickey",
-         "{host} refused the job's ssh key",
-         "give every pod the same key: the MPIJob's Secret at the same sshAuthMountPath "
-         "(MPI_BOOTSTRAP_SSH_AUTH_DIR), or the same exchange (MPI_BOOTSTRAP_EXCHANGE_DIR or "
-         "MPI_BOOTSTRAP_TOKEN) on the launcher and the workers"),
-    _sig("could-not-resolve",
-         r"Could not resolve hostname (?P<host>[^\s:]+)",
-         "ssh could not resolve {host}",
-         "use names that resolve in the pods: MPI_BOOTSTRAP_REWRITE=fqdn for MPI "
-         "Operator's `.svc` names (or ip), and keep MPI_DNS_WAIT_SECONDS long enough for "
-         "the headless Service's records to appear"),
-    _sig("no-route",
-         r"ssh: connect to host (?P<host>\S+) port \d+: (?:No route to host|"
-         r"Connection timed out|Network is unreachable)",
-         "the launcher has no route to {host} on the control network",
-         "check that the address is the worker pod's current one (a deleted pod's address "
-         "stays in stale DNS for a while) and that MPI_BOOTSTRAP_CONTROL_IFACE is the pod "
-         "network; `mpi-bootstrap doctor` checks both"),
-    _sig("connection-refused",
-         r"ssh: connect to host (?P<host>\S+) port (?P<port>\d+): Connection refused",
-         "nothing listens for ssh on {host}",
-         "the worker's sshd is not running or listens on another port: start the worker "
-         "pods with `mpi-bootstrap worker` and a readinessProbe `mpi-bootstrap probe`"),
-    _sig("daemon-not-found",
-         r"(?P<path>\S*(?:orted|prted|hydra_pmi_proxy|hydra_bstrap_proxy))"
-         r"(?::| )(?:.*)?(?:command not found|No such file or directory|not found)",
-         "the MPI's remote daemon ({path}) is not where mpirun starts it on the workers",
-         "install the same MPI at the same path in the launcher and worker images (Open "
-         "MPI's --prefix is the launcher's install directory), or put it on the "
-         "non-interactive PATH of the workers (mpi-operator #488)"),
-    _sig("libfabric",
-         r"(?:Unable to find a libfabric provider|fi_getinfo.*(?:No data available|-61)|"
-         r"OFI (?:call|endpoint).*failed|MPIDI_OFI_\w+.*failed)",
-         "libfabric found no usable network provider",
-         "in pods without RDMA, set FI_PROVIDER=tcp (the agent already sets FI_TCP_IFACE "
-         "to the control interface for Intel MPI)"),
-    _sig("daemons-did-not-report",
-         r"ORTE was unable to reliably start one or more daemons|A daemon failed to "
-         r"report back|ORTE has lost communication with a remote daemon|PRTE has lost "
-         r"communication with a remote daemon|Launch proxy failed|unable to connect to "
-         r"proxy|HYDU_sock_connect",
-         "MPI's daemons did not start on the workers, or could not connect back to the "
-         "launcher",
-         "run `mpi-bootstrap doctor` in the launcher pod: it checks DNS, ssh and the "
-         "remote environment of every worker; also check that the pods can reach each "
-         "other on MPI_BOOTSTRAP_CONTROL_IFACE (no NetworkPolicy blocks them)"),
+    Signature(
+        "host-key-mismatch",
+        ("Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED"),
+        "the sshd that answered for {host} presented a host key other than the one "
+        "the worker published: a restarted worker, a stale address from an earlier job, "
+        "or another pod's sshd",
+        "check that the worker pod is running `mpi-bootstrap worker` and has published "
+        "a fresh record, then start the launcher again (it re-reads the records); never "
+        "switch StrictHostKeyChecking off to get past this",
+        detail=("Host key for ", _pattern(r"Host key for (?P<host>\S{1,253}) has changed"))),
+    Signature(
+        "permission-denied", (": Permission denied (publickey",),
+        "{host} refused the job's ssh key",
+        "give every pod the same key: the MPIJob's Secret at the same sshAuthMountPath "
+        "(MPI_BOOTSTRAP_SSH_AUTH_DIR), or the same exchange (MPI_BOOTSTRAP_EXCHANGE_DIR or "
+        "MPI_BOOTSTRAP_TOKEN) on the launcher and the workers",
+        fields=_pattern(r"(?:[^\s@]{1,64}@)?" + _HOST + r": Permission denied \(publickey",
+                        "match")),
+    Signature(
+        "could-not-resolve", ("Could not resolve hostname ",),
+        "ssh could not resolve {host}",
+        "use names that resolve in the pods: MPI_BOOTSTRAP_REWRITE=fqdn for MPI "
+        "Operator's `.svc` names (or ip), and keep MPI_DNS_WAIT_SECONDS long enough for "
+        "the headless Service's records to appear",
+        fields=_pattern(r"Could not resolve hostname (?P<host>[^\s:]{1,253})")),
+    Signature(
+        "no-route", ("No route to host", "Connection timed out", "Network is unreachable"),
+        "the launcher has no route to {host} on the control network",
+        "check that the address is the worker pod's current one (a deleted pod's address "
+        "stays in stale DNS for a while) and that MPI_BOOTSTRAP_CONTROL_IFACE is the pod "
+        "network; `mpi-bootstrap doctor` checks both",
+        fields=_pattern(r"ssh: connect to host (?P<host>\S{1,253}) port \d{1,5}: "
+                        r"(?:No route to host|Connection timed out|Network is unreachable)")),
+    Signature(
+        "connection-refused", ("Connection refused",),
+        "nothing listens for ssh on {host}",
+        "the worker's sshd is not running or listens on another port: start the worker "
+        "pods with `mpi-bootstrap worker` and a readinessProbe `mpi-bootstrap probe`",
+        fields=_pattern(r"ssh: connect to host (?P<host>\S{1,253}) port (?P<port>\d{1,5}): "
+                        r"Connection refused")),
+    Signature(
+        "daemon-not-found", DAEMONS,
+        "the MPI's remote daemon ({path}) is not where mpirun starts it on the workers",
+        "install the same MPI at the same path in the launcher and worker images (Open "
+        "MPI's --prefix is the launcher's install directory), or put it on the "
+        "non-interactive PATH of the workers (mpi-operator #488)",
+        fields=_daemon_path),
+    Signature(
+        "libfabric",
+        ("Unable to find a libfabric provider", "fi_getinfo", "OFI call", "OFI endpoint",
+         "MPIDI_OFI_"),
+        "libfabric found no usable network provider",
+        "in pods without RDMA, set FI_PROVIDER=tcp (the agent already sets FI_TCP_IFACE "
+        "to the control interface for Intel MPI)",
+        fields=_any(_all_of("Unable to find a libfabric provider"),
+                    _all_of("fi_getinfo", "No data available"), _all_of("fi_getinfo", "-61"),
+                    _all_of("OFI call", "failed"), _all_of("OFI endpoint", "failed"),
+                    _all_of("MPIDI_OFI_", "failed"))),
+    Signature(
+        "daemons-did-not-report",
+        ("ORTE was unable to reliably start one or more daemons",
+         "A daemon failed to report back", "ORTE has lost communication with a remote daemon",
+         "PRTE has lost communication with a remote daemon", "Launch proxy failed",
+         "unable to connect to proxy", "HYDU_sock_connect"),
+        "MPI's daemons did not start on the workers, or could not connect back to the "
+        "launcher",
+        "run `mpi-bootstrap doctor` in the launcher pod: it checks DNS, ssh and the "
+        "remote environment of every worker; also check that the pods can reach each "
+        "other on MPI_BOOTSTRAP_CONTROL_IFACE (no NetworkPolicy blocks them)"),
 )
 
 
@@ -100,16 +169,37 @@ class Explanation:
                 f"  What to do: {self.fix}.\n")
 
 
-def explain(output: str) -> Explanation | None:
-    """The most specific known failure in mpirun's output, or None."""
+def _lines(output: str) -> list[str]:
+    return [line[:MAX_LINE] for line in output[-MAX_SCAN:].splitlines()]
+
+
+def _matches(sig: Signature, lines: list[str], stop: Callable[[], bool]
+             ) -> Iterator[Fields]:
+    for n, line in enumerate(lines):
+        if n % 256 == 0 and stop():
+            return
+        if any(needle in line for needle in sig.needles):
+            found = sig.fields(line)
+            if found is not None:
+                yield found
+
+
+def explain(output: str, stop: Callable[[], bool] = lambda: False) -> Explanation | None:
+    """The most specific known failure in mpirun's output, or None (also when `stop()`
+    says to give up: PID 1 polls its signals through it)."""
+    lines = _lines(output)
     for sig in SIGNATURES:
-        m = sig.pattern.search(output)
-        if m:
-            fields = {k: v for k, v in m.groupdict().items() if v}
-            d = sig.detail.search(output) if sig.detail else None
-            if d:
-                fields.update({k: v for k, v in d.groupdict().items() if v})
-            fields.setdefault("host", "a worker")
-            fields.setdefault("path", "orted/prted/hydra proxy")
-            return Explanation(sig.name, sig.cause.format(**fields), sig.fix)
+        found = next(_matches(sig, lines, stop), None)
+        if stop():
+            return None
+        if found is None:
+            continue
+        fields = dict(found)
+        if sig.detail is not None:
+            needle, read = sig.detail
+            extra = next((f for line in lines if needle in line and (f := read(line))), None)
+            fields.update(extra or {})
+        fields.setdefault("host", "a worker")
+        fields.setdefault("path", "orted/prted/hydra proxy")
+        return Explanation(sig.name, sig.cause.format(**fields), sig.fix)
     return None

@@ -56,3 +56,50 @@ def test_every_case_was_captured_for_two_mpis() -> None:
 ])
 def test_unrelated_output_gets_no_explanation(text: str) -> None:
     assert failures.explain(text) is None
+
+
+def adversarial(needle: str) -> list[str]:
+    """1 MiB inputs built around one fixed text of a signature: one unbroken line of it,
+    lines of it between long runs without spaces, and lines that nearly complete it."""
+    mib = 1 << 20
+    return [
+        (needle + "x" * 40) * (mib // (len(needle) + 40)),
+        ("root@" + needle + "@" * 60 + "\n") * (mib // (len(needle) + 66)),
+        (needle + " " + "/a" * 500 + "orted:" + "\n") * (mib // (len(needle) + 1008)),
+        ("A" * 1000 + needle + "\n") * (mib // (len(needle) + 1001)),
+        "\n".join([needle * (2048 // len(needle))] * (mib // 2048)),
+        "ssh: connect to host " + "a" * mib + needle,
+    ]
+
+
+class TestAdversarialInput:
+    """The explainer runs in PID 1 after mpirun exits: it must stay linear in what a rank
+    printed. A `\\S*` before an alternation once took 4.6 s on a 32 KiB line and 77 s on
+    128 KiB, signals unanswered; now every signature meets 1 MiB of text built to make it
+    backtrack within a small budget."""
+
+    BUDGET_S = 0.5  # measured: ≤ 25 ms on this 2-core machine
+
+    @pytest.mark.parametrize("sig", failures.SIGNATURES, ids=lambda s: s.name)
+    def test_each_signature(self, sig: failures.Signature) -> None:
+        import time
+
+        needles = [*sig.needles, *([sig.detail[0]] if sig.detail else [])]
+        for needle in needles:
+            for text in adversarial(needle):
+                t0 = time.perf_counter()
+                failures.explain(text)
+                took = time.perf_counter() - t0
+                assert took < self.BUDGET_S, (needle, len(text), took)
+
+    def test_stop_is_polled(self) -> None:
+        """PID 1 can end an explanation at once (a signal arrived): `stop` is asked."""
+        asked = []
+
+        def stop() -> bool:
+            asked.append(1)
+            return True
+
+        text = "Host key verification failed.\n" * 10_000
+        assert failures.explain(text, stop) is None
+        assert asked
