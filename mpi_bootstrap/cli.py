@@ -38,6 +38,12 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     except ConfigError as exc:
         _fail(exc.message, exc.details)
         return int(exc.status)
+    finally:
+        # The token now lives in `config` only: out of the environment (and of
+        # /proc/self/environ) before anything is started or exec'd (environ.py).
+        from mpi_bootstrap.environ import scrub_process
+
+        scrub_process()
 
     from mpi_bootstrap import log
 

@@ -387,6 +387,19 @@ def _split_role(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
     return options, role, []
 
 
+def _default_state_dir(environ: Mapping[str, str]) -> str:
+    """/run/mpi-bootstrap as root. Otherwise ~/.mpi-bootstrap: sshd's StrictModes accepts
+    keys below a home directory the user owns, never below /tmp (writable by all, sticky
+    or not); /tmp/mpi-bootstrap-UID only when there is no usable home."""
+    uid = os.geteuid()
+    if uid == 0:
+        return "/run/mpi-bootstrap"
+    home = (environ.get("HOME") or "").rstrip("/")
+    if home and is_plain_path(home):
+        return f"{home}/.mpi-bootstrap"
+    return f"/tmp/mpi-bootstrap-{uid}"  # noqa: S108 - created 0700, per user; no home
+
+
 def _build(environ: Mapping[str, str], argv: list[str]) -> Config:
     options, role_word, program = _split_role(argv)
     parser = make_parser()
@@ -443,10 +456,7 @@ def _build(environ: Mapping[str, str], argv: list[str]) -> Config:
         role = "launcher"
 
     if values["state_dir"] is None:
-        values["state_dir"] = (
-            "/run/mpi-bootstrap" if os.geteuid() == 0
-            else f"/tmp/mpi-bootstrap-{os.geteuid()}"  # noqa: S108 - created 0700, per user
-        )
+        values["state_dir"] = _default_state_dir(environ)
     if values["ssh_auth_dir"] is None:
         values["ssh_auth_dir"] = os.path.join(environ.get("HOME") or "/root", ".ssh")
     if values["exchange"] == "auto":

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
 
 from mpi_bootstrap import dns as sysdns
 from mpi_bootstrap import hostfile as hf
 from mpi_bootstrap.config import Config
+from mpi_bootstrap.errors import BootstrapError
 from mpi_bootstrap.names import is_ip_literal
 
 
@@ -206,9 +206,11 @@ def stale_finding(name: str, address: str | None, published: Sequence[str]) -> F
                    "TTL, or delete the old pods/Service")
 
 
-def ssh_finding(name: str, target: str, port: int, *, user: str, key_path: str,
+def ssh_finding(name: str, target: str, port: int, *, user: str, private_key: str,
                 host_key: str | None, timeout: float) -> Finding:
     """Connect with paramiko as mpirun's ssh would; run the remote environment check."""
+    import io
+
     import paramiko
 
     client = paramiko.SSHClient()
@@ -218,7 +220,8 @@ def ssh_finding(name: str, target: str, port: int, *, user: str, key_path: str,
                                    paramiko.PKey.from_type_string(kind, _b64(blob)))
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     try:
-        client.connect(target, port=port, username=user, key_filename=key_path,
+        pkey = paramiko.Ed25519Key.from_private_key(io.StringIO(private_key))
+        client.connect(target, port=port, username=user, pkey=pkey,
                        timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
                        allow_agent=False, look_for_keys=False)
         _, out, _ = client.exec_command(
@@ -274,12 +277,23 @@ def run(config: Config, *, deadline_s: float = 10.0,
 def ssh_jobs(config: Config, names: Sequence[str], deadline: float
              ) -> list[Callable[[], list[Finding]]]:
     """ssh checks for the workers the exchange knows (dir), with their pinned keys."""
-    from mpi_bootstrap import exchange
+    from mpi_bootstrap import direxchange, exchange
 
     if config.exchange != "dir" or not config.exchange_dir:
         return []
-    ex = exchange.DirExchange(config.exchange_dir)
-    key = os.path.join(config.exchange_dir, "job-key", "id")
+    ex = direxchange.DirExchange(config.exchange_dir)
+    try:
+        job = ex.peek_job_key()
+    except BootstrapError as exc:
+        message = exc.message
+        return [lambda: [Finding(config.exchange_dir or "", "job key", False, message,
+                                 "see the message")]]
+    if job is None:
+        return [lambda: [Finding(config.exchange_dir or "", "job key", False,
+                                 "no key of a running job in the exchange directory",
+                                 "start the workers (`mpi-bootstrap worker`): the first "
+                                 "one makes the job's key")]]
+    key = job.private
     jobs: list[Callable[[], list[Finding]]] = []
     for name in names:
         try:
@@ -301,7 +315,7 @@ def ssh_jobs(config: Config, names: Sequence[str], deadline: float
             target = r.addresses[0] if r.addresses else n
             left = max(0.5, deadline - time.monotonic())
             out.append(ssh_finding(n, target, r.port, user=config.ssh_user or r.user,
-                                   key_path=key, host_key=r.host_key, timeout=left))
+                                   private_key=key, host_key=r.host_key, timeout=left))
             return out
 
         jobs.append(check)

@@ -1,28 +1,35 @@
-"""How peers learn each other's sshd: records, and the `dir` and `net` exchanges.
+"""How peers learn each other's sshd: records, and the `net` exchange (the `dir` exchange
+is direxchange.py).
 
 A worker's *record* says where its sshd listens and which host key it presents:
 `{"v": 1, "host", "addresses", "port", "host_key", "user"}`. Nothing in it is secret.
 
 - `secret`: no exchange. The job's key from the mounted Secret is also every sshd's host
   key, so clients pin it with no exchange at all; the port is fixed.
-- `dir`: one JSON file per worker in a shared directory, written atomically. The job's
-  key pair is created once in that directory by whichever peer comes first.
+- `dir`: one JSON file per worker in a shared directory (direxchange.py).
 - `net`: the launcher asks each worker over the control network; both sides prove they
   hold the token `MPI_BOOTSTRAP_TOKEN` (protocol below).
 
-The net exchange, in full (version 1). K = HMAC-SHA256(token, "mpi-bootstrap exchange v1").
-1. launcher → worker, one JSON line: {"v":1, "type":"hello", "nonce": N (32 random bytes,
-   hex), "time": T (unix seconds), "client_key": the job's public key, "mac"}.
-2. The worker checks the mac, that |T − now| ≤ 120 s, and that N was not seen in the last
-   240 s. Any failure: it answers {"type":"denied"} and changes nothing, and logs why.
-   Otherwise it authorises client_key for its sshd and answers
-   {"v":1, "type":"record", "nonce": N, "record": {...}, "mac"}.
-3. The launcher checks the reply's mac and that it echoes its own fresh N.
+The net exchange, in full (version 2). K = HMAC-SHA256(token, "mpi-bootstrap exchange v2").
+1. launcher → worker, one JSON line: {"v":2, "type":"hello", "nonce": N (32 random bytes,
+   hex), "time": T (unix seconds), "client_key": the job's public key, "target": the
+   worker it is meant for (its hostname, or the address the hostfile names), "mac"}.
+2. The worker checks the mac, that |T − now| ≤ 120 s, that N was not seen in the last
+   240 s, and that `target` is its own hostname or one of its addresses. Any failure: it
+   answers {"type":"denied"} and changes nothing, and logs why. Otherwise it authorises
+   client_key for its sshd and answers
+   {"v":2, "type":"record", "nonce": N, "record": {...}, "mac"}.
+3. The launcher checks the reply's mac, that it echoes its own fresh N, and that the
+   record is the target's (its host is the target's name, or it lists the target address).
 mac = hex HMAC-SHA256(K, canonical JSON of every other field). So: without the token
 nobody can add a key (hello mac) or pass as a worker (reply mac); a replayed hello is
 refused (nonce cache within the time window, clock check beyond it), and a replayed
-reply fails the launcher's nonce check. Nothing secret travels: the token never does,
-and records and public keys are not secret.
+reply fails the launcher's nonce check; a hello relayed to another worker (by whoever holds
+a worker's stale address) is refused there, and a reply from the wrong worker is refused
+by the launcher (version 1 had no target: tests/test_security.py::TestNetExchangeRelay).
+Nothing secret travels: the token never does, and records and public keys are not secret.
+The launcher's whole fetch from one worker has one deadline: a peer that trickles bytes
+cannot hold it past MPI_DNS_WAIT_SECONDS.
 
 Stdlib only: the worker's resident supervisor serves the net exchange.
 """
@@ -35,7 +42,6 @@ import errno
 import hashlib
 import hmac
 import json
-import os
 import re
 import secrets
 import socket
@@ -45,7 +51,8 @@ from typing import Any
 
 from mpi_bootstrap.names import is_dns_name, is_ip_literal, is_public_key, is_user_name
 
-VERSION = 1
+VERSION = 1  # of a record
+PROTOCOL = 2  # of the net exchange's messages
 MAX_MESSAGE = 16384
 CLOCK_SKEW = 120.0  # seconds a hello's timestamp may differ from the worker's clock
 NONCE_TTL = 2 * CLOCK_SKEW
@@ -104,93 +111,15 @@ def decode(text: str | bytes, where: str) -> Record:
         raise RecordError(f"{where}: {exc}") from None
 
 
-# ---------------------------------------------------------------- dir
-
-class DirExchange:
-    """A shared directory: `<host>.json` per worker, `job_key` for the whole job."""
-
-    def __init__(self, directory: str) -> None:
-        self.dir = directory
-
-    def path(self, host: str) -> str:
-        if not is_dns_name(host) or host.endswith("."):
-            raise RecordError(f"{host!r} is not a hostname")
-        return os.path.join(self.dir, f"{host}.json")
-
-    def publish(self, record: Record) -> str:
-        from mpi_bootstrap.files import atomic_write
-
-        path = self.path(record.host)
-        atomic_write(path, json.dumps(record.to_dict()) + "\n", 0o644)
-        return path
-
-    def withdraw(self, host: str) -> None:
-        """Remove `host`'s record (a restarting worker's old port is no use to anyone)."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path(host))
-
-    def read(self, host: str) -> Record | None:
-        """The record for `host` (its full name, or the first label), or None if absent."""
-        for name in dict.fromkeys([host, host.split(".", 1)[0]]):
-            try:
-                with open(self.path(name), "rb") as fh:
-                    return decode(fh.read(MAX_MESSAGE), self.path(name))
-            except (FileNotFoundError, RecordError) as exc:
-                if isinstance(exc, RecordError) and os.path.exists(self.path(name)):
-                    raise
-        return None
-
-    def read_by_address(self, address: str) -> Record | None:
-        for entry in sorted(os.listdir(self.dir)):
-            if entry.endswith(".json"):
-                with contextlib.suppress(OSError, RecordError):
-                    with open(os.path.join(self.dir, entry), "rb") as fh:
-                        record = decode(fh.read(MAX_MESSAGE), entry)
-                    if address in record.addresses:
-                        return record
-        return None
-
-    def job_key(self, make: Callable[[str], str]) -> tuple[str, str]:
-        """(private key path, public key) of the job, created once by whoever is first.
-
-        `make(path)` writes a new private key at `path` (and path.pub). Both files go into
-        a fresh directory that is renamed to `job-key`: a rename onto an existing,
-        non-empty directory fails, so exactly one first-comer wins and nobody ever sees
-        half a key pair.
-        """
-        final = os.path.join(self.dir, "job-key")
-        if not os.path.isdir(final):
-            tmp = os.path.join(self.dir, f".job-key.{os.getpid()}.{secrets.token_hex(4)}")
-            try:
-                os.mkdir(tmp, 0o700)
-            except OSError as exc:
-                from mpi_bootstrap.errors import WriteError
-
-                raise WriteError(f"MPI_BOOTSTRAP_EXCHANGE_DIR: cannot create the job's key "
-                                 f"in {self.dir}: {exc.strerror or exc}") from None
-            try:
-                make(os.path.join(tmp, "id"))
-                with contextlib.suppress(FileExistsError, OSError):
-                    os.rename(tmp, final)
-            finally:
-                if os.path.isdir(tmp):
-                    for name in os.listdir(tmp):
-                        os.unlink(os.path.join(tmp, name))
-                    os.rmdir(tmp)
-        with open(os.path.join(final, "id.pub"), encoding="utf-8") as fh:
-            public = fh.read().strip()
-        return os.path.join(final, "id"), " ".join(public.split()[:2])
-
-
 # ---------------------------------------------------------------- net
 
-def _is_version(v: Any) -> bool:
-    """Exactly the integer VERSION: JSON `true` and `1.0` are == 1 in Python."""
-    return type(v) is int and v == VERSION
+def _is_version(v: Any, version: int = VERSION) -> bool:
+    """Exactly the integer `version`: JSON `true` and `1.0` are == 1 in Python."""
+    return type(v) is int and v == version
 
 
 def _key(token: str) -> bytes:
-    return hmac.new(token.encode(), b"mpi-bootstrap exchange v1", hashlib.sha256).digest()
+    return hmac.new(token.encode(), b"mpi-bootstrap exchange v2", hashlib.sha256).digest()
 
 
 def _mac(key: bytes, message: Mapping[str, Any]) -> str:
@@ -218,10 +147,21 @@ def _valid_mac(key: bytes, message: Mapping[str, Any]) -> bool:
     return hmac.compare_digest(mac, expected)
 
 
-def make_hello(token: str, client_key: str, *, now: float | None = None) -> tuple[bytes, str]:
+def is_target(target: str, record: Record) -> bool:
+    """Is `target` (a hostname or an address) the worker of `record`? A name matches the
+    record's host by its first label (the hostfile may name `<pod>.<job>.<ns>.svc`), an
+    address matches one of the record's addresses."""
+    if is_ip_literal(target):
+        return target in record.addresses
+    return is_dns_name(target) and target.split(".", 1)[0].lower() == record.host.lower()
+
+
+def make_hello(token: str, client_key: str, target: str, *, now: float | None = None
+               ) -> tuple[bytes, str]:
     nonce = secrets.token_hex(32)
-    message = {"v": VERSION, "type": "hello", "nonce": nonce,
-               "time": int(time.time() if now is None else now), "client_key": client_key}
+    message = {"v": PROTOCOL, "type": "hello", "nonce": nonce,
+               "time": int(time.time() if now is None else now), "client_key": client_key,
+               "target": target}
     return _signed(_key(token), message), nonce
 
 
@@ -229,7 +169,7 @@ class NetServer:
     """The worker's side: verifies hellos, authorises the client key, answers the record."""
 
     def __init__(self, token: str, record: Record,
-                 authorize: Callable[[str], None], log: Callable[..., None],
+                 authorize: Callable[[str, str], None], log: Callable[..., None],
                  clock: Callable[[], float] = time.time) -> None:
         self._key = _key(token)
         self.record = record
@@ -251,9 +191,9 @@ class NetServer:
         except (ValueError, RecursionError):
             return deny("not JSON")
         if not isinstance(message, dict) or message.get("type") != "hello" or \
-                not _is_version(message.get("v")) or set(message) != {
-                    "v", "type", "nonce", "time", "client_key", "mac"}:
-            return deny("not a hello message")
+                not _is_version(message.get("v"), PROTOCOL) or set(message) != {
+                    "v", "type", "nonce", "time", "client_key", "target", "mac"}:
+            return deny("not a hello message (of protocol version 2)")
         if not _valid_mac(self._key, message):
             return deny("bad mac (wrong or missing token)")
         nonce, stamp, client_key = message["nonce"], message["time"], message["client_key"]
@@ -268,13 +208,18 @@ class NetServer:
             return deny("replayed nonce")
         if not isinstance(client_key, str) or not is_public_key(client_key):
             return deny("client_key is not one OpenSSH public key")
+        target = message["target"]
+        if not isinstance(target, str) or not is_target(target, self.record):
+            # A hello for another worker, relayed here by whoever holds that worker's
+            # (stale) address: answering would pin this worker's key for the other.
+            return deny(f"addressed to {str(target)[:64]!r}, not to this worker")
         self._seen[nonce] = now
         try:
-            self.authorize(client_key)
+            self.authorize(client_key, peer)
         except OSError as exc:  # a full or read-only state dir: say so, do not crash
             return deny(f"cannot authorise the key: {exc}")
         self.log("exchange answered", peer=peer)
-        return _signed(self._key, {"v": VERSION, "type": "record", "nonce": nonce,
+        return _signed(self._key, {"v": PROTOCOL, "type": "record", "nonce": nonce,
                                    "record": self.record.to_dict()})
 
     def attach(self, listener: socket.socket, readers: dict[int, Callable[[], None]]
@@ -336,40 +281,57 @@ class NetServer:
         readers[listener.fileno()] = accept
 
 
-def _read_line(conn: socket.socket) -> bytes:
-    data = b""
-    while b"\n" not in data and len(data) <= MAX_MESSAGE:
-        chunk = conn.recv(4096)
-        if not chunk:
-            break
-        data += chunk
-    return data.split(b"\n", 1)[0]
+class ExchangeRefused(RecordError):
+    """A worker's answer that asking again will not change: it refused us, its reply is
+    not signed with the job's token, or it is another worker's record."""
 
 
-def fetch(host: str, port: int, token: str, client_key: str, timeout: float = 5.0) -> Record:
-    """Ask one worker for its record over the net exchange (launcher side)."""
-    hello, nonce = make_hello(token, client_key)
-    with socket.create_connection((host, port), timeout=timeout) as conn:
+def fetch(address: str, port: int, token: str, client_key: str, *, target: str,
+          deadline: float) -> Record:
+    """Ask the worker `target` (at `address`) for its record, all before `deadline`
+    (monotonic): connecting, sending and every byte of the reply. TimeoutError after it."""
+    hello, nonce = make_hello(token, client_key, target)
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("no whole reply before the deadline")
+        return remaining
+
+    with socket.create_connection((address, port), timeout=min(2.0, left())) as conn:
+        conn.settimeout(left())
         conn.sendall(hello)
-        raw = _read_line(conn)
-    return read_reply(raw, token, nonce, host)
+        data = b""
+        while b"\n" not in data and len(data) <= MAX_MESSAGE:
+            conn.settimeout(left())
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    return read_reply(data.split(b"\n", 1)[0], token, nonce, target)
 
 
-def read_reply(raw: bytes, token: str, nonce: str, host: str) -> Record:
-    """The record in a worker's reply to our hello `nonce`, or RecordError naming `host`."""
+def read_reply(raw: bytes, token: str, nonce: str, target: str) -> Record:
+    """The record in the reply to our hello `nonce` for `target`, or RecordError (its
+    subclass ExchangeRefused when asking again cannot help) naming `target`."""
     try:
         reply = json.loads(raw)
     except (ValueError, RecursionError):
-        raise RecordError(f"{host}: exchange reply is not JSON") from None
+        raise RecordError(f"{target}: exchange reply is not JSON") from None
     if not isinstance(reply, dict) or reply.get("type") != "record" or \
-            not _is_version(reply.get("v")):
-        raise RecordError(f"{host}: exchange refused (is MPI_BOOTSTRAP_TOKEN the same on "
-                          "both sides?)")
+            not _is_version(reply.get("v"), PROTOCOL):
+        raise ExchangeRefused(f"{target}: exchange refused (is MPI_BOOTSTRAP_TOKEN the "
+                              "same on both sides, and the agent the same version?)")
     if not _valid_mac(_key(token), reply):
-        raise RecordError(f"{host}: exchange reply not signed with the job's token")
+        raise ExchangeRefused(f"{target}: exchange reply not signed with the job's token")
     if reply.get("nonce") != nonce:
-        raise RecordError(f"{host}: exchange reply answers another request (replay)")
+        raise RecordError(f"{target}: exchange reply answers another request (replay)")
     try:
-        return record_from(reply.get("record"))
+        record = record_from(reply.get("record"))
     except RecordError as exc:
-        raise RecordError(f"{host}: {exc}") from None
+        raise RecordError(f"{target}: {exc}") from None
+    if not is_target(target, record):
+        raise ExchangeRefused(f"{target}: the worker that answered is {record.host} "
+                              f"({', '.join(record.addresses) or 'no address'}), not "
+                              f"{target}: a stale address?")
+    return record

@@ -17,10 +17,26 @@ from mpi_bootstrap.names import is_public_key
 MOUNT_PRIVATE = "id_rsa"
 MOUNT_PUBLIC = "id_rsa.pub"
 MOUNT_AUTHORIZED = "authorized_keys"
+
+
 @dataclasses.dataclass(frozen=True)
 class KeyPair:
     private_path: str
     public: str  # "ssh-ed25519 AAAA… comment" — safe to share
+
+
+def fingerprint(public: str) -> str:
+    """`SHA256:…` of an OpenSSH public key line, as `ssh-keygen -l` prints it: how a key is
+    named in logs (never the key itself, though it is not secret)."""
+    import base64
+    import binascii
+    import hashlib
+
+    try:
+        blob = base64.b64decode(public.split()[1], validate=True)
+    except (IndexError, ValueError, binascii.Error):
+        return "SHA256:(not a key)"
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 
 def clean_public_key(line: str, *, where: str) -> str:
@@ -46,6 +62,11 @@ def generate(private_path: str, comment: str) -> KeyPair:
     return KeyPair(private_path, public)
 
 
+def make_job_key(path: str) -> str:
+    """A new job key at `path` (the dir exchange's `job-key/id`); its public key."""
+    return generate(path, "mpi-bootstrap job key").public
+
+
 def public_of(private_text: str, where: str) -> str:
     """The OpenSSH public key line of a private key (any type paramiko/cryptography read)."""
     from cryptography.hazmat.primitives import serialization as ser
@@ -63,11 +84,12 @@ def public_of(private_text: str, where: str) -> str:
                            f"({type(exc).__name__})"]) from None
 
 
-def from_secret(mount: str, state_dir: str) -> tuple[KeyPair, list[str]] | None:
+def from_secret(mount: str, state_dir: str) -> tuple[KeyPair, list[tuple[str, str]]] | None:
     """Copy the mounted Secret's key into the private dir with modes ssh accepts.
 
-    Returns (client key, authorized public keys) or None when nothing is mounted. The
-    originals (often 0644, which ssh refuses: mpi-operator #429) are left untouched.
+    Returns (client key, [(authorized public key, where it came from)]) or None when
+    nothing is mounted. The originals (often 0644, which ssh refuses: mpi-operator #429)
+    are left untouched.
     """
     private_src = os.path.join(mount, MOUNT_PRIVATE)
     if not os.path.exists(private_src):
@@ -81,13 +103,14 @@ def from_secret(mount: str, state_dir: str) -> tuple[KeyPair, list[str]] | None:
     private_path = os.path.join(state_dir, "id_job")
     atomic_write(private_path, private_text, 0o600)
     atomic_write(private_path + ".pub", public + "\n", 0o644)
-    authorized = [public]
+    public = " ".join(public.split()[:2])
+    authorized = [(public, private_src)]
     auth_src = os.path.join(mount, MOUNT_AUTHORIZED)
     if os.path.exists(auth_src):
         with open(auth_src, encoding="utf-8", errors="replace") as fh:
             for n, line in enumerate(fh, start=1):
                 if line.strip() and not line.startswith("#"):
                     key = clean_public_key(line, where=f"{auth_src}:{n}")
-                    if key not in authorized:
-                        authorized.append(key)
+                    if key not in (k for k, _ in authorized):
+                        authorized.append((key, f"{auth_src}:{n}"))
     return KeyPair(private_path, public), authorized

@@ -18,6 +18,7 @@ from mpi_bootstrap import hostfile as hf
 from mpi_bootstrap import log as logmod
 from mpi_bootstrap import mpi as mpimod
 from mpi_bootstrap.config import Config
+from mpi_bootstrap.environ import public
 from mpi_bootstrap.errors import (
     ConfigError,
     DNSTimeoutError,
@@ -36,7 +37,7 @@ ETC_HOSTS = "/etc/hosts"
 def find_mpi(config: Config, environ: Mapping[str, str]) -> tuple[
         mpimod.MPIInfo, dict[str, str], list[Decision]]:
     """Locate mpirun, ask it `--version`, and return the environment mpirun will get."""
-    env = dict(environ)
+    env = public(environ)
     notes: list[Decision] = []
     if mpimod.is_launcher(config.program):
         wanted, source = config.program[0], "the user's command"
@@ -168,10 +169,10 @@ def gather(config: Config, environ: Mapping[str, str], log: Any) -> tuple[Facts,
     remote = [(e.name, e.rewritten_to, e.address)
               for e in host_entries(config, hostfile, answers)
               if not peers.is_local(e.rewritten_to, e.address, own, mine)]
-    client = peers.client_key(config, write=not config.explain)
+    client = peers.client_key(config, write=not config.explain, log=logmod.events(log))
     records = {}
     if client is not None and remote:
-        records = peers.collect(config, remote, client, deadline, log.info,
+        records = peers.collect(config, remote, client, deadline, logmod.events(log),
                                 fetch=not config.explain)
         log.info("records", exchange=config.exchange, found=len(records), remote=len(remote))
     facts = Facts(environ=env, hostfile=hostfile, answers=answers, mpi=info,
@@ -222,7 +223,7 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Any) -> in
     log.info("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded))
     proc.handoff(p.argv, env, grace=config.grace_seconds, group=config.signal_group,
                  role=config.role, log_level=config.log_level, log_format=config.log_format,
-                 done_file=p.done_file, explain=True)
+                 done_file=p.done_file, done_text=p.done_text, explain=True)
     raise AssertionError("unreachable: handoff replaces the process")
 
 

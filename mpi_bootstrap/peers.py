@@ -12,13 +12,14 @@ import ipaddress
 import os
 import pwd
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from mpi_bootstrap import exchange, keys, parallel
+from mpi_bootstrap import direxchange, exchange, keys, parallel
 from mpi_bootstrap.config import Config
 from mpi_bootstrap.errors import ConfigError, PeerUnavailableError
 from mpi_bootstrap.files import state_dir
 from mpi_bootstrap.model import PlannedFile
+from mpi_bootstrap.names import is_ip_literal
 from mpi_bootstrap.sshconfig import Peer
 
 
@@ -26,7 +27,8 @@ from mpi_bootstrap.sshconfig import Peer
 class ClientKey:
     path: str  # where ssh will read it
     public: str
-    file: PlannedFile | None  # a copy the executor writes (secret mode), else None
+    file: PlannedFile | None  # a copy the executor writes (secret, dir), else None
+    job: str | None = None  # dir: the job key's fingerprint, which `job-done` names
 
 
 def is_local(name: str, address: str | None, own_name: str, own: frozenset[str]) -> bool:
@@ -42,7 +44,8 @@ def is_local(name: str, address: str | None, own_name: str, own: frozenset[str])
     return address in own
 
 
-def client_key(config: Config, *, write: bool) -> ClientKey | None:
+def client_key(config: Config, *, write: bool, log: Callable[..., None]
+               ) -> ClientKey | None:
     """The key the launcher's ssh presents. `write=False` (explain) creates nothing."""
     state = config.state_dir
     if config.exchange == "secret":
@@ -57,12 +60,17 @@ def client_key(config: Config, *, write: bool) -> ClientKey | None:
                          PlannedFile(path, text, 0o600, "the job's key, copied from the "
                                      "Secret with the mode ssh accepts (mpi-operator #429)"))
     if config.exchange == "dir" and config.exchange_dir:
-        ex = exchange.DirExchange(config.exchange_dir)
-        if not write and not os.path.isdir(os.path.join(config.exchange_dir, "job-key")):
-            return ClientKey(os.path.join(config.exchange_dir, "job-key", "id"),
-                             "(created at run time)", None)
-        path, public = ex.job_key(lambda p: keys.generate(p, "mpi-bootstrap job key").public)
-        return ClientKey(path, public, None)
+        ex = direxchange.DirExchange(config.exchange_dir)
+        path = os.path.join(state, "id_job")
+        job = ex.job_key(keys.make_job_key, log) if write else ex.peek_job_key()
+        if job is None:  # --explain: made (or a finished job's replaced) at run time
+            return ClientKey(path, "(created at run time)", None)
+        # A private copy: ssh reads IdentityFile by path, and the exchange directory is
+        # shared (direxchange.py); the copy cannot be swapped under ssh.
+        return ClientKey(path, job.public,
+                         PlannedFile(path, job.private, 0o600, "the job's key, copied from "
+                                     "the exchange directory into the private state "
+                                     "directory"), job.fingerprint)
     if config.exchange == "net":
         path = os.path.join(state, "id_launcher")
         if not write:
@@ -74,7 +82,7 @@ def client_key(config: Config, *, write: bool) -> ClientKey | None:
 
 
 def collect(config: Config, hosts: Sequence[tuple[str, str, str | None]],
-            key: ClientKey | None, deadline: float, log: object, *, fetch: bool
+            key: ClientKey | None, deadline: float, log: Callable[..., None], *, fetch: bool
             ) -> dict[str, exchange.Record]:
     """Each remote host's record, by its rewritten name, before `deadline`.
 
@@ -88,41 +96,14 @@ def collect(config: Config, hosts: Sequence[tuple[str, str, str | None]],
         return {new: exchange.Record(new, (addr,) if addr else (), port, key.public, user)
                 for _, new, addr in hosts}
     records: dict[str, exchange.Record] = {}
-    last: dict[str, str] = {}  # net: the last failure per worker, for the error message
+    last: dict[str, str] = {}  # the last failure per worker, for the error message
     if config.exchange == "dir" and config.exchange_dir:
-        ex = exchange.DirExchange(config.exchange_dir)
-        while True:
-            for orig, new, addr in hosts:
-                if new not in records:
-                    rec = ex.read(orig) or ex.read(new) or (
-                        ex.read_by_address(addr) if addr else None)
-                    if rec is not None:
-                        records[new] = rec
-            if len(records) == len(hosts) or not fetch or time.monotonic() >= deadline:
-                break
-            time.sleep(0.1)
+        records = _collect_dir(direxchange.DirExchange(config.exchange_dir), hosts,
+                               deadline, last, fetch=fetch)
     elif config.exchange == "net" and fetch:
         assert key is not None and config.token is not None  # noqa: S101 - see Config
-
-        def one(target: str) -> exchange.Record | None:
-            while True:
-                try:
-                    return exchange.fetch(target, config.exchange_port, config.token or "",
-                                          key.public, timeout=2.0)
-                except exchange.RecordError as exc:
-                    if "refused" in str(exc) or "not signed" in str(exc):
-                        raise PeerUnavailableError(str(exc)) from None
-                    last[target] = str(exc)  # e.g. a replayed reply: ask again
-                except OSError as exc:
-                    last[target] = f"{target}: {exc.strerror or exc}"
-                if time.monotonic() >= deadline:
-                    return None
-                time.sleep(0.2)
-
-        targets = [new for _, new, _ in hosts]
-        for target, rec in zip(targets, parallel.map_all(one, targets, 32), strict=True):
-            if rec is not None:
-                records[target] = rec
+        records = _collect_net(config.token, config.exchange_port, key.public, hosts,
+                               deadline=deadline, last=last)
     if fetch:
         missing = [new for _, new, _ in hosts if new not in records]
         if missing:
@@ -134,6 +115,60 @@ def collect(config: Config, hosts: Sequence[tuple[str, str, str | None]],
                 f" {where} before the deadline: is the worker running `mpi-bootstrap worker`?",
                 details="\n".join(f"last attempt: {last[m]}" for m in missing if m in last))
     return records
+
+
+def target_of(name: str) -> str:
+    """Whom a hostfile entry names: an address as written, else the pod's hostname (the
+    first label of `<pod>.<job>.<ns>.svc`) — what the worker's record must say."""
+    return name if is_ip_literal(name) else name.split(".", 1)[0]
+
+
+def _collect_dir(ex: direxchange.DirExchange, hosts: Sequence[tuple[str, str, str | None]],
+                 deadline: float, last: dict[str, str], *, fetch: bool
+                 ) -> dict[str, exchange.Record]:
+    records: dict[str, exchange.Record] = {}
+    while True:
+        for orig, new, addr in hosts:
+            if new in records:
+                continue
+            try:
+                rec = (ex.read_by_address(orig) if is_ip_literal(orig) else
+                       ex.read(orig) or ex.read(new) or
+                       (ex.read_by_address(addr) if addr else None))
+            except exchange.RecordError as exc:
+                last[new] = str(exc)
+                continue
+            if rec is not None:
+                records[new] = rec
+        if len(records) == len(hosts) or not fetch or time.monotonic() >= deadline:
+            return records
+        time.sleep(0.1)
+
+
+def _collect_net(token: str, port: int, public: str,
+                 hosts: Sequence[tuple[str, str, str | None]], *, deadline: float,
+                 last: dict[str, str]) -> dict[str, exchange.Record]:
+    def one(host: tuple[str, str, str | None]) -> exchange.Record | None:
+        orig, new, _ = host
+        while True:
+            try:
+                return exchange.fetch(new, port, token, public, target=target_of(orig),
+                                      deadline=deadline)
+            except exchange.ExchangeRefused as exc:
+                raise PeerUnavailableError(str(exc)) from None
+            except exchange.RecordError as exc:
+                last[new] = str(exc)  # e.g. a replayed reply: ask again
+            except TimeoutError as exc:  # the deadline: the last answer says more
+                last.setdefault(new, f"{new}: {exc}")
+            except OSError as exc:
+                last[new] = f"{new}: {exc.strerror or exc}"
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.2)
+
+    found = parallel.map_all(one, list(hosts), 32)
+    return {new: rec for (_, new, _), rec in zip(hosts, found, strict=True)
+            if rec is not None}
 
 
 def endpoint(name: str, record: exchange.Record) -> str:

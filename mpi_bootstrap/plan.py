@@ -9,14 +9,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from mpi_bootstrap import exchange, mpi, peers, proc, sshconfig
+from mpi_bootstrap import direxchange, exchange, mpi, peers, proc, sshconfig
 from mpi_bootstrap import hostfile as hf
 from mpi_bootstrap.config import Config
 from mpi_bootstrap.dns import Answer
+from mpi_bootstrap.environ import public
 from mpi_bootstrap.model import Decision, PlannedFile
 from mpi_bootstrap.netif import DATA_IFACE_CANDIDATES
-
-SECRET_VARIABLES = frozenset({"MPI_BOOTSTRAP_TOKEN"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +65,8 @@ class Plan:
     remote: tuple[str, ...] = ()
     preflight: bool = False
     prefix: str | None = None  # Open MPI's --prefix, where preflight looks for orted
-    done_file: str | None = None
+    done_file: str | None = None  # dir exchange: `job-done`, written after success
+    done_text: str = ""
     deadline: float = 0.0
 
     def environment(self, environ: Mapping[str, str]) -> dict[str, str]:
@@ -75,8 +75,7 @@ class Plan:
         Order matters: the plan's variables come last (see mpi.ENV_END).
         """
         # The agent's own secret never reaches mpirun (local ranks inherit its env).
-        env = {k: v for k, v in environ.items()
-               if k not in self.env_set and k not in SECRET_VARIABLES}
+        env = {k: v for k, v in public(environ).items() if k not in self.env_set}
         env.update(self.env_set)
         return env
 
@@ -183,13 +182,16 @@ def build_plan(config: Config, facts: Facts) -> Plan:
         "disabled" if not config.preflight else "no remote workers (all ranks local)"))
     prefix = next((spec.argv[i + 1] for i, a in enumerate(spec.argv[:spec.program_index])
                    if a == "--prefix"), None)
-    done = (f"{config.exchange_dir}/job-done" if config.exchange == "dir" and
-            config.exchange_dir else None)
+    done = done_text = None
+    if config.exchange == "dir" and config.exchange_dir and facts.client is not None:
+        done = f"{config.exchange_dir}/{direxchange.DONE_FILE}"
+        done_text = direxchange.done_text(facts.client.job or "(created at run time)")
     return Plan(mpi=facts.mpi, hosts=tuple(entries), hostfile_path=config.output_hostfile,
                 hostfile_text=text, files=files, argv=spec.argv, env_set=spec.env_set,
                 forwarded=spec.forwarded, decisions=tuple(decisions), wrap=spec.wrap,
                 program_index=spec.program_index, ssh_command=ssh_cmd, ssh_targets=targets,
                 remote=facts.remote, preflight=preflight, prefix=prefix, done_file=done,
+                done_text=done_text or "",
                 deadline=facts.deadline)
 
 

@@ -246,15 +246,18 @@ class Supervisor:
     def __init__(self, *, grace: float, group: bool, log: Log,
                  restart: RestartPolicy | None = None,
                  readers: Mapping[int, Callable[[], None]] | None = None,
-                 stop_file: str | None = None, explain: bool = False) -> None:
+                 stop_file: str | None = None, stop_text: str = "",
+                 explain: bool = False) -> None:
         self.grace = grace
         self.group = group
         self.log = log
         self.restart = restart
         # Extra file descriptors served in the same loop (the worker's net exchange).
         self.readers = dict(readers or {})
-        # A file whose appearance ends the service (the job is done), checked each second.
+        # A file whose appearance with `stop_text` in it ends the service (the job is
+        # done: direxchange.py), checked each second.
         self.stop_file = stop_file
+        self.stop_text = stop_text
         # Tee the child's stderr and explain a known failure after it (failures.py).
         self.explain = explain
         self._tail = bytearray()
@@ -295,6 +298,16 @@ class Supervisor:
             self.log("mpirun failure explained", signature=found.signature, code=code)
             with contextlib.suppress(OSError):
                 os.write(2, found.text(code).encode())
+
+    def _job_done(self) -> bool:
+        from mpi_bootstrap.files import read_regular
+
+        assert self.stop_file is not None  # noqa: S101 - only called when set
+        try:
+            text = read_regular(self.stop_file, 256, owner=os.geteuid())
+        except OSError:
+            return False
+        return text.decode("ascii", "replace") == self.stop_text
 
     def install(self) -> None:
         """Handlers first, then let any signal blocked across exec in."""
@@ -388,7 +401,7 @@ class Supervisor:
                     except Exception as exc:  # PID 1 must outlive a bad reader
                         self.readers.pop(fd, None)
                         self.log("reader failed", level="error", fd=fd, error=repr(exc))
-            if self.stop_file and not stopping and os.path.exists(self.stop_file):
+            if self.stop_file and not stopping and self._job_done():
                 self.log("job done", file=self.stop_file)
                 stopping = True
                 restart_at = None
@@ -562,9 +575,13 @@ def handoff(argv: Sequence[str], env: Mapping[str, str], *, grace: float, group:
     sys.stdout.flush()
     sys.stderr.flush()
     signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+    from mpi_bootstrap.environ import public
+
     try:
-        os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", code,
-                                  "--plan-fd", str(fd)])
+        # The resident process's own environment carries no secret: it stays readable
+        # in /proc/1/environ for the whole job (environ.py); what it needs is in the spec.
+        os.execve(sys.executable, [sys.executable, "-I", "-S", "-c", code,
+                                   "--plan-fd", str(fd)], public(os.environ))
     except OSError:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
         os.close(fd)
@@ -630,6 +647,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     restart = RestartPolicy(**spec["restart"]) if spec.get("restart") else None
     sup = Supervisor(grace=float(spec["grace"]), group=bool(spec["group"]), log=log,
                      restart=restart, stop_file=spec.get("stop_file"),
+                     stop_text=spec.get("stop_text", ""),
                      explain=bool(spec.get("explain")))
     if spec.get("net"):
         _net_server(spec["net"], log, sup.readers)
@@ -650,7 +668,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mpi_bootstrap.files import atomic_write
 
         with contextlib.suppress(OSError):
-            atomic_write(spec["done_file"], f"{code}\n", 0o644)
+            atomic_write(spec["done_file"], spec.get("done_text", f"{code}\n"), 0o644)
     return code
 
 
@@ -659,23 +677,24 @@ def _net_server(net: Mapping[str, Any], log: Log,
     """The worker's net exchange, served from the supervisor's loop (stdlib only)."""
     import socket
 
-    from mpi_bootstrap import exchange
+    from mpi_bootstrap import exchange, keys
     from mpi_bootstrap.files import atomic_write
 
     listener = socket.socket(fileno=int(net["fd"]))
     path = str(net["authorized_keys"])
 
-    def authorize(key: str) -> None:
+    def authorize(key: str, peer: str) -> None:
         try:
             with open(path, encoding="utf-8") as fh:
-                keys = fh.read().splitlines()
+                lines = fh.read().splitlines()
         except FileNotFoundError:
-            keys = []
+            lines = []
         except ValueError as exc:  # not UTF-8: refuse this hello, keep serving
             raise OSError(f"{path} is not text: {exc}") from None
-        if key not in keys:
-            atomic_write(path, "\n".join([*keys, key]) + "\n", 0o600)
-            log("client key authorized", key_type=key.split(maxsplit=1)[0])
+        if key not in lines:
+            atomic_write(path, "\n".join([*lines, key]) + "\n", 0o600)
+            log("key authorized", fingerprint=keys.fingerprint(key),
+                key_type=key.split(maxsplit=1)[0], origin=f"net exchange hello from {peer}")
 
     server = exchange.NetServer(str(net["token"]), exchange.record_from(net["record"]),
                                 authorize, log)

@@ -20,24 +20,8 @@ BANNER = b"SSH-2.0-"
 PORT_TRIES = 5
 
 
-def safe_dirs(path: str, uid: int) -> bool:
-    """Would sshd's StrictModes accept `path`? Every directory above it must be owned by
-    root or `uid` and not writable by group or others (OpenSSH safe_path)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    while True:
-        try:
-            st = os.stat(directory)
-        except OSError:
-            return False
-        if (st.st_uid not in (0, uid)) or st.st_mode & 0o022:
-            return False
-        if directory == "/":
-            return True
-        directory = os.path.dirname(directory)
-
-
 def config_text(*, port: int, listen: Sequence[str], host_key: str, authorized_keys: str,
-                pid_file: str, user: str, strict_modes: bool) -> str:
+                pid_file: str, user: str) -> str:
     """sshd_config for one job: public-key login for the job's user only.
 
     Every value is checked first (UnsafeValue otherwise): sshd takes the *first* value of
@@ -66,14 +50,18 @@ def config_text(*, port: int, listen: Sequence[str], host_key: str, authorized_k
         "PermitRootLogin prohibit-password",
         "UsePAM no",
         "PermitUserEnvironment no",
+        # No forwarding of any kind (agent, TCP, stream-local sockets, X11, tunnels):
+        # DisableForwarding covers them all; the single switches say so in `sshd -T`.
+        "DisableForwarding yes",
         "AllowAgentForwarding no",
         "AllowTcpForwarding no",
+        "AllowStreamLocalForwarding no",
         "X11Forwarding no",
         "PermitTunnel no",
         "UseDNS no",
-        # StrictModes refuses key files under world-writable directories such as /tmp;
-        # the agent's own files are 0600 in a 0700 directory either way.
-        f"StrictModes {'yes' if strict_modes else 'no'}",
+        # Always on: the state directory is checked before sshd starts (files.state_dir),
+        # so StrictModes never has to be switched off to make the keys usable.
+        "StrictModes yes",
         f"AcceptEnv {' '.join(ACCEPT_ENV)}",
         "LogLevel INFO",
     ]

@@ -15,49 +15,58 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from mpi_bootstrap import exchange, keys, netif, proc, sshd
+from mpi_bootstrap import direxchange, exchange, keys, netif, proc, sshd
 from mpi_bootstrap.config import Config
 from mpi_bootstrap.errors import ConfigError, ExitStatus, PeerUnavailableError
-from mpi_bootstrap.files import atomic_write, state_dir
+from mpi_bootstrap.files import atomic_write, read_regular, state_dir
 
 RECORD_FILE = "record.json"
-DONE_FILE = "job-done"
 
 
 @dataclasses.dataclass(frozen=True)
 class Identity:
     host_key_path: str
     host_key_public: str
-    authorized: tuple[str, ...]
-    client_key: str | None  # private key path other peers' ssh may use (tree spawn)
+    authorized: tuple[tuple[str, str], ...]  # (public key, where it came from)
+    job: str | None  # dir exchange: the job key's fingerprint (its `job-done` names it)
+
+
+def mounted_keys(config: Config) -> tuple[keys.KeyPair, list[tuple[str, str]]] | None:
+    """The key Secret at MPI_BOOTSTRAP_SSH_AUTH_DIR — read with `secret` and `none`, and
+    otherwise only when the directory was set explicitly. Its default (~/.ssh) may hold
+    keys baked into the image, which everyone who can pull the image has: `net` and
+    `dir` bring their own key and never authorise those silently."""
+    if config.exchange not in ("secret", "none") and \
+            config.source("ssh_auth_dir").kind == "default":
+        return None
+    return keys.from_secret(config.ssh_auth_dir, config.state_dir)
 
 
 def identity(config: Config, log: Any) -> Identity:
     """Keys for this start: the host key, and the client keys sshd will authorise."""
     state = config.state_dir
-    mounted = keys.from_secret(config.ssh_auth_dir, state)
+    mounted = mounted_keys(config)
     if config.exchange == "secret":
         if mounted is None:
             raise ConfigError([f"MPI_BOOTSTRAP_EXCHANGE: 'secret' but no key is mounted at "
                                f"{config.ssh_auth_dir} (set MPI_BOOTSTRAP_SSH_AUTH_DIR to "
                                "the MPIJob's sshAuthMountPath)"])
         pair, from_mount = mounted
-        log("keys from secret", mount=config.ssh_auth_dir, authorized=len(from_mount))
         # The job's key is every sshd's host key, so clients can pin it with no exchange.
-        return Identity(pair.private_path, pair.public, tuple(from_mount), pair.private_path)
+        return Identity(pair.private_path, pair.public, tuple(from_mount), None)
     host = keys.generate(os.path.join(state, "ssh_host_ed25519_key"),
                          f"mpi-bootstrap host key of {socket.gethostname()}")
-    authorized: list[str] = list(mounted[1]) if mounted else []
-    client: str | None = mounted[0].private_path if mounted else None
+    authorized: list[tuple[str, str]] = list(mounted[1]) if mounted else []
+    job = None
     if config.exchange == "dir" and config.exchange_dir:  # Config ensures the dir is set
-        path, public = exchange.DirExchange(config.exchange_dir).job_key(
-            lambda p: keys.generate(p, "mpi-bootstrap job key").public)
-        authorized.append(public)
-        client = path
+        key = direxchange.DirExchange(config.exchange_dir).job_key(keys.make_job_key, log)
+        authorized.append((key.public, f"{config.exchange_dir}/{direxchange.KEY_DIR}"))
+        job = key.fingerprint
     if config.exchange == "none" and not authorized:
         raise ConfigError([f"no key to authorise: nothing mounted at {config.ssh_auth_dir} "
                            "and MPI_BOOTSTRAP_EXCHANGE is none (use secret, dir or net)"])
-    return Identity(host.private_path, host.public, tuple(dict.fromkeys(authorized)), client)
+    unique = {k: origin for k, origin in reversed(authorized)}  # first origin wins
+    return Identity(host.private_path, host.public, tuple(reversed(unique.items())), job)
 
 
 def sshd_argv(config: Config, config_path: str) -> list[str]:
@@ -66,11 +75,15 @@ def sshd_argv(config: Config, config_path: str) -> list[str]:
 
 def start(config: Config, environ: Mapping[str, str], log: Any) -> int:
     state = config.state_dir
-    state_dir(state)
+    account = pwd.getpwuid(os.geteuid())
+    state_dir(state, sshd_home=account.pw_dir)  # sshd's StrictModes reads keys there
     ident = identity(config, log)
     authorized_path = os.path.join(state, "authorized_keys")
-    atomic_write(authorized_path, "".join(k + "\n" for k in ident.authorized), 0o600)
-    user = pwd.getpwuid(os.geteuid()).pw_name
+    atomic_write(authorized_path, "".join(k + "\n" for k, _ in ident.authorized), 0o600)
+    for key, origin in ident.authorized:  # every key that may log in, and why
+        log("key authorized", fingerprint=keys.fingerprint(key), key_type=key.split()[0],
+            origin=origin)
+    user = account.pw_name
     addresses = netif.addresses(config.control_iface, link_local=False)
     if addresses:
         listen, probe_addr, bind_addr = addresses, addresses[0], addresses[0]
@@ -81,13 +94,11 @@ def start(config: Config, environ: Mapping[str, str], log: Any) -> int:
     if os.geteuid() == 0:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # OpenSSH's privsep directory
     config_path = os.path.join(state, "sshd_config")
-    strict = sshd.safe_dirs(authorized_path, os.geteuid())
 
     def argv_for(port: int) -> list[str]:
         text = sshd.config_text(port=port, listen=listen, host_key=ident.host_key_path,
                                 authorized_keys=authorized_path,
-                                pid_file=os.path.join(state, "sshd.pid"), user=user,
-                                strict_modes=strict)
+                                pid_file=os.path.join(state, "sshd.pid"), user=user)
         atomic_write(config_path, text, 0o600)
         return sshd_argv(config, config_path)
 
@@ -96,7 +107,7 @@ def start(config: Config, environ: Mapping[str, str], log: Any) -> int:
     if config.exchange == "dir" and config.exchange_dir:
         # A restarted worker's previous record names a port nobody listens on: withdraw
         # it, so the launcher waits for the new one instead of a dead port.
-        exchange.DirExchange(config.exchange_dir).withdraw(short)
+        direxchange.DirExchange(config.exchange_dir).withdraw(short)
     pid, port, argv = sshd.start(argv_for, env, fixed_port=config.sshd_port or 0,
                                  probe_address=probe_addr, bind_address=bind_addr, log=log)
     record = exchange.Record(host=short,
@@ -105,8 +116,9 @@ def start(config: Config, environ: Mapping[str, str], log: Any) -> int:
     extra: dict[str, Any] = {"adopt": pid}
     listener: socket.socket | None = None
     if config.exchange == "dir" and config.exchange_dir:
-        where = exchange.DirExchange(config.exchange_dir).publish(record)
-        extra["stop_file"] = os.path.join(config.exchange_dir, DONE_FILE)
+        where = direxchange.DirExchange(config.exchange_dir).publish(record)
+        extra["stop_file"] = os.path.join(config.exchange_dir, direxchange.DONE_FILE)
+        extra["stop_text"] = direxchange.done_text(ident.job or "")
         log("record published", exchange="dir", path=where, port=port)
     elif config.exchange == "net":
         listener = socket.socket(socket.AF_INET6 if ":" in bind_addr else socket.AF_INET)
@@ -134,13 +146,13 @@ def start(config: Config, environ: Mapping[str, str], log: Any) -> int:
 def probe(config: Config) -> int:
     """Readiness: 0 once this worker's record is published and its sshd answers."""
     try:
-        with open(os.path.join(config.state_dir, RECORD_FILE), "rb") as fh:
-            record = exchange.decode(fh.read(), RECORD_FILE)
+        raw = read_regular(os.path.join(config.state_dir, RECORD_FILE), exchange.MAX_MESSAGE)
+        record = exchange.decode(raw, RECORD_FILE)
     except (OSError, exchange.RecordError) as exc:
         print(f"not ready: no record yet ({exc})")
         return int(ExitStatus.PEER_UNAVAILABLE)
     if config.exchange == "dir" and config.exchange_dir and \
-            exchange.DirExchange(config.exchange_dir).read(record.host) != record:
+            direxchange.DirExchange(config.exchange_dir).read(record.host) != record:
         print(f"not ready: record not in {config.exchange_dir}")
         return int(ExitStatus.PEER_UNAVAILABLE)
     address = record.addresses[0] if record.addresses else "127.0.0.1"

@@ -18,6 +18,25 @@ AGENT = str(ROOT / ".venv" / "bin" / "mpi-bootstrap")
 MPI_VENVS = ROOT / ".venv-mpi"
 
 
+# Agents under test keep their state below pytest's tmp dirs, and a worker's sshd
+# (StrictModes, always on) refuses keys below /tmp, which others may write (sticky or
+# not). As root, the tmp dirs go below /run instead, which only root writes.
+RUN_TMP = "/run/mpi-bootstrap-tests"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if config.option.basetemp is None and os.geteuid() == 0:
+        config.option.basetemp = RUN_TMP
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if str(config.option.basetemp) == RUN_TMP:
+        import shutil
+
+        shutil.rmtree(RUN_TMP, ignore_errors=True)
+
+
 @dataclasses.dataclass(frozen=True)
 class RealMPI:
     kind: str  # openmpi4 | openmpi5 | mpich | intel
@@ -108,3 +127,22 @@ def probe(tmp_path: Path) -> list[str]:
     path = tmp_path / "probe.py"
     path.write_text(PROBE)
     return [sys.executable, str(path)]
+
+
+@pytest.fixture
+def uid1000() -> Iterator[str]:
+    """A user with uid 1000 (MPI Operator's and Trainer's non-root images use it; the
+    attacks in test_attacks.py are made as it)."""
+    import pwd
+    import subprocess
+
+    try:
+        yield pwd.getpwuid(1000).pw_name
+        return
+    except KeyError:
+        pass
+    subprocess.run(["useradd", "-u", "1000", "-M", "-s", "/bin/sh", "mpiuser"], check=True)
+    try:
+        yield "mpiuser"
+    finally:
+        subprocess.run(["userdel", "mpiuser"], check=False)

@@ -75,7 +75,9 @@ def run_job(mpi: str = "openmpi4", workers: int = 2, slots: int = 2, rewrite: st
     m = REAL_MPIS[mpi]
     if not os.access(m.mpirun, os.X_OK):
         raise SystemExit(f"{m.mpirun} missing: run `make demo` (it installs the MPI)")
-    work = Path(tempfile.mkdtemp(prefix="mpib-demo-", dir="/tmp"))
+    # Below /run, which only root writes: the workers' sshd (StrictModes) refuses keys
+    # below /tmp, which every user may write.
+    work = Path(tempfile.mkdtemp(prefix="mpib-demo-", dir="/run"))
     work.chmod(0o755)
     names = ["demo-launcher", *(f"demo-worker-{i}" for i in range(workers))]
     try:

@@ -137,6 +137,19 @@ class TestCompose:
         for c in map(podman.container, ("launcher", "worker-0", "worker-1")):
             state = json.loads(podman("inspect", c).stdout)[0]["State"]
             assert state["ExitCode"] == 0, (c, state)
+        # A second job on the same `exchange` volume (`down` keeps volumes): it must not
+        # adopt the first job's key nor stop on its job-done (SECURITY.md promise 19).
+        first = podman("run", "--rm", "-v", f"{podman.project}_exchange:/x",
+                       "--entrypoint", "cat", DEMO, "/x/job-done").stdout
+        podman.compose("down", timeout=120)
+        again = podman.compose("up", "--exit-code-from", "launcher")
+        out = again.stdout + again.stderr
+        assert again.returncode == 0, out[-4000:]
+        assert out.count("allreduce sum 10 (expected 10) OK") == 4, out[-4000:]
+        second = podman("run", "--rm", "-v", f"{podman.project}_exchange:/x",
+                        "--entrypoint", "cat", DEMO, "/x/job-done").stdout
+        assert first.startswith("done SHA256:") and second.startswith("done SHA256:")
+        assert first != second  # a new job, a new key
         podman.compose("down", "-v", timeout=120)
 
     def test_stop_launcher_mid_job(self, podman: Podman) -> None:

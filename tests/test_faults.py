@@ -434,7 +434,8 @@ import sys, time
 from mpi_bootstrap import exchange, keys
 key = keys.generate(sys.argv[1], "t").public
 t0 = time.monotonic()
-port = exchange.fetch({pod.address!r}, 2223, {self.TOKEN!r}, key, timeout=10).port
+port = exchange.fetch({pod.address!r}, 2223, {self.TOKEN!r}, key, target={pod.name!r},
+                      deadline=time.monotonic() + 10).port
 print(port, time.monotonic() - t0)
 """, str(work / "client-key")], {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
             timeout=30)

@@ -579,7 +579,8 @@ SSHD_KEYWORDS = {"Port", "ListenAddress", "HostKey", "PidFile", "AuthorizedKeysF
                  "AllowUsers", "PubkeyAuthentication", "PasswordAuthentication",
                  "KbdInteractiveAuthentication", "HostbasedAuthentication",
                  "PermitEmptyPasswords", "PermitRootLogin", "UsePAM", "PermitUserEnvironment",
-                 "AllowAgentForwarding", "AllowTcpForwarding", "X11Forwarding", "PermitTunnel",
+                 "DisableForwarding", "AllowAgentForwarding", "AllowTcpForwarding",
+                 "AllowStreamLocalForwarding", "X11Forwarding", "PermitTunnel",
                  "UseDNS", "StrictModes", "AcceptEnv", "LogLevel"}
 plain_paths = st.builds(lambda p: "/" + p, st.text(_LDH + "_./@+-", max_size=20))
 any_paths = st.one_of(plain_paths, tainted(st.just("/run/mpi-bootstrap/key")),
@@ -604,14 +605,11 @@ class TestSshdConfigFuzz:
         "pid_file": mostly(plain_paths, any_paths),
         "user": mostly(users, st.text(max_size=12)),
         "listen": st.lists(mostly(ipv4 | ipv6, any_hosts), max_size=3),
-        "port": st.one_of(st.integers(1, 65535), st.integers(-2, 70000)),
-        "strict_modes": st.booleans()}))
+        "port": st.one_of(st.integers(1, 65535), st.integers(-2, 70000))}))
     @example({"host_key": "/k", "authorized_keys": "/x\nPasswordAuthentication yes\n#",
-              "pid_file": "/p", "user": "root", "listen": [], "port": 22,
-              "strict_modes": True})
+              "pid_file": "/p", "user": "root", "listen": [], "port": 22})
     @example({"host_key": "/k", "authorized_keys": "/a", "pid_file": "/p", "user": "root",
-              "listen": ["::1%\nPasswordAuthentication yes"], "port": 22,
-              "strict_modes": True})
+              "listen": ["::1%\nPasswordAuthentication yes"], "port": 22})
     def test_config_text(self, args: dict[str, Any]) -> None:
         try:
             text = sshd.config_text(**args)
@@ -631,6 +629,7 @@ class TestSshdConfigFuzz:
         assert all(words.count(w) == 1 for w in set(words) - {"ListenAddress"})
         assert words.count("ListenAddress") == len(args["listen"])
         assert "PasswordAuthentication no" in lines
+        assert "StrictModes yes" in lines and "DisableForwarding yes" in lines
 
 
 # ---------------------------------------------------------------- 4. keys and names
@@ -822,8 +821,11 @@ RECORD = Record("worker-0", ("10.0.0.2", "fd00::2"), 2222,
                 "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9", "mpi")
 CLIENT_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ9vO1Vf0a6n3Hc7bqW0oJkq2z5p8sY1xR4tU7wZ"
 DENIED = b'{"type":"denied"}\n'
-HELLO_KEYS = {"v", "type", "nonce", "time", "client_key", "mac"}
+HELLO_KEYS = {"v", "type", "nonce", "time", "client_key", "target", "mac"}
+TARGET = "worker-0"  # RECORD's own name, which the launcher asks for
 CLOCK_SKEW_S = 120  # |T − now| ≤ 120 s: the protocol in exchange.py's docstring
+VALID_HELLO = {"v": 2, "type": "hello", "nonce": "0" * 64, "time": NOW,
+               "client_key": CLIENT_KEY, "target": TARGET}
 
 
 @dataclasses.dataclass
@@ -835,7 +837,8 @@ class Worker:
     logged: list[tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.server = exchange.NetServer(TOKEN, RECORD, self.authorized.append,
+        self.server = exchange.NetServer(TOKEN, RECORD,
+                                         lambda key, _peer: self.authorized.append(key),
                                          lambda event, **kw: self.logged.append((event, kw)),
                                          clock=lambda: self.now)
 
@@ -862,12 +865,28 @@ stamps = st.one_of(
 client_keys = st.one_of(public_keys, public_keys, tainted(public_keys),
                         public_keys.map(lambda k: k + " launcher"),
                         public_keys.map(lambda k: 'command="id" ' + k), json_values)
+# RECORD's names and addresses (accepted), other workers' (refused), and anything.
+targets = st.one_of(
+    st.sampled_from([TARGET, "WORKER-0", "worker-0.job.default.svc", "10.0.0.2", "fd00::2",
+                     "worker-1", "worker-1.job.default.svc", "10.0.0.3", "worker-00",
+                     "10.0.0.2 ", "", "worker-0\n", "worker-0.!", "worker-0..svc"]),
+    tainted(st.just(TARGET)), json_values)
+
+
+def target_is_record(target: object) -> bool:
+    """Is `target` RECORD's worker: one of its addresses, or a name whose first label is
+    its host (exchange.py's docstring, step 2)?"""
+    if not isinstance(target, str):
+        return False
+    if target in ("10.0.0.2", "fd00::2"):
+        return True
+    return target.split(".", 1)[0].lower() == "worker-0" and names.is_dns_name(target)
 
 
 HELLO_FUZZ: dict[str, st.SearchStrategy[Any]] = {
-    "v": st.sampled_from([2, 0, "1", None, True, 1.0, [1]]),
+    "v": st.sampled_from([1, 0, "2", None, True, 2.0, [2]]),
     "type": st.sampled_from(["record", "HELLO", "denied", "hello ", None]),
-    "nonce": nonces, "time": stamps, "client_key": client_keys}
+    "nonce": nonces, "time": stamps, "client_key": client_keys, "target": targets}
 
 
 @st.composite
@@ -875,8 +894,9 @@ def hellos(draw: st.DrawFn) -> dict[str, Any]:
     """A valid hello (in the window of an unskewed clock) with up to two changes: a field
     fuzzed, a field dropped or a field added."""
     message: dict[str, Any] = {
-        "v": 1, "type": "hello", "nonce": draw(hex_nonces),
-        "time": draw(st.integers(NOW - 120, NOW + 120)), "client_key": draw(public_keys)}
+        "v": 2, "type": "hello", "nonce": draw(hex_nonces),
+        "time": draw(st.integers(NOW - 120, NOW + 120)), "client_key": draw(public_keys),
+        "target": draw(st.sampled_from([TARGET, "10.0.0.2", "worker-0.job.default.svc"]))}
     changes = st.sampled_from([*sorted(HELLO_FUZZ), "drop", "extra"])
     for change in draw(st.lists(changes, max_size=2, unique=True)):
         if change == "drop":
@@ -892,20 +912,21 @@ def hello_is_valid(message: Mapping[str, Any], now: float) -> bool:
     """Protocol step 2 for the fields of a hello signed as it is, written down
     independently of NetServer.answer (exact arithmetic)."""
     return (set(message) | {"mac"} == HELLO_KEYS and "mac" not in message
-            and message["type"] == "hello" and type(message["v"]) is int and message["v"] == 1
+            and message["type"] == "hello" and type(message["v"]) is int and message["v"] == 2
             and isinstance(message["nonce"], str)
             and re.fullmatch(r"[0-9a-f]{64}", message["nonce"]) is not None
             and type(message["time"]) is int
             and abs(message["time"] - Fraction(now)) <= CLOCK_SKEW_S
             and isinstance(message["client_key"], str)
-            and names.is_public_key(message["client_key"]))
+            and names.is_public_key(message["client_key"])
+            and target_is_record(message["target"]))
 
 
 def check_accepted(worker: Worker, reply: bytes, message: Mapping[str, Any]) -> None:
     outcome("accepted")
     assert reply != DENIED
     assert worker.authorized == [message["client_key"]]
-    assert exchange.read_reply(reply, TOKEN, message["nonce"], "w0") == RECORD
+    assert exchange.read_reply(reply, TOKEN, message["nonce"], TARGET) == RECORD
 
 
 def check_denied(worker: Worker, reply: bytes) -> None:
@@ -922,7 +943,8 @@ class TestNetServerFuzz:
     @given(st.binary(max_size=400))
     @example(b" " * (exchange.MAX_MESSAGE + 1))
     @example(b"[" * 100_000)
-    @example(b'{"v":1,"type":"hello","nonce":"","time":0,"client_key":"","mac":""}')
+    @example(b'{"v":2,"type":"hello","nonce":"","time":0,"client_key":"","target":"",'
+             b'"mac":""}')
     def test_bytes(self, raw: bytes) -> None:
         worker = Worker()
         check_denied(worker, worker.answer(raw))
@@ -937,16 +959,14 @@ class TestNetServerFuzz:
     @fuzz(1500)
     @given(hellos(), st.sampled_from([0.0, 0.25, 0.5, -0.75, 119.5]),
            st.sampled_from(["none", "none", "none", "tamper", "mac", "nomac"]))
-    @example({"v": 1, "type": "hello", "nonce": "0" * 64, "time": NOW - 120,
-              "client_key": CLIENT_KEY}, 0.0, "none")
-    @example({"v": 1, "type": "hello", "nonce": "0" * 64, "time": NOW + 121,
-              "client_key": CLIENT_KEY}, 0.0, "none")
-    @example({"v": 1, "type": "hello", "nonce": "0" * 64, "time": NOW,
-              "client_key": CLIENT_KEY + "\n"}, 0.0, "none")
-    @example({"v": 1, "type": "hello", "nonce": "0" * 64, "time": float(NOW),
-              "client_key": CLIENT_KEY}, 0.0, "none")
-    @example({"v": 1, "type": "hello", "nonce": "0" * 64, "time": True,
-              "client_key": CLIENT_KEY}, -NOW + 1.0, "none")
+    @example({**VALID_HELLO, "time": NOW - 120}, 0.0, "none")
+    @example({**VALID_HELLO, "time": NOW + 121}, 0.0, "none")
+    @example({**VALID_HELLO, "client_key": CLIENT_KEY + "\n"}, 0.0, "none")
+    @example({**VALID_HELLO, "time": float(NOW)}, 0.0, "none")
+    @example({**VALID_HELLO, "time": True}, -NOW + 1.0, "none")
+    @example({**VALID_HELLO, "target": "worker-1"}, 0.0, "none")  # a relayed hello
+    @example({**VALID_HELLO, "target": "10.0.0.3"}, 0.0, "none")
+    @example({**VALID_HELLO, "target": "10.0.0.2"}, 0.0, "none")
     def test_signed(self, message: dict[str, Any], skew: float, after: str) -> None:
         worker = Worker(now=NOW + skew)
         raw = signed(message)
@@ -968,8 +988,7 @@ class TestNetServerFuzz:
 
     @fuzz(500)
     @given(st.text(min_size=1, max_size=40).filter(lambda t: t != TOKEN), hellos())
-    @example(TOKEN + " ", {"v": 1, "type": "hello", "nonce": "1" * 64, "time": NOW,
-                           "client_key": CLIENT_KEY})
+    @example(TOKEN + " ", {**VALID_HELLO, "nonce": "1" * 64})
     def test_wrong_token(self, other: str, message: dict[str, Any]) -> None:
         worker = Worker()
         try:
@@ -983,7 +1002,7 @@ class TestNetServerFuzz:
     @example(0.0, exchange.NONCE_TTL + 1)
     def test_replay(self, first: float, second: float) -> None:
         worker = Worker(now=NOW + first)
-        raw, nonce = exchange.make_hello(TOKEN, CLIENT_KEY, now=worker.now)
+        raw, nonce = exchange.make_hello(TOKEN, CLIENT_KEY, TARGET, now=worker.now)
         check_accepted(worker, worker.answer(raw), {"client_key": CLIENT_KEY, "nonce": nonce})
         worker.now += second
         assert worker.answer(raw) == DENIED
@@ -999,7 +1018,7 @@ NONCE = "ab" * 32
 def replies(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
     """(reply, token it is signed with): a valid reply to NONCE signed with TOKEN, with up
     to two changes: type, nonce, record (near-valid or any JSON), token, an extra field."""
-    reply: dict[str, Any] = {"v": 1, "type": "record", "nonce": NONCE,
+    reply: dict[str, Any] = {"v": 2, "type": "record", "nonce": NONCE,
                              "record": draw(st.just(RECORD.to_dict()) | record_dicts)}
     token = TOKEN
     changes = st.sampled_from(["type", "nonce", "record", "token", "extra"])
@@ -1020,10 +1039,10 @@ def replies(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
 
 def check_read_reply(raw: bytes) -> Record | None:
     try:
-        record = exchange.read_reply(raw, TOKEN, NONCE, "w0")
+        record = exchange.read_reply(raw, TOKEN, NONCE, TARGET)
     except RecordError as exc:
         outcome("RecordError")
-        assert str(exc).startswith("w0: ")
+        assert str(exc).startswith(f"{TARGET}: ")
         return None
     check_record(record)
     return record
@@ -1054,16 +1073,14 @@ class TestReadReplyFuzz:
             return
         record = check_read_reply(raw)
         ok = (token == TOKEN and reply["type"] == "record" and reply["nonce"] == NONCE
-              and record_is_valid(reply["record"]))
+              and record_is_valid(reply["record"])
+              and reply["record"]["host"].lower() == TARGET)  # the worker asked
         assert (record is not None) == ok
         if record is not None:
             assert record.to_dict() == {**reply["record"], "v": 1}
 
 
 # ---------------------------------------------------------------- exchange: regressions
-
-VALID_HELLO = {"v": 1, "type": "hello", "nonce": "0" * 64, "time": NOW,
-               "client_key": CLIENT_KEY}
 
 
 class TestExchangeRegressions:
@@ -1076,8 +1093,8 @@ class TestExchangeRegressions:
     def test_non_ascii_mac(self, mac: str) -> None:
         worker = Worker()
         check_denied(worker, worker.answer(json.dumps({**VALID_HELLO, "mac": mac}).encode()))
-        # "v": 1, so read_reply gets as far as the mac (not refused at the version)
-        raw = json.dumps({"v": 1, "type": "record", "nonce": NONCE, "record": {}, "mac": mac})
+        # "v": 2, so read_reply gets as far as the mac (not refused at the version)
+        raw = json.dumps({"v": 2, "type": "record", "nonce": NONCE, "record": {}, "mac": mac})
         assert check_read_reply(raw.encode()) is None
 
     @fuzz(50)
@@ -1097,10 +1114,10 @@ class TestExchangeRegressions:
     def test_deep_nesting(self) -> None:
         for depth in range(1, sys.getrecursionlimit() + 50):
             nested = "[" * depth + "]" * depth
-            raw = (f'{{"v":1,"type":"hello","nonce":{nested},"time":0,"client_key":"",'
-                   f'"mac":""}}').encode()
+            raw = (f'{{"v":2,"type":"hello","nonce":{nested},"time":0,"client_key":"",'
+                   f'"target":"","mac":""}}').encode()
             worker = Worker()
             check_denied(worker, worker.answer(raw))
-            reply = (f'{{"v":1,"type":"record","nonce":{nested},"record":{{}},'
+            reply = (f'{{"v":2,"type":"record","nonce":{nested},"record":{{}},'
                      f'"mac":""}}').encode()
             assert check_read_reply(reply) is None

@@ -226,7 +226,8 @@ class NetLoop:
         self.authorized: list[str] = []
         record = exchange.Record("w", ("127.0.0.1",), 2222,
                                  "ssh-ed25519 " + "A" * 68, "root")
-        server = exchange.NetServer(self.TOKEN, record, self.authorized.append,
+        server = exchange.NetServer(self.TOKEN, record,
+                                    lambda key, _peer: self.authorized.append(key),
                                     lambda *a, **k: None)
         server.attach(self.listener, self.readers)
         self.stop = threading.Event()
@@ -267,7 +268,8 @@ class TestNetServer:
     def test_silent_peers_do_not_stall_a_real_hello(self, net: NetLoop) -> None:
         silent = [net.connect() for _ in range(40)]
         t0 = time.monotonic()
-        record = exchange.fetch("127.0.0.1", net.port, net.TOKEN, self.KEY, timeout=5)
+        record = exchange.fetch("127.0.0.1", net.port, net.TOKEN, self.KEY, target="w",
+                                deadline=time.monotonic() + 5)
         assert record.host == "w"
         assert time.monotonic() - t0 < 1.0
         assert net.authorized == [self.KEY]
@@ -277,7 +279,7 @@ class TestNetServer:
             s.close()
 
     def test_hello_without_newline_then_eof(self, net: NetLoop) -> None:
-        hello, nonce = exchange.make_hello(net.TOKEN, self.KEY)
+        hello, nonce = exchange.make_hello(net.TOKEN, self.KEY, "w")
         with net.connect() as s:
             s.sendall(hello.rstrip(b"\n"))
             s.shutdown(socket.SHUT_WR)

@@ -210,6 +210,7 @@ LAUNCHER_STATE = {
     "ssh-launcher": 0o755,  # hydra's ssh wrapper (MPICH, Intel MPI only)
 }
 EXCHANGE_DIR = {
+    ".lock": 0o600,  # flock: the job key is made, adopted and cleaned one pod at a time
     "job-key": 0o700,
     "job-key/id": 0o600,
     "job-key/id.pub": 0o644,
@@ -220,7 +221,7 @@ EXCHANGE_DIR = {
 REQUIRED = {
     "dir": ({"ssh_host_ed25519_key", "ssh_host_ed25519_key.pub", "authorized_keys",
              "sshd_config", "record.json"},
-            {"ssh_config", "known_hosts"},
+            {"ssh_config", "known_hosts", "id_job"},
             {"job-key", "job-key/id", "job-key/id.pub", "job-worker-0.json",
              "job-worker-1.json", "job-done"}),
     "net": ({"ssh_host_ed25519_key", "ssh_host_ed25519_key.pub", "authorized_keys",
@@ -536,8 +537,8 @@ while True:
                 conn.sendall(arg.encode() + b"\n")
                 continue
             hello = json.loads(data.split(b"\n")[0])
-            key = hmac.new(arg.encode(), b"mpi-bootstrap exchange v1", hashlib.sha256).digest()
-            reply = {"v": 1, "type": "record", "nonce": hello["nonce"],
+            key = hmac.new(arg.encode(), b"mpi-bootstrap exchange v2", hashlib.sha256).digest()
+            reply = {"v": 2, "type": "record", "nonce": hello["nonce"],
                      "record": json.loads(what)}
             body = json.dumps(reply, sort_keys=True, separators=(",", ":")).encode()
             reply["mac"] = hmac.new(key, body, hashlib.sha256).hexdigest()
@@ -586,7 +587,7 @@ class TestNetExchangeRefuses:
         original = authorized.read_text()
         alice = keys.generate(str(tmp_path / "alice"), "alice").public
         mallory = keys.generate(str(tmp_path / "mallory"), "mallory").public
-        hello, _ = exchange.make_hello(TOKEN, alice)
+        hello, _ = exchange.make_hello(TOKEN, alice, worker.name)
         signed = json.loads(hello)
         tampered = {"client_key": mallory, "nonce": secrets.token_hex(32),
                     "time": signed["time"] + 1}
@@ -633,7 +634,7 @@ class TestNetExchangeRefuses:
         procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_TOKEN=TOKEN)
         real, impostor = cluster.pods[1], cluster.pods[2]
         throwaway = keys.generate(str(tmp_path / "throwaway"), "throwaway").public
-        hello, nonce = exchange.make_hello(TOKEN, throwaway)
+        hello, nonce = exchange.make_hello(TOKEN, throwaway, real.name)
         recorded = ask(cluster.pods[0], real.address, hello)
         # Control: the recorded reply is valid for the request it answered.
         rec = exchange.read_reply(recorded, TOKEN, nonce, real.name)

@@ -110,7 +110,7 @@ class TestDirExchange:
         (rogue / "sshd_config").write_text(sshd.config_text(
             port=port, listen=[victim.address], host_key=str(rogue / "host_key"),
             authorized_keys=str(rogue / "authorized_keys"), pid_file=str(rogue / "pid"),
-            user="root", strict_modes=False))
+            user="root"))
         # (the launcher's own wait for the sshd banner covers its start-up)
         cluster.start(victim, ["/usr/sbin/sshd", "-D", "-e", "-f", str(rogue / "sshd_config")])
         done = launch(cluster, tmp_path, ["hostname"], MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
@@ -235,11 +235,11 @@ class TestNetExchange:
         # no token at all
         assert b"denied" in send(b'{"v":1,"type":"hello"}\n')
         # a well-formed hello signed with the wrong token
-        wrong, _ = exchange.make_hello("not-the-token-0123456789", mallory)
+        wrong, _ = exchange.make_hello("not-the-token-0123456789", mallory, worker.name)
         assert b"denied" in send(wrong)
         assert authorized.read_text() == original
         # a valid hello works once; its replay is refused
-        good, _ = exchange.make_hello(self.TOKEN, mallory)
+        good, _ = exchange.make_hello(self.TOKEN, mallory, worker.name)
         first = json.loads(send(good))
         assert first["type"] == "record"
         assert mallory in authorized.read_text()
@@ -247,14 +247,15 @@ class TestNetExchange:
         assert b"denied" in send(good)
         assert authorized.read_text() == original
         # an old hello (outside the clock window) is refused too
-        stale, _ = exchange.make_hello(self.TOKEN, mallory, now=time.time() - 3600)
+        stale, _ = exchange.make_hello(self.TOKEN, mallory, worker.name, now=time.time() - 3600)
         assert b"denied" in send(stale)
         assert authorized.read_text() == original
         procs[0].send_signal(signal.SIGTERM)
         _, err = procs[0].communicate(timeout=15)
         reasons = [json.loads(ln).get("reason") for ln in err.splitlines()
                    if ln.startswith("{") and json.loads(ln)["event"] == "exchange refused"]
-        assert reasons == ["not a hello message", "bad mac (wrong or missing token)",
+        assert reasons == ["not a hello message (of protocol version 2)",
+                           "bad mac (wrong or missing token)",
                            "replayed nonce", "stale or future timestamp (replay or clock skew)"]
         assert self.TOKEN not in err
         assert "PRIVATE KEY" not in err
@@ -275,8 +276,7 @@ def test_free_port_race_retries(tmp_path: Path) -> None:
         cfg.write_text(sshd.config_text(port=port, listen=["127.0.0.1"],
                                         host_key=key.private_path,
                                         authorized_keys=str(tmp_path / "ak"),
-                                        pid_file=str(tmp_path / "pid"), user="root",
-                                        strict_modes=False))
+                                        pid_file=str(tmp_path / "pid"), user="root"))
         return ["/usr/sbin/sshd", "-D", "-e", "-f", str(cfg)]
 
     original = sshd.free_port
@@ -296,23 +296,6 @@ def test_free_port_race_retries(tmp_path: Path) -> None:
     finally:
         os.kill(pid, signal.SIGTERM)
         os.waitpid(pid, 0)
-
-
-@pytest.fixture
-def uid1000() -> Iterator[str]:
-    """A user with uid 1000 (MPI Operator's and Trainer's non-root images use it)."""
-    import pwd
-
-    try:
-        yield pwd.getpwuid(1000).pw_name
-        return
-    except KeyError:
-        pass
-    subprocess.run(["useradd", "-u", "1000", "-M", "-s", "/bin/sh", "mpiuser"], check=True)
-    try:
-        yield "mpiuser"
-    finally:
-        subprocess.run(["userdel", "mpiuser"], check=False)
 
 
 @pytest.fixture
@@ -342,27 +325,33 @@ def runtime_for_others() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_non_root_worker_on_a_high_port(cluster: Cluster, uid1000: str,
-                                        runtime_for_others: Path) -> None:
-    """A worker running as uid 1000 (no privilege at all) serves the job's key."""
+def test_non_root_job_on_a_high_port(cluster: Cluster, uid1000: str,
+                                     runtime_for_others: Path) -> None:
+    """A job running as uid 1000 throughout (no privilege at all, as MPI Operator's
+    non-root images run): the worker serves the job's key on a high port from its default
+    state directory (~/.mpi-bootstrap, which sshd's StrictModes accepts), and the
+    launcher, as the same user, runs a rank there."""
+    import shutil
     import tempfile
 
-    tmp = Path(tempfile.mkdtemp(prefix="mpib-nr-", dir="/tmp"))
+    # Below /run, which only root writes: sshd's StrictModes refuses keys below /tmp.
+    tmp = Path(tempfile.mkdtemp(prefix="mpib-nr-", dir="/run"))
     try:
         tmp.chmod(0o755)
         xdir = tmp / "exchange"
-        xdir.mkdir()
-        for d in (xdir, tmp / "home"):
-            d.mkdir(exist_ok=True)
+        for d in (xdir, tmp / "home-worker", tmp / "home-launcher"):
+            d.mkdir()
             os.chown(d, 1000, 1000)
-        worker = cluster.pods[1]
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp / "home"), "LANG": "C.UTF-8",
-               "MPI_BOOTSTRAP_STATE_DIR": str(tmp / "home" / "state"),
-               "MPI_BOOTSTRAP_EXCHANGE_DIR": str(xdir), "MPI_BOOTSTRAP_LOG_FORMAT": "json",
-               "PYTHONPATH": str(runtime_for_others)}
+        worker, launcher = cluster.pods[1], cluster.pods[0]
+
+        def env(home: str, **extra: str) -> dict[str, str]:
+            return {"PATH": "/usr/bin:/bin", "HOME": str(tmp / home), "LANG": "C.UTF-8",
+                    "MPI_BOOTSTRAP_EXCHANGE_DIR": str(xdir), "MPI_BOOTSTRAP_LOG_FORMAT": "json",
+                    "PYTHONPATH": str(runtime_for_others), **extra}
+
         agent = ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups",
                  "/usr/bin/python3", "-m", "mpi_bootstrap"]
-        p = cluster.start(worker, [*agent, "worker"], env)
+        p = cluster.start(worker, [*agent, "worker"], env("home-worker"))
         deadline = time.monotonic() + 20
         while not (xdir / f"{worker.name}.json").exists() and time.monotonic() < deadline:
             assert p.poll() is None, p.stderr.read()  # type: ignore[union-attr]
@@ -370,19 +359,16 @@ def test_non_root_worker_on_a_high_port(cluster: Cluster, uid1000: str,
         rec = json.loads((xdir / f"{worker.name}.json").read_text())
         assert rec["user"] == uid1000
         assert rec["port"] >= 1024
-        assert (tmp / "home" / "state").stat().st_uid == 1000
-        assert stat.S_IMODE((tmp / "home" / "state").stat().st_mode) == 0o700
-        launcher = cluster.pods[0]
+        state = tmp / "home-worker" / ".mpi-bootstrap"  # the non-root default
+        assert state.stat().st_uid == 1000
+        assert stat.S_IMODE(state.stat().st_mode) == 0o700
         hf = tmp / "hostfile"
         hf.write_text(f"{worker.name} slots=1\n")
-        done = launcher.run([AGENT, "launcher", "--", "id", "-u"], {
-            "PATH": "/usr/bin:/bin", "HOME": str(tmp), "MPI_HOSTFILE": str(hf),
-            "MPI_BOOTSTRAP_OUTPUT_HOSTFILE": str(tmp / "out"),
-            "MPI_BOOTSTRAP_STATE_DIR": str(tmp / "launcher-state"),
-            "MPI_BOOTSTRAP_EXCHANGE_DIR": str(xdir)}, timeout=120)
+        done = launcher.run([*agent, "launcher", "--", "id", "-u"], env(
+            "home-launcher", MPI_HOSTFILE=str(hf),
+            MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(tmp / "home-launcher" / "out")), timeout=120)
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == ["1000"]  # the rank ran as the worker's user
+        assert p.wait(timeout=15) == 0  # job-done, written by the launcher as uid 1000
     finally:
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)

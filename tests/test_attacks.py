@@ -1,0 +1,501 @@
+"""The outside review's seven findings, each attack made for real against the real agent,
+its real sshd and the real ssh client, in a simulated cluster: the attacker is a real
+unprivileged user (uid 1000) in the pod, or a pod on the network without the token.
+Each test fails on the code the review attacked, and passes only when the attack fails.
+SECURITY.md cites these classes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from mpi_bootstrap import exchange, keys, sshd
+from tests.conftest import AGENT
+from tests.support.cluster import Cluster, agent_env
+from tests.test_security import TOKEN, ask, launcher_env, wait_listening
+from tests.test_ssh import WORKERS, start_workers
+
+pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
+
+ATTACKER = ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups"]
+
+
+@pytest.fixture
+def base(uid1000: str) -> Iterator[Path]:
+    """A directory the attacker can reach (0755 all the way up, below /run, which only
+    root writes), removed afterwards."""
+    d = Path(tempfile.mkdtemp(prefix="mpib-attack-", dir="/run"))
+    d.chmod(0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    with Cluster(["job-launcher", *WORKERS]) as c:
+        yield c
+
+
+def as_attacker(script: str) -> None:
+    """Run `script` (sh) as uid 1000, the unprivileged user in the pod."""
+    done = subprocess.run([*ATTACKER, "sh", "-ec", script], capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert done.returncode == 0, f"the attack's own steps failed: {done.stderr}"
+
+
+def attacker_keys(base: Path) -> Path:
+    """The attacker's key pair (and a host key for a fake sshd), owned by uid 1000."""
+    d = base / "attacker"
+    d.mkdir()
+    keys.generate(str(d / "id"), "attacker")
+    keys.generate(str(d / "host"), "attacker host key")
+    for path in (d, *d.iterdir()):
+        os.chown(path, 1000, 1000)
+    return d / "id"
+
+
+def login(cluster: Cluster, address: str, port: int, key: Path, user: str = "root"
+          ) -> subprocess.CompletedProcess[str]:
+    """The real ssh client, from the launcher pod, logging in with `key`; accepts any host
+    key (the attacker does not care who answers)."""
+    return cluster.pods[0].run(
+        ["ssh", "-F", "/dev/null", "-i", str(key), "-o", "IdentitiesOnly=yes",
+         "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+         "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=5", "-p", str(port),
+         f"{user}@{address}", "id -u"], {"PATH": "/usr/bin:/bin"}, timeout=30)
+
+
+def assert_kept_out(done: subprocess.CompletedProcess[str]) -> None:
+    assert not (done.returncode == 0 and done.stdout.strip() == "0"), \
+        "the attacker logged in as root"
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def stay_up(procs: list[subprocess.Popen[str]], seconds: float) -> bool:
+    """Do all of `procs` keep running for `seconds`?"""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if any(p.poll() is not None for p in procs):
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def worker_up_or_gone(p: subprocess.Popen[str], record: Path) -> None:
+    wait_for(lambda: p.poll() is not None or record.exists(), 20, "the worker")
+
+
+# ---------------------------------------------------------------- finding 1
+
+class TestStateDirSwap:
+    """Finding 1: a state directory under a parent others may write (a Kubernetes
+    emptyDir: 0777, no sticky bit) is refused with 64 naming it and why, so nobody can
+    swap in their own `authorized_keys` and host key; StrictModes stays on."""
+
+    def test_worker(self, cluster: Cluster, base: Path) -> None:
+        open_dir = base / "emptydir"
+        open_dir.mkdir()
+        open_dir.chmod(0o777)  # what kubelet makes of an emptyDir (kubernetes#110835)
+        state = open_dir / "mpi-bootstrap"
+        xdir = base / "exchange"
+        xdir.mkdir()
+        worker = cluster.pods[1]
+        p = cluster.start(worker, [AGENT, "worker"], agent_env(
+            base, worker, MPI_BOOTSTRAP_STATE_DIR=str(state),
+            MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir), MPI_BOOTSTRAP_SSHD_PORT="2222"))
+        worker_up_or_gone(p, xdir / f"{worker.name}.json")
+        key = attacker_keys(base)
+        if p.poll() is None:  # the attack: rename the directory away, put one's own there
+            as_attacker(f"mv {state} {open_dir}/taken; mkdir -m 700 {state}; "
+                        f"cp {key}.pub {state}/authorized_keys; "
+                        f"cp {base}/attacker/host {state}/ssh_host_ed25519_key; "
+                        f"chmod 600 {state}/authorized_keys {state}/ssh_host_ed25519_key")
+        assert_kept_out(login(cluster, worker.address, 2222, key))
+        assert p.wait(timeout=20) == 64
+        err = p.stderr.read()  # type: ignore[union-attr]
+        assert f"MPI_BOOTSTRAP_STATE_DIR: {state}: {open_dir} above it is writable by " \
+               "others (mode 0777) without the sticky bit" in err
+        assert list(open_dir.iterdir()) == []  # refused before anything was made there
+
+    def test_launcher(self, cluster: Cluster, base: Path) -> None:
+        """The launcher's ssh_config (where a ProxyCommand would run) is not written there."""
+        open_dir = base / "emptydir"
+        open_dir.mkdir()
+        open_dir.chmod(0o777)
+        state = open_dir / "mpi-bootstrap"
+        xdir = base / "exchange"
+        xdir.mkdir()
+        start_workers(cluster, base, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+        env = launcher_env(base, cluster, "".join(f"{w} slots=1\n" for w in WORKERS),
+                           MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+                           MPI_BOOTSTRAP_STATE_DIR=str(state))
+        done = cluster.pods[0].run([AGENT, "launcher", "--", "true"], env)
+        assert done.returncode == 64, done.stderr
+        assert f"{open_dir} above it is writable by others" in done.stderr
+        assert not state.exists()
+        assert "mpirun start" not in done.stderr
+
+    @pytest.mark.parametrize(("how", "why"), [
+        ("sticky", "sshd (StrictModes) refuses keys below"),
+        ("owned-by-1000", "above it belongs to uid 1000"),
+    ])
+    def test_worker_refuses_what_sshd_or_an_owner_would_not_trust(
+            self, cluster: Cluster, base: Path, how: str, why: str) -> None:
+        """A sticky 1777 parent (/tmp) cannot be swapped, but sshd's StrictModes would turn
+        every login away there: said at once, not found out at mpirun. A parent another
+        user owns can always be swapped by that user."""
+        parent = base / "parent"
+        parent.mkdir()
+        if how == "sticky":
+            parent.chmod(0o1777)
+        else:
+            os.chown(parent, 1000, 1000)
+        worker = cluster.pods[1]
+        p = cluster.start(worker, [AGENT, "worker"], agent_env(
+            base, worker, MPI_BOOTSTRAP_STATE_DIR=str(parent / "state"),
+            MPI_BOOTSTRAP_TOKEN=TOKEN))
+        assert p.wait(timeout=20) == 64
+        assert why in p.stderr.read()  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------- finding 2
+
+class TestDirExchangeKeyPlanting:
+    """Finding 2: a `job-key` in the exchange directory that is not this user's own 0700
+    directory of 0600 files — made first by another user, or a symlink to theirs — is
+    refused (64), never authorised."""
+
+    @pytest.mark.parametrize("form", ["directory", "symlink"])
+    def test_planted_key_is_refused(self, cluster: Cluster, base: Path, form: str) -> None:
+        xdir = base / "exchange"
+        xdir.mkdir()
+        xdir.chmod(0o777)  # a shared volume every uid in the pod may write
+        key = attacker_keys(base)
+        planted = xdir / "job-key" if form == "directory" else base / "attacker" / "kd"
+        as_attacker(f"mkdir -m 700 {planted}; cp {key} {planted}/id; "
+                    f"cp {key}.pub {planted}/id.pub; chmod 600 {planted}/id")
+        if form == "symlink":
+            as_attacker(f"ln -s {planted} {xdir}/job-key")
+        worker = cluster.pods[1]
+        p = cluster.start(worker, [AGENT, "worker"], agent_env(
+            base, worker, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+            MPI_BOOTSTRAP_SSHD_PORT="2222"))
+        worker_up_or_gone(p, xdir / f"{worker.name}.json")
+        assert_kept_out(login(cluster, worker.address, 2222, key))
+        assert p.wait(timeout=20) == 64
+        err = p.stderr.read()  # type: ignore[union-attr]
+        assert f"refusing {xdir}/job-key" in err
+        assert ("belongs to uid 1000" if form == "directory" else "not a directory") in err
+        authorized = base / worker.name / "state" / "authorized_keys"
+        assert not authorized.exists() or key.with_suffix(".pub").read_text().split()[1] \
+            not in authorized.read_text()
+
+
+class TestDirExchangeReuse:
+    """Finding 2: a second job in the same exchange directory (a compose volume `up`
+    again, a reused PVC) neither adopts the first job's key nor stops on its `job-done`:
+    the first pod of the new job clears the finished job's state and makes a new key."""
+
+    def test_second_job(self, cluster: Cluster, base: Path) -> None:
+        xdir = base / "exchange"
+        xdir.mkdir()
+        fingerprints = []
+        for job in (1, 2):
+            work = base / f"job{job}"
+            work.mkdir()
+            procs = start_workers(cluster, work, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+            # the workers look for job-done each second
+            assert stay_up(procs, 1.5), "a worker stopped on the old job's job-done"
+            pub = (xdir / "job-key" / "id.pub").read_text()
+            fingerprints.append(keys.fingerprint(pub))
+            for w in WORKERS:  # exactly this job's key may log in
+                authorized = (work / w / "state" / "authorized_keys").read_text()
+                assert authorized.split("\n")[0] == " ".join(pub.split()[:2])
+            env = launcher_env(work, cluster, "".join(f"{w} slots=1\n" for w in WORKERS),
+                               MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+            done = cluster.pods[0].run([AGENT, "launcher", "--", "hostname"], env)
+            assert done.returncode == 0, done.stderr
+            assert sorted(done.stdout.split()) == WORKERS
+            assert [p.wait(timeout=15) for p in procs] == [0, 0]  # job-done: this job's
+            assert (xdir / "job-done").read_text() == f"done {fingerprints[-1]}\n"
+        assert fingerprints[0] != fingerprints[1]
+
+
+# ---------------------------------------------------------------- finding 3
+
+class TestBakedKeys:
+    """Finding 3: keys baked into the image at ~/.ssh are not authorised by the `net` and
+    `dir` exchanges unless MPI_BOOTSTRAP_SSH_AUTH_DIR is set; every key that is
+    authorised is logged with its fingerprint and where it came from."""
+
+    @pytest.mark.parametrize("mode", ["net", "dir"])
+    def test_image_key_is_not_trusted(self, cluster: Cluster, base: Path, mode: str) -> None:
+        worker = cluster.pods[1]
+        home = base / worker.name
+        home.mkdir()
+        baked = home / ".ssh"  # what `docker pull` gives everyone
+        baked.mkdir()
+        keys.generate(str(baked / "id_rsa"), "baked into the image")
+        other = keys.generate(str(base / "other"), "another baked key")
+        (baked / "authorized_keys").write_text(
+            (baked / "id_rsa.pub").read_text() + other.public + "\n")
+        extra = {"MPI_BOOTSTRAP_TOKEN": TOKEN} if mode == "net" else \
+            {"MPI_BOOTSTRAP_EXCHANGE_DIR": str(base / "exchange")}
+        if mode == "dir":
+            (base / "exchange").mkdir()
+        env = agent_env(base, worker, MPI_BOOTSTRAP_SSHD_PORT="2222", **extra)
+        p = cluster.start(worker, [AGENT, "worker"], env)
+        wait_for(lambda: (home / "state" / "record.json").exists() or p.poll() is not None,
+                 20, "the worker")
+        for key in (baked / "id_rsa", base / "other"):
+            assert_kept_out(login(cluster, worker.address, 2222, key))
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=20)
+        events = [json.loads(ln) for ln in err.splitlines() if ln.startswith("{")]
+        authorized = [e for e in events if e["event"] == "key authorized"]
+        if mode == "net":
+            assert authorized == []
+        else:
+            job = (base / "exchange" / "job-key" / "id.pub").read_text()
+            assert [(e["fingerprint"], e["origin"]) for e in authorized] == \
+                [(keys.fingerprint(job), f"{base}/exchange/job-key")]
+
+    def test_explicit_mount_is_trusted_and_logged(self, cluster: Cluster, base: Path) -> None:
+        """Set explicitly, the directory is the job's Secret: its keys log in, and the log
+        says which keys, from which file and line."""
+        worker = cluster.pods[1]
+        mount = base / "secret"
+        mount.mkdir()
+        pair = keys.generate(str(mount / "id_rsa"), "the job's key")
+        other = keys.generate(str(base / "other"), "second key")
+        (mount / "authorized_keys").write_text(pair.public + "\n" + other.public + "\n")
+        env = agent_env(base, worker, MPI_BOOTSTRAP_SSHD_PORT="2222", MPI_BOOTSTRAP_TOKEN=TOKEN,
+                        MPI_BOOTSTRAP_SSH_AUTH_DIR=str(mount))
+        p = cluster.start(worker, [AGENT, "worker"], env)
+        wait_for((base / worker.name / "state" / "record.json").exists, 20, "the worker")
+        done = login(cluster, worker.address, 2222, base / "other")
+        assert done.returncode == 0 and done.stdout.strip() == "0", done.stderr
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=20)
+        logged = [(e["fingerprint"], e["origin"]) for e in
+                  (json.loads(ln) for ln in err.splitlines() if ln.startswith("{"))
+                  if e["event"] == "key authorized"]
+        assert logged == [(keys.fingerprint(pair.public), f"{mount}/id_rsa"),
+                          (keys.fingerprint(other.public), f"{mount}/authorized_keys:2")]
+
+
+# ---------------------------------------------------------------- finding 4
+
+# A pod without the token that holds job-worker-0's address (stale DNS, a reused IP):
+# every connection to its exchange port is relayed to job-worker-1's, both ways.
+RELAY = r"""
+import socket, sys, threading
+listen, port, target = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind((listen, port))
+srv.listen(16)
+def pipe(a, b):
+    try:
+        while True:
+            data = a.recv(65536)
+            if not data:
+                break
+            b.sendall(data)
+        b.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+while True:
+    conn, _ = srv.accept()
+    out = socket.create_connection((target, port))
+    threading.Thread(target=pipe, args=(conn, out), daemon=True).start()
+    threading.Thread(target=pipe, args=(out, conn), daemon=True).start()
+"""
+
+
+class TestNetExchangeRelay:
+    """Finding 4: a hello names the worker it is for, and a worker answers only hellos for
+    itself; a relayed hello gets `denied`, the launcher exits 69 naming the host, and no
+    rank runs anywhere."""
+
+    def test_relayed_hello_is_refused(self, cluster: Cluster, base: Path) -> None:
+        relay_pod, real = cluster.pods[1], cluster.pods[2]
+        env = agent_env(base, real, MPI_BOOTSTRAP_TOKEN=TOKEN)
+        p = cluster.start(real, [AGENT, "worker"], env)
+        wait_for((base / real.name / "state" / "record.json").exists, 20, "job-worker-1")
+        relay = cluster.start(relay_pod, ["/usr/bin/python3", "-c", RELAY, relay_pod.address,
+                                          "2223", real.address], {"PATH": "/usr/bin:/bin"})
+        wait_listening(cluster.pods[0], relay_pod.address, 2223, relay)
+        # The launcher asks job-worker-0 (the relay) and job-worker-1. (Before: both
+        # ranks ran on job-worker-1, and the job "succeeded".)
+        env = launcher_env(base, cluster, "".join(f"{w} slots=1\n" for w in WORKERS),
+                           MPI_BOOTSTRAP_TOKEN=TOKEN, MPI_DNS_WAIT_SECONDS="20")
+        done = cluster.pods[0].run([AGENT, "launcher", "--", "hostname"], env, timeout=60)
+        assert done.returncode == 69, done.stdout + done.stderr
+        assert "job-worker-0: exchange refused" in done.stderr
+        assert "mpirun start" not in done.stderr
+        assert done.stdout.strip() == ""  # no rank ran, on job-worker-1 or anywhere
+        # A captured hello meant for job-worker-0, sent straight to job-worker-1: denied.
+        throwaway = keys.generate(str(base / "throwaway"), "throwaway").public
+        hello, _ = exchange.make_hello(TOKEN, throwaway, relay_pod.name)
+        assert json.loads(ask(cluster.pods[0], real.address, hello)) == {"type": "denied"}
+        assert throwaway not in (base / real.name / "state" / "authorized_keys").read_text()
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=20)
+        assert "addressed to 'job-worker-0', not to this worker" in err
+
+
+# ---------------------------------------------------------------- finding 6
+
+# A peer that accepts and trickles one byte every 1.5 s, forever.
+TRICKLE = r"""
+import socket, sys, threading, time
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind((sys.argv[1], int(sys.argv[2])))
+srv.listen(16)
+def trickle(conn):
+    try:
+        while True:
+            conn.sendall(b" ")
+            time.sleep(1.5)
+    except OSError:
+        pass
+while True:
+    conn, _ = srv.accept()
+    threading.Thread(target=trickle, args=(conn,), daemon=True).start()
+"""
+
+
+class TestExchangeDeadline:
+    """Finding 6: one deadline (MPI_DNS_WAIT_SECONDS) over the whole exchange: a peer that
+    trickles bytes, or a FIFO named like a record, ends in 69 by then, not hours later."""
+
+    def test_trickling_peer(self, cluster: Cluster, base: Path) -> None:
+        pod = cluster.pods[1]
+        p = cluster.start(pod, ["/usr/bin/python3", "-c", TRICKLE, pod.address, "2223"],
+                          {"PATH": "/usr/bin:/bin"})
+        wait_listening(cluster.pods[0], pod.address, 2223, p)
+        env = launcher_env(base, cluster, "job-worker-0 slots=1\n", MPI_BOOTSTRAP_TOKEN=TOKEN,
+                           MPI_DNS_WAIT_SECONDS="5")
+        t0 = time.monotonic()
+        done = cluster.pods[0].run([AGENT, "launcher", "--", "true"], env, timeout=120)
+        took = time.monotonic() - t0
+        assert done.returncode == 69, done.stderr
+        assert "no record from job-worker-0" in done.stderr
+        assert took < 5 + 5, took  # the deadline, plus start-up (was: hours)
+
+    def test_fifo_record(self, cluster: Cluster, base: Path) -> None:
+        xdir = base / "exchange"
+        xdir.mkdir()
+        os.mkfifo(xdir / "job-worker-0.json")
+        env = launcher_env(base, cluster, "job-worker-0 slots=1\n",
+                           MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir), MPI_DNS_WAIT_SECONDS="5")
+        t0 = time.monotonic()
+        done = cluster.pods[0].run([AGENT, "launcher", "--", "true"], env, timeout=120)
+        took = time.monotonic() - t0
+        assert done.returncode == 69, done.stderr
+        assert "job-worker-0.json is not a regular file" in done.stderr
+        assert took < 5 + 5, took
+
+
+# ---------------------------------------------------------------- finding 7
+
+# Each rank: whether the token is in PID 1's environment or its own, then a pause in
+# which the test reads /proc/<pid>/environ of every process in every pod.
+RANK = r"""
+import os, sys, time
+token = open(sys.argv[1], "rb").read()
+seen = []
+for path in ("/proc/1/environ", "/proc/self/environ"):
+    try:
+        seen.append(token in open(path, "rb").read())
+    except OSError as exc:
+        seen.append(repr(exc))
+print("RANK", os.uname().nodename, seen, flush=True)
+time.sleep(3)
+"""
+
+
+class TestTokenNotInEnviron:
+    """Finding 7: MPI_BOOTSTRAP_TOKEN is in no process's /proc/<pid>/environ — not the
+    agent's (PID 1 of every pod), not its sshd's, not a rank's — while a job runs."""
+
+    def test_no_process_has_it(self, base: Path) -> None:
+        with Cluster(["job-launcher", *WORKERS], pid1=True) as c:
+            start_workers(c, base, MPI_BOOTSTRAP_TOKEN=TOKEN)
+            script = base / "rank.py"
+            script.write_text(RANK)
+            hostfile = "job-launcher slots=1\n" + "".join(f"{w} slots=1\n" for w in WORKERS)
+            env = launcher_env(base, c, hostfile, MPI_BOOTSTRAP_TOKEN=TOKEN)
+            secret = base / "token"  # the ranks' reference, not on any command line
+            secret.write_text(TOKEN)
+            secret.chmod(0o600)
+            job = c.start(c.pods[0], [AGENT, "launcher", "--", "/usr/bin/python3",
+                                      str(script), str(secret)], env)
+            found: dict[str, str] = {}
+            deadline = time.monotonic() + 60
+            scanned = 0
+            while job.poll() is None and time.monotonic() < deadline:
+                for pod in c.pods:
+                    for pid in pod.netns.pids():
+                        try:
+                            data = Path(f"/proc/{pid}/environ").read_bytes()
+                            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                        except OSError:
+                            continue
+                        scanned += 1
+                        if TOKEN.encode() in data:
+                            found[f"{pod.name}:{pid}"] = cmd.replace(b"\0", b" ").decode()
+                time.sleep(0.2)
+            out, err = job.communicate(timeout=30)
+            assert job.returncode == 0, err
+            ranks = [ln for ln in out.splitlines() if ln.startswith("RANK ")]
+            assert len(ranks) == 3, out
+            assert all(ln.endswith("[False, False]") for ln in ranks), ranks
+            assert scanned > 20
+            assert found == {}, found
+
+
+class TestSshdDisablesForwarding:
+    """README: the worker's sshd allows no forwarding of any kind — what `sshd -T` (sshd's
+    own reading of the config) says, not only what the file says."""
+
+    def test_sshd_t(self, tmp_path: Path) -> None:
+        host = keys.generate(str(tmp_path / "host"), "host")
+        cfg = tmp_path / "sshd_config"
+        cfg.write_text(sshd.config_text(port=2222, listen=["127.0.0.1"],
+                                        host_key=host.private_path,
+                                        authorized_keys=str(tmp_path / "ak"),
+                                        pid_file=str(tmp_path / "pid"), user="root"))
+        done = subprocess.run(["/usr/sbin/sshd", "-T", "-f", str(cfg)], capture_output=True,
+                              text=True, timeout=30, check=False)
+        assert done.returncode == 0, done.stderr
+        effective = dict(ln.split(" ", 1) for ln in done.stdout.splitlines() if " " in ln)
+        assert {k: effective[k] for k in (
+            "disableforwarding", "allowtcpforwarding", "allowstreamlocalforwarding",
+            "allowagentforwarding", "x11forwarding", "permittunnel", "strictmodes",
+            "passwordauthentication", "kbdinteractiveauthentication")} == {
+            "disableforwarding": "yes", "allowtcpforwarding": "no",
+            "allowstreamlocalforwarding": "no", "allowagentforwarding": "no",
+            "x11forwarding": "no", "permittunnel": "no", "strictmodes": "yes",
+            "passwordauthentication": "no", "kbdinteractiveauthentication": "no"}
+
