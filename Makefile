@@ -12,7 +12,8 @@ PY := $(VENV)/bin/python
 MPI_VENVS := .venv-mpi
 # Debian packages the tests and the demo use (FIELD-NOTES §5).
 DEB_PACKAGES := openmpi-bin libopenmpi-dev openssh-server openssh-client dnsmasq-base \
-                iproute2 tcpdump procps util-linux podman runc debootstrap hyperfine
+                iproute2 tcpdump procps util-linux podman runc debootstrap hyperfine \
+                tini dumb-init
 # PyPI MPIs, each in its own venv: their mpirun binaries would overwrite each other.
 OPENMPI5_VERSION := 5.0.11
 MPICH_VERSION := 5.0.2

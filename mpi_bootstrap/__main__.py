@@ -2,6 +2,6 @@
 
 import sys
 
-from mpi_bootstrap.cli import main
+from mpi_bootstrap.entry import main
 
 sys.exit(main())

@@ -8,9 +8,9 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mpi_bootstrap import proc
 from mpi_bootstrap.config import Config
 from mpi_bootstrap.errors import BootstrapError, ConfigError, ExitStatus, signal_exit_status
+from mpi_bootstrap.proc import children
 
 
 def _fail(message: str, details: str = "") -> None:
@@ -32,7 +32,7 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
 
         print(f"mpi-bootstrap {__version__}")
         return 0
-    proc.install_early_handlers()  # before any slow step (issue 3)
+    children.install_early_handlers()  # before any slow step
     try:
         config = Config.from_env(environ, argv)
     except ConfigError as exc:
@@ -54,7 +54,7 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     finally:
         # Reached only when the agent is about to exit without a hand-off (a success
         # hands off or execs): what it started and did not hand off must not outlive it.
-        stopped = proc.end_pending()
+        stopped = children.end_pending()
         if stopped:
             logger.info("stopped children", count=stopped)
 
@@ -82,7 +82,7 @@ def _role(config: Config, environ: Mapping[str, str], logger: Any) -> int:
         logger.error("failed", error=exc.message, exit_code=int(exc.status))
         _fail(exc.message, exc.details)
         return int(exc.status)
-    except proc.Interrupted as exc:
+    except children.Interrupted as exc:
         logger.warning("interrupted", signal=str(exc), exit_code=signal_exit_status(exc.signum))
         return signal_exit_status(exc.signum)
     except Exception as exc:
@@ -96,7 +96,7 @@ def _role(config: Config, environ: Mapping[str, str], logger: Any) -> int:
 def main() -> int:
     try:
         code = run(sys.argv[1:], os.environ)
-    except proc.Interrupted as exc:  # before logging was set up
+    except children.Interrupted as exc:  # before logging was set up
         code = signal_exit_status(exc.signum)
     # Threads of an interrupted fan-out (parallel.map_all) are daemons: nothing waits
     # for them, and end_pending has stopped their children.

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from mpi_bootstrap import dns, files, netif, peers, preflight, proc, render
+from mpi_bootstrap import dns, files, netif, peers, preflight, render
 from mpi_bootstrap import hostfile as hf
 from mpi_bootstrap import log as logmod
 from mpi_bootstrap import mpi as mpimod
@@ -29,6 +29,8 @@ from mpi_bootstrap.errors import (
 from mpi_bootstrap.model import Decision
 from mpi_bootstrap.names import is_ip_literal
 from mpi_bootstrap.plan import Facts, Plan, build_plan, host_entries, lookup_name
+from mpi_bootstrap.proc import children, handoff
+from mpi_bootstrap.proc.spawn import resolve
 
 RESOLV_CONF = "/etc/resolv.conf"
 ETC_HOSTS = "/etc/hosts"
@@ -47,7 +49,7 @@ def find_mpi(config: Config, environ: Mapping[str, str]) -> tuple[
     else:
         wanted = config.mpirun or "mpirun"
         source = str(config.source("mpirun")) if config.mpirun else "PATH"
-    path = proc.resolve(wanted, env.get("PATH"))
+    path = resolve(wanted, env.get("PATH"))
     if path is None:
         raise ExecError(f"{wanted}: command not found (from {source}; set MPI_BOOTSTRAP_MPIRUN "
                         "or put the MPI's bin directory on PATH)", ExitStatus.NOT_FOUND)
@@ -57,7 +59,7 @@ def find_mpi(config: Config, environ: Mapping[str, str]) -> tuple[
         env["PATH"] = bindir + os.pathsep + env.get("PATH", os.defpath)
         notes.append(Decision("PATH", f"{bindir} prepended", "agent default",
                               "mpirun's own directory must be on PATH for its helpers"))
-    code, text = proc.capture([path, "--version"], env=env)
+    code, text = children.capture([path, "--version"], env=env)
     info = mpimod.identify(text, path, config.mpi, str(config.source("mpi")))
     if code != 0 and info.source == "detected":
         notes.append(Decision("mpi", info.vendor, "detected",
@@ -219,9 +221,9 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Any) -> in
             raise
     if config.exec:
         log.info("mpirun exec", argv=list(p.argv), forwarded=list(p.forwarded))
-        proc.exec_replace(p.argv, env)
+        handoff.exec_replace(p.argv, env)
     log.info("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded))
-    proc.handoff(p.argv, env, grace=config.grace_seconds, group=config.signal_group,
+    handoff.handoff(p.argv, env, grace=config.grace_seconds, group=config.signal_group,
                  role=config.role, log_level=config.log_level, log_format=config.log_format,
                  done_file=p.done_file, done_text=p.done_text, explain=True)
     raise AssertionError("unreachable: handoff replaces the process")

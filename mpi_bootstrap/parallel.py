@@ -2,10 +2,10 @@
 net exchange), on daemon threads.
 
 Why not `with ThreadPoolExecutor()`: leaving that block waits for every running call, so
-a SIGTERM during preflight (raised in the main thread as proc.Interrupted) would wait
+a SIGTERM during preflight (raised in the main thread as children.Interrupted) would wait
 for the slowest ssh, up to the deadline. Here the main thread stops waiting at once; the
 abandoned threads die with the process, and their children are stopped by
-proc.end_pending.
+children.end_pending.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def map_all(fn: Callable[[T], R], items: Sequence[T], limit: int) -> list[R]:
     for n in range(min(limit, len(items))):
         threading.Thread(target=work, name=f"parallel-{n}", daemon=True).start()
     for _ in items:
-        done.get()  # a signal handler's exception (proc.Interrupted) interrupts this
+        done.get()  # a signal handler's exception (children.Interrupted) interrupts this
     if errors:
         raise errors[min(errors)]
     return [results[i] for i in range(len(items))]

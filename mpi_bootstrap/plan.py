@@ -9,13 +9,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from mpi_bootstrap import direxchange, exchange, mpi, peers, proc, sshconfig
+from mpi_bootstrap import direxchange, exchange, mpi, peers, sshconfig
 from mpi_bootstrap import hostfile as hf
 from mpi_bootstrap.config import Config
 from mpi_bootstrap.dns import Answer
 from mpi_bootstrap.environ import public
 from mpi_bootstrap.model import Decision, PlannedFile
 from mpi_bootstrap.netif import DATA_IFACE_CANDIDATES
+from mpi_bootstrap.proc import handoff
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +162,7 @@ def build_plan(config: Config, facts: Facts) -> Plan:
         startup_timeout=config.startup_timeout,
     ))
     decisions.extend(spec.decisions)
-    how, why = proc.mode(facts.is_pid1, config.exec)
+    how, why = handoff.mode(facts.is_pid1, config.exec)
     if how != "exec":
         why += (f"; after mpirun exits, leftovers get SIGTERM, then SIGKILL after "
                 f"{config.grace_seconds:g} s; the resident supervisor imports only the "

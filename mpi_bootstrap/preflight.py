@@ -10,9 +10,10 @@ import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from mpi_bootstrap import parallel, proc, sshd
+from mpi_bootstrap import parallel, sshd
 from mpi_bootstrap.errors import PeerUnavailableError
 from mpi_bootstrap.mpi import HYDRA, INTEL, ORTE, MPIInfo
+from mpi_bootstrap.proc import children
 
 MAX_PARALLEL = 32
 
@@ -101,7 +102,8 @@ def _parallel(items: Sequence[str], fn: Callable[[str], str | None]) -> dict[str
     return {item: result for item, result in zip(items, results, strict=True) if result}
 
 
-def wait_sshd(targets: Mapping[str, tuple[str, int]], deadline: float, log: proc.Log) -> None:
+def wait_sshd(targets: Mapping[str, tuple[str, int]], deadline: float,
+              log: Callable[..., None]) -> None:
     """Every worker's sshd answers with an SSH banner before `deadline` (monotonic)."""
     def one(name: str) -> str | None:
         address, port = targets[name]
@@ -123,7 +125,7 @@ def wait_sshd(targets: Mapping[str, tuple[str, int]], deadline: float, log: proc
 
 def run(hosts: Sequence[str], ssh_command: Sequence[str], mpi: MPIInfo, *,
         prefix: str | None, env: Mapping[str, str], deadline: float, check_ld: bool,
-        log: proc.Log) -> None:
+        log: Callable[..., None]) -> None:
     """ssh to every host in parallel; raise PeerUnavailableError naming the first failure."""
     script = remote_script(mpi, prefix)
     want_ld = env.get("LD_LIBRARY_PATH") if check_ld else None
@@ -133,7 +135,7 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], mpi: MPIInfo, *,
         delay = RETRY_DELAY
         while True:
             timeout = max(1.0, deadline - time.monotonic())
-            code, output = proc.capture([*ssh_command, host, script], env=env,
+            code, output = children.capture([*ssh_command, host, script], env=env,
                                         timeout=timeout)
             if code == 0:
                 return check_output(host, output, mpi, want_ld)

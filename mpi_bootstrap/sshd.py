@@ -6,11 +6,11 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from mpi_bootstrap import proc
 from mpi_bootstrap.errors import PeerUnavailableError
 from mpi_bootstrap.names import is_ip_literal, is_plain_path, is_user_name
+from mpi_bootstrap.proc import children
 from mpi_bootstrap.sshconfig import UnsafeValue
 
 # Variables a session may receive from the launcher (SendEnv on the client side).
@@ -95,8 +95,8 @@ def answers(address: str, port: int, timeout: float = 1.0) -> bool:
         return False
 
 
-def start(argv_for_port: proc.ArgvForPort, env: Mapping[str, str], *, fixed_port: int,
-          probe_address: str, bind_address: str, log: proc.Log,
+def start(argv_for_port: Callable[[int], list[str]], env: Mapping[str, str], *,
+          fixed_port: int, probe_address: str, bind_address: str, log: Callable[..., None],
           timeout: float = 10.0) -> tuple[int, int, list[str]]:
     """Start sshd and wait for its banner. Returns (pid, port, argv).
 
@@ -106,13 +106,13 @@ def start(argv_for_port: proc.ArgvForPort, env: Mapping[str, str], *, fixed_port
     for attempt in range(1, PORT_TRIES + 1):
         port = fixed_port or free_port(bind_address)
         argv = argv_for_port(port)
-        pid = proc.spawn(argv, env, group=False)
+        pid = children.spawn(argv, env, group=False)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if answers(probe_address, port, timeout=0.5):
                 log("sshd ready", port=port, pid=pid, attempt=attempt)
                 return pid, port, argv
-            code = proc.exited(pid)
+            code = children.exited(pid)
             if code is not None:
                 taken = port_in_use(bind_address, port)
                 if taken and not fixed_port:
@@ -127,7 +127,7 @@ def start(argv_for_port: proc.ArgvForPort, env: Mapping[str, str], *, fixed_port
         else:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
-            proc.exited(pid, wait=True)
+            children.exited(pid, wait=True)
             raise PeerUnavailableError(
                 f"worker sshd did not answer on {probe_address}:{port} within {timeout:g} s")
     raise PeerUnavailableError(f"worker sshd lost the race for a free port {PORT_TRIES} times")

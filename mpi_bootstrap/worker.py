@@ -15,10 +15,11 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from mpi_bootstrap import direxchange, exchange, keys, netif, proc, sshd
+from mpi_bootstrap import direxchange, exchange, keys, netif, sshd
 from mpi_bootstrap.config import Config
 from mpi_bootstrap.errors import ConfigError, ExitStatus, PeerUnavailableError
 from mpi_bootstrap.files import atomic_write, read_regular, state_dir
+from mpi_bootstrap.proc.handoff import handoff
 
 RECORD_FILE = "record.json"
 
@@ -137,7 +138,7 @@ def start(config: Config, environ: Mapping[str, str], log: Any) -> int:
         log("record published", exchange=config.exchange, port=port)
     # The local copy is what `mpi-bootstrap probe` checks (it is also the dir record).
     atomic_write(os.path.join(state, RECORD_FILE), json.dumps(record.to_dict()) + "\n", 0o644)
-    proc.handoff(argv, env, grace=config.grace_seconds, group=False, role="worker",
+    handoff(argv, env, grace=config.grace_seconds, group=False, role="worker",
                  log_level=config.log_level, log_format=config.log_format,
                  restart={"limit": 5, "window": 60.0}, **extra)
     raise AssertionError("unreachable: handoff replaces the process")

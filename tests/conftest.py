@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -146,3 +148,14 @@ def uid1000() -> Iterator[str]:
         yield "mpiuser"
     finally:
         subprocess.run(["userdel", "mpiuser"], check=False)
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[Any]]]:
+    """Processes a test starts; killed (by PID, only these) if the test fails."""
+    procs: list[subprocess.Popen[Any]] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from mpi_bootstrap import exchange, files, parallel, preflight, proc
+from mpi_bootstrap import exchange, files, parallel, preflight
 from mpi_bootstrap import hostfile as hf
 from mpi_bootstrap.errors import ConfigError, HostfileError, WriteError
 from mpi_bootstrap.names import is_plain_path
+from mpi_bootstrap.proc import children
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -32,8 +33,8 @@ pytestmark = pytest.mark.timeout(60)
 def fresh_proc_state() -> Iterator[None]:
     """end_pending() marks the process as stopping: undo it for the next test."""
     yield
-    proc._stopping = False
-    proc._pending.clear()
+    children._stopping = False
+    children._pending.clear()
 
 
 def alive(pid: int) -> bool:
@@ -53,10 +54,10 @@ class TestAtomicWrite:
         target.write_text("old\n")
 
         def interrupted(_fd: int) -> None:
-            raise proc.Interrupted(signal.SIGTERM)
+            raise children.Interrupted(signal.SIGTERM)
 
         monkeypatch.setattr(os, "fsync", interrupted)
-        with pytest.raises(proc.Interrupted):
+        with pytest.raises(children.Interrupted):
             files.atomic_write(str(target), "new\n" * 1000, 0o600)
         assert target.read_text() == "old\n"
         assert sorted(p.name for p in tmp_path.iterdir()) == ["ssh_config"]
@@ -145,11 +146,11 @@ class TestMapAll:
             time.sleep(0.2)
             os.kill(os.getpid(), signal.SIGUSR1)
 
-        previous = signal.signal(signal.SIGUSR1, proc._raise)
+        previous = signal.signal(signal.SIGUSR1, children._raise)
         try:
             threading.Thread(target=interrupt, daemon=True).start()
             t0 = time.monotonic()
-            with pytest.raises(proc.Interrupted):
+            with pytest.raises(children.Interrupted):
                 parallel.map_all(slow, list(range(8)), 2)
             assert time.monotonic() - t0 < 2
         finally:
@@ -162,14 +163,14 @@ class TestEndPending:
     thread can start a new one afterwards."""
 
     def test_spawned_children_stopped(self) -> None:
-        pids = [proc.spawn(["sleep", "60"], {"PATH": "/usr/bin:/bin"}, group=False)
+        pids = [children.spawn(["sleep", "60"], {"PATH": "/usr/bin:/bin"}, group=False)
                 for _ in range(3)]
-        assert proc.end_pending(grace=1.0) == 3
+        assert children.end_pending(grace=1.0) == 3
         assert not any(alive(p) for p in pids)
-        with pytest.raises(proc.Interrupted):
-            proc.spawn(["sleep", "60"], {"PATH": "/usr/bin:/bin"}, group=False)
-        with pytest.raises(proc.Interrupted):
-            proc.capture(["true"])
+        with pytest.raises(children.Interrupted):
+            children.spawn(["sleep", "60"], {"PATH": "/usr/bin:/bin"}, group=False)
+        with pytest.raises(children.Interrupted):
+            children.capture(["true"])
 
     def test_fan_out_with_more_hosts_than_threads(self) -> None:
         """8 captures, 2 at a time, interrupted: every sleep started is gone."""
@@ -178,7 +179,7 @@ class TestEndPending:
 
         def one(_x: int) -> None:
             try:
-                proc.capture(["sleep", "30"], timeout=60)
+                children.capture(["sleep", "30"], timeout=60)
             except BaseException as exc:  # the stop shows up here as Interrupted
                 errors.append(exc)
 
@@ -186,11 +187,11 @@ class TestEndPending:
                              daemon=True)
         t.start()
         deadline = time.monotonic() + 10
-        while len(proc._pending) < 2:
+        while len(children._pending) < 2:
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        started.extend(proc._pending)
-        proc.end_pending(grace=1.0)
+        started.extend(children._pending)
+        children.end_pending(grace=1.0)
         t.join(timeout=10)
         assert not t.is_alive()
         assert not any(alive(p) for p in started)
@@ -205,7 +206,7 @@ class TestCapture:
 
     def test_timeout_with_grandchild(self) -> None:
         t0 = time.monotonic()
-        code, out = proc.capture(["sh", "-c", "sleep 30 & echo started; wait"], timeout=0.5)
+        code, out = children.capture(["sh", "-c", "sleep 30 & echo started; wait"], timeout=0.5)
         assert code == 124
         assert "started" in out and "timed out after 0.5 s" in out
         assert time.monotonic() - t0 < 4

@@ -10,54 +10,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import AGENT, Pod
+from tests.support.pid1 import CHILD, PY, agent_argv, agent_pid, run
 
 pytestmark = [pytest.mark.timeout(180)]
-
-PY = str(Path(AGENT).parent / "python")
-CHILD = str(Path(__file__).parent / "support" / "child.py")
-
-
-def agent_argv(*program: str, grace: float = 1.0, pid1: bool = True) -> list[str]:
-    argv = [PY, "-m", "mpi_bootstrap.proc", "--grace", str(grace), "--", *program]
-    return ["unshare", "--pid", "--fork", "--mount-proc", *argv] if pid1 else argv
-
-
-def run(*program: str, grace: float = 1.0, pid1: bool = True, timeout: float = 60
-        ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(agent_argv(*program, grace=grace, pid1=pid1), capture_output=True,
-                          text=True, timeout=timeout, check=False)
-
-
-def agent_pid(unshare: subprocess.Popen[str]) -> int:
-    """The agent's PID as seen from here: the one child of `unshare --fork`."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            kids = Path(f"/proc/{unshare.pid}/task/{unshare.pid}/children").read_text().split()
-        except OSError:
-            kids = []
-        if kids:
-            return int(kids[0])
-        time.sleep(0.01)
-    raise AssertionError("unshare did not start the agent")
-
-
-@pytest.fixture
-def started() -> Iterator[list[subprocess.Popen[str]]]:
-    """Processes a test starts; killed (by PID, only these) if the test fails."""
-    procs: list[subprocess.Popen[str]] = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-
 
 class TestExitCodes:
     """The child's code passes through; a death by signal N is 128+N."""
@@ -143,8 +103,8 @@ class TestSignals:
 class TestReaping:
     """Orphans are reaped; leftovers are ended; the main status is never lost."""
 
-    def test_100_orphans(self) -> None:
-        done = run(PY, CHILD, "orphans", "100")
+    def test_200_orphans(self) -> None:
+        done = run(PY, CHILD, "orphans", "200")
         assert "ZOMBIES 0" in done.stdout, done.stdout + done.stderr
         assert done.returncode == 0
 
@@ -210,7 +170,7 @@ class TestLauncherPhases:
 def test_supervisor_imports_no_heavy_modules() -> None:
     """The resident supervisor loads only the standard library (footprint, issue 3)."""
     root = str(Path(__file__).parent.parent)
-    code = (f"import sys; sys.path.insert(0, {root!r}); import mpi_bootstrap.proc; "
+    code = (f"import sys; sys.path.insert(0, {root!r}); import mpi_bootstrap.proc.resident; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('structlog','dns','paramiko','psutil')))")
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,

@@ -518,6 +518,18 @@ def table(results: dict[str, Any]) -> str:
                          f"<= {term.get('target_ms')} ms", "", ""))
             details.append(f"5-6. from tests/bench/pid1.py: SIGTERM latency max "
                            f"{term.get('max_ms')} ms over {term.get('runs')} runs")
+        beside = r.get("beside_tini", {})
+        if beside:
+            details.append("5b. PID 1 beside Debian's tini and dumb-init, same process tree "
+                           "(median; max):")
+            details.append(f"     {'':10} {'RSS':>9} {'forward':>16} {'SIGTERM->exit':>18} "
+                           f"{'start-up window':>19}")
+            for init, v in beside.items():
+                fw, te, sw = v["forward"], v["sigterm_to_exit"], v["startup_window"]
+                details.append(
+                    f"     {init:10} {v['rss_mib']:>5} MiB {fw['median_ms']:>6} ms "
+                    f"({fw['max_ms']:>5}) {te['median_ms']:>7} ms ({te['max_ms']:>6}) "
+                    f"{sw['median_ms']:>7} ms ({sw['max_ms']:>7})")
     if "ssh" in b and not err("ssh", "7. SSH (ssh.py)"):
         r = b["ssh"]
         ready, pf = r.get("worker_ready", {}), r.get("preflight_16", {})

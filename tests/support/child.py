@@ -7,6 +7,16 @@ orphans N       orphan N grandchildren that exit at once, wait until the namespa
 leftover CODE   leave a grandchild that ignores SIGTERM, print its PID, exit CODE
 race CODE N     start N children that exit together with us; exit CODE
 orphan-ppid     orphan one grandchild that prints its new parent PID and exits; exit 0
+report-all      handle every catchable signal but SIGCHLD: READY, then GOT <number> per
+                signal; exit 0 after SIGUSR2
+burst           count SIGUSR1/SIGHUP/SIGWINCH; READY; after SIGUSR2 print COUNTS, exit 0
+flood N ENDING  write N bytes of numbered lines to stderr, the last one `END`, and end:
+                ok (exit 0), fail (exit 3), term (READY, then the flood when SIGTERM
+                comes, then death by it), leftover (a grandchild that ignores SIGTERM
+                floods when it comes and sleeps; we exit 0 at once)
+flood-report N  write N bytes of numbered lines to stderr, then as `report`
+tty-int         count SIGINTs; READY; read a line from stdin; print INTS <count>; exit 0
+tty-read        READY; read a line from stdin; print READ <line>; exit 0
 """
 
 from __future__ import annotations
@@ -104,6 +114,99 @@ def orphan_ppid() -> None:
     sys.exit(0)
 
 
+def report_all() -> None:
+    def handler(signum: int, _frame: object) -> None:
+        print(f"GOT {signum}", flush=True)
+        if signum == signal.SIGUSR2:
+            sys.exit(0)
+
+    for s in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD}:
+        signal.signal(s, handler)
+    print("READY", flush=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        signal.pause()
+    sys.exit(3)
+
+
+def burst() -> None:
+    counts = {signal.SIGUSR1: 0, signal.SIGHUP: 0, signal.SIGWINCH: 0}
+
+    def count(signum: int, _frame: object) -> None:
+        counts[signal.Signals(signum)] += 1
+
+    def done(_signum: int, _frame: object) -> None:
+        print("COUNTS " + " ".join(f"{k.name}={v}" for k, v in counts.items()), flush=True)
+        sys.exit(0)
+
+    for s in counts:
+        signal.signal(s, count)
+    signal.signal(signal.SIGUSR2, done)
+    print("READY", flush=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        signal.pause()
+    sys.exit(3)
+
+
+def flood_stderr(size: int) -> None:
+    out = bytearray()
+    n = 0
+    while len(out) < size:
+        out += f"line {n:08d} {'x' * 40}\n".encode()
+        n += 1
+    out += b"END\n"
+    view = memoryview(out)
+    while view:
+        view = view[os.write(2, view):]
+
+
+def flood(size: int, ending: str) -> None:
+    if ending == "ok":
+        flood_stderr(size)
+        sys.exit(0)
+    if ending == "fail":
+        flood_stderr(size)
+        sys.exit(3)
+    if ending == "term":
+        def on_term(_signum: int, _frame: object) -> None:
+            flood_stderr(size)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_term)
+        print("READY", flush=True)
+        time.sleep(60)
+        sys.exit(3)
+    if ending == "leftover":
+        if os.fork() == 0:
+            signal.signal(signal.SIGTERM, lambda *_: flood_stderr(size))
+            time.sleep(120)
+            os._exit(0)
+        sys.exit(0)
+    sys.exit(f"unknown ending {ending}")
+
+
+def tty_int() -> None:
+    ints = 0
+
+    def on_int(_signum: int, _frame: object) -> None:
+        nonlocal ints
+        ints += 1
+
+    signal.signal(signal.SIGINT, on_int)
+    print("READY", flush=True)
+    sys.stdin.readline()
+    print(f"INTS {ints}", flush=True)
+    sys.exit(0)
+
+
+def tty_read() -> None:
+    print("READY", flush=True)
+    print(f"READ {sys.stdin.readline().strip()}", flush=True)
+    sys.exit(0)
+
+
 def main() -> None:
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == "report":
@@ -116,6 +219,19 @@ def main() -> None:
         race(int(args[0]), int(args[1]))
     elif mode == "orphan-ppid":
         orphan_ppid()
+    elif mode == "report-all":
+        report_all()
+    elif mode == "burst":
+        burst()
+    elif mode == "flood":
+        flood(int(args[0]), args[1])
+    elif mode == "flood-report":
+        flood_stderr(int(args[0]))
+        report()
+    elif mode == "tty-int":
+        tty_int()
+    elif mode == "tty-read":
+        tty_read()
     else:
         sys.exit(f"unknown mode {mode}")
 

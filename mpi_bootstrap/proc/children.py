@@ -1,0 +1,158 @@
+"""Children started before the hand-off (sshd being checked, `mpirun --version`,
+preflight's ssh), and the agent's own early signal handling.
+
+Every child started here is registered until it is reaped: if the agent gives up or is
+interrupted before the hand-off, end_pending() stops them (whole process groups), so
+none outlives the agent as an orphan. Once it has run, nothing new is started (threads
+of an interrupted fan-out would otherwise start the next ssh).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Mapping, Sequence
+
+from mpi_bootstrap.proc import signals
+from mpi_bootstrap.proc.spawn import exec_error, exit_code, shell_code, start
+
+# PID → whether it leads its own process group.
+_pending: dict[int, bool] = {}
+_stopping = False
+
+
+class Interrupted(Exception):
+    """A terminating signal arrived before the supervisor existed."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise(signum: int, _frame: object) -> None:
+    raise Interrupted(signum)
+
+
+def install_early_handlers() -> None:
+    """Before any slow step: TERM/INT/HUP/QUIT end the agent (128+N); then the signals
+    the entry point blocked (entry.py) are let in.
+
+    A PID 1 drops signals it has no handler for, so without this a SIGTERM during the
+    DNS wait would be lost and the pod would sit out its grace period. USR1 and USR2 are
+    ignored; other signals have nothing to reach yet. SIGCHLD keeps its default:
+    `capture` waits on its own child, and nothing else is ours to reap yet.
+    """
+    for s in signals.TERMINATING:
+        signal.signal(s, _raise)
+    for s in (signal.SIGUSR1, signal.SIGUSR2):  # would end a non-PID-1 agent; no use yet
+        signal.signal(s, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.TERMINATING)
+
+
+def spawn(argv: Sequence[str], env: Mapping[str, str], *, group: bool) -> int:
+    """Start argv (see spawn.start) and register it until it is reaped; return its PID."""
+    if _stopping:
+        raise Interrupted(signal.SIGTERM)
+    pid = start(argv, env, new_group=group)
+    _pending[pid] = group
+    return pid
+
+
+def exited(pid: int, *, wait: bool = False) -> int | None:
+    """The exit code of our child `pid` if it has ended (reaping it), else None."""
+    try:
+        done, status = os.waitpid(pid, 0 if wait else os.WNOHANG)
+    except ChildProcessError:
+        _pending.pop(pid, None)
+        return None
+    if done != pid:
+        return None
+    _pending.pop(pid, None)
+    return exit_code(status)
+
+
+def handed_off(pid: int) -> None:
+    """`pid` now belongs to the resident supervisor (it survives the exec)."""
+    _pending.pop(pid, None)
+
+
+def _signal(pid: int, group: bool, signum: int) -> bool:
+    """Signal our child (its group if it leads one); False if it is already gone."""
+    try:
+        if group:
+            os.killpg(pid, signum)
+        else:
+            os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:  # reaped already (by the thread that ran it)
+        return True
+
+
+def end_pending(grace: float = 1.0) -> int:
+    """SIGTERM every child still pending, SIGKILL what is left after `grace` s; reap them.
+    Returns how many were signalled. Only PIDs this process started are touched."""
+    global _stopping  # noqa: PLW0603 - one flag for the whole (exiting) process
+    _stopping = True
+    count = 0
+    deadline = time.monotonic() + grace
+    while _pending:
+        batch = dict(_pending)
+        alive = {pid: g for pid, g in batch.items() if _signal(pid, g, signal.SIGTERM)}
+        count += len(alive)
+        while alive and time.monotonic() < deadline:
+            alive = {pid: g for pid, g in alive.items() if not _gone(pid)}
+            if alive:
+                time.sleep(0.01)
+        for pid, g in alive.items():
+            _signal(pid, g, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        for pid in batch:  # a thread may have added one meanwhile: next round
+            _pending.pop(pid, None)
+    return count
+
+
+def capture(argv: Sequence[str], env: Mapping[str, str] | None = None,
+            timeout: float = 20.0) -> tuple[int, str]:
+    """Run argv to completion; return (exit code, stdout and stderr together).
+
+    The child leads its own session, so a timeout ends it with everything it started
+    (a wrapper script's children would otherwise hold the pipe open past the timeout).
+    """
+    import subprocess
+
+    if _stopping:
+        raise Interrupted(signal.SIGTERM)
+    try:
+        child = subprocess.Popen(list(argv), env=None if env is None else dict(env),
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, start_new_session=True,
+                                 restore_signals=True)
+    except OSError as exc:
+        raise exec_error(argv[0], exc) from None
+    _pending[child.pid] = True
+    with child:
+        try:
+            out, _ = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _signal(child.pid, True, signal.SIGKILL)
+            try:
+                out, _ = child.communicate(timeout=2.0)
+            except subprocess.TimeoutExpired:  # a grandchild left the group and the pipe
+                out = b""
+            return 124, out.decode("utf-8", "replace") + f"\n(timed out after {timeout:g} s)"
+        except BaseException:  # Interrupted: the child goes with us
+            _signal(child.pid, True, signal.SIGKILL)
+            raise
+        finally:
+            _pending.pop(child.pid, None)
+    return shell_code(child.returncode), out.decode("utf-8", "replace")

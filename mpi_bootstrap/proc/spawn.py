@@ -1,0 +1,90 @@
+"""Starting a program: posix_spawn with default dispositions, and what its end means.
+
+Standard library only (the resident supervisor uses it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from mpi_bootstrap.errors import ExecError, ExitStatus, signal_exit_status
+from mpi_bootstrap.proc import signals
+
+
+def resolve(program: str, path: str | None) -> str | None:
+    """`program` found the way execvp would, on `path`."""
+    if "/" in program:
+        return program
+    for directory in (path or os.defpath).split(os.pathsep):
+        candidate = os.path.join(directory or ".", program)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def exit_code(status: int) -> int:
+    """A wait status as a shell reports it (death by signal N → 128+N)."""
+    return shell_code(os.waitstatus_to_exitcode(status))
+
+
+def shell_code(returncode: int) -> int:
+    """A returncode (−N for signal N, as waitstatus_to_exitcode and Popen give it) as a
+    shell reports it."""
+    return signal_exit_status(-returncode) if returncode < 0 else returncode
+
+
+def exec_error(program: str, exc: OSError | None = None) -> ExecError:
+    """127 for a program that is not there, 126 for one that cannot be executed."""
+    if exc is None or isinstance(exc, FileNotFoundError):
+        return ExecError(f"{program}: command not found", ExitStatus.NOT_FOUND)
+    return ExecError(f"{program}: not executable ({exc.strerror})", ExitStatus.NOT_EXECUTABLE)
+
+
+def start(argv: Sequence[str], env: Mapping[str, str], *, new_group: bool = False,
+          stderr: tuple[int, int] | None = None) -> int:
+    """Start argv; return its PID. Every signal at its default (but those the agent
+    inherited ignored: signals.py) and an empty mask. `new_group`: it leads a process
+    group of its own. `stderr`: a pipe (read end, write end) to become its stderr."""
+    path = resolve(argv[0], env.get("PATH"))
+    if path is None:
+        raise exec_error(argv[0])
+    kwargs: dict[str, Any] = {"setsigdef": signals.child_defaults(), "setsigmask": ()}
+    if stderr is not None:
+        kwargs["file_actions"] = [(os.POSIX_SPAWN_DUP2, stderr[1], 2),
+                                  (os.POSIX_SPAWN_CLOSE, stderr[0])]
+    if new_group:
+        kwargs["setpgroup"] = 0
+    with _inherited_ignored():
+        try:
+            return os.posix_spawn(path, list(argv), dict(env), **kwargs)
+        except OSError as exc:
+            raise exec_error(argv[0], exc) from None
+
+
+@contextlib.contextmanager
+def _inherited_ignored() -> Iterator[None]:
+    """The signals the agent inherited ignored, ignored for the moment of the spawn.
+
+    PID 1 has a handler for them (to forward them), and a handler cannot survive exec:
+    the child would get them at their default. So, as tini's child keeps them: block
+    them (a blocked signal is kept pending, never dropped), ignore them, spawn, put the
+    handlers back, unblock. Signal dispositions belong to the main thread's code.
+    """
+    wanted = [s for s in signals.inherited()
+              if signal.getsignal(s) not in (signal.SIG_IGN, None)]
+    if not wanted or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
+    saved = {s: signal.signal(s, signal.SIG_IGN) for s in wanted}
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)

@@ -1,0 +1,39 @@
+"""Running the resident supervisor the way the PID 1 tests and benchmarks do: as a real
+PID 1 (`unshare --pid --fork --mount-proc`), or as a subreaper."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from tests.conftest import AGENT
+
+PY = str(Path(AGENT).parent / "python")
+CHILD = str(Path(__file__).parent / "child.py")
+
+
+def agent_argv(*program: str, grace: float = 1.0, pid1: bool = True,
+               options: tuple[str, ...] = ()) -> list[str]:
+    argv = [PY, "-m", "mpi_bootstrap.proc", "--grace", str(grace), *options, "--", *program]
+    return ["unshare", "--pid", "--fork", "--mount-proc", *argv] if pid1 else argv
+
+
+def run(*program: str, grace: float = 1.0, pid1: bool = True, timeout: float = 60,
+        options: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(agent_argv(*program, grace=grace, pid1=pid1, options=options),
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def agent_pid(unshare: subprocess.Popen[str] | subprocess.Popen[bytes]) -> int:
+    """The agent's PID as seen from here: the one child of `unshare --fork`."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            kids = Path(f"/proc/{unshare.pid}/task/{unshare.pid}/children").read_text().split()
+        except OSError:
+            kids = []
+        if kids:
+            return int(kids[0])
+        time.sleep(0.01)
+    raise AssertionError("unshare did not start the agent")
