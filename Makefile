@@ -13,7 +13,7 @@ MPI_VENVS := .venv-mpi
 # Debian packages the tests and the demo use (FIELD-NOTES §5).
 DEB_PACKAGES := openmpi-bin libopenmpi-dev openssh-server openssh-client dnsmasq-base \
                 iproute2 tcpdump procps util-linux podman runc debootstrap hyperfine \
-                tini dumb-init
+                tini dumb-init docker.io docker-compose
 # PyPI MPIs, each in its own venv: their mpirun binaries would overwrite each other.
 OPENMPI5_VERSION := 5.0.11
 MPICH_VERSION := 5.0.2
@@ -61,7 +61,8 @@ $(MPI_VENVS)/impi/.installed:
 test: system-deps install mpi-venvs lint
 	$(PY) -m pytest -q
 
-# The images and the compose simulation under podman (also part of `make test`).
+# The images and the compose simulation under podman and Docker Engine (also part of
+# `make test`).
 compose-test: system-deps install
 	$(PY) -m pytest -q tests/test_container.py
 

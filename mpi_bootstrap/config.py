@@ -175,8 +175,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("hostfile", "--hostfile", ("MPI_HOSTFILE",), "/etc/mpi/hostfile", _path,
             "hostfile to read (never modified)"),
     Setting("output_hostfile", "--output-hostfile", ("MPI_BOOTSTRAP_OUTPUT_HOSTFILE",),
-            "/tmp/mpi-hostfile", _path,  # noqa: S108 - the documented default; written atomically
-            "where the rewritten hostfile is written; the original text goes to PATH.orig"),
+            None, _path,
+            "where the rewritten hostfile is written (default: STATE_DIR/hostfile); the "
+            "original text goes to PATH.orig"),
     Setting("dns_wait_seconds", "--dns-wait-seconds", ("MPI_DNS_WAIT_SECONDS",), 120.0,
             _seconds, "hard deadline for every host to resolve (0 = one round)"),
     Setting("dns_wait_interval", "--dns-wait-interval", ("MPI_DNS_WAIT_INTERVAL",), 3.0,
@@ -302,6 +303,7 @@ class Config:
     log_level: str
     sources: Mapping[str, Source]
     notes: tuple[str, ...] = ()
+    exchange_reason: str = ""  # why this exchange (`auto` says what it found)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], argv: Sequence[str]) -> Config:
@@ -400,6 +402,20 @@ def _default_state_dir(environ: Mapping[str, str]) -> str:
     return f"/tmp/mpi-bootstrap-{uid}"  # noqa: S108 - created 0700, per user; no home
 
 
+def _auto_exchange(values: Mapping[str, Any]) -> tuple[str, str]:
+    """The exchange `auto` picks, and why (shown by --explain and logged at start)."""
+    if values["exchange_dir"]:
+        return "dir", "auto: MPI_BOOTSTRAP_EXCHANGE_DIR is set"
+    if values["token"]:
+        return "net", "auto: MPI_BOOTSTRAP_TOKEN is set"
+    key = os.path.join(values["ssh_auth_dir"], "id_rsa")
+    if os.path.exists(key):
+        return "secret", f"auto: a key is mounted at {key}"
+    return "none", (f"auto: no key at {key}, no MPI_BOOTSTRAP_EXCHANGE_DIR and no "
+                    "MPI_BOOTSTRAP_TOKEN, so the agent sets up no ssh trust and mpirun "
+                    "relies on the image's own sshd and keys")
+
+
 def _build(environ: Mapping[str, str], argv: list[str]) -> Config:
     options, role_word, program = _split_role(argv)
     parser = make_parser()
@@ -459,12 +475,11 @@ def _build(environ: Mapping[str, str], argv: list[str]) -> Config:
         values["state_dir"] = _default_state_dir(environ)
     if values["ssh_auth_dir"] is None:
         values["ssh_auth_dir"] = os.path.join(environ.get("HOME") or "/root", ".ssh")
+    if values["output_hostfile"] is None:
+        values["output_hostfile"] = f"{values['state_dir']}/hostfile"
+    exchange_reason = f"set by {sources['exchange']}"
     if values["exchange"] == "auto":
-        values["exchange"] = (
-            "dir" if values["exchange_dir"] else
-            "net" if values["token"] else
-            "secret" if os.path.exists(os.path.join(values["ssh_auth_dir"], "id_rsa")) else
-            "none")
+        values["exchange"], exchange_reason = _auto_exchange(values)
     if values["exchange"] == "dir" and not values["exchange_dir"]:
         problems.append("MPI_BOOTSTRAP_EXCHANGE: 'dir' needs MPI_BOOTSTRAP_EXCHANGE_DIR")
     if values["exchange"] == "net" and not values["token"]:
@@ -491,7 +506,8 @@ def _build(environ: Mapping[str, str], argv: list[str]) -> Config:
     if problems:
         raise ConfigError(problems)
     return Config(role=role, program=tuple(program), explain=bool(ns.explain),
-                  json=bool(ns.json), sources=sources, notes=tuple(notes), **values)
+                  json=bool(ns.json), sources=sources, notes=tuple(notes),
+                  exchange_reason=exchange_reason, **values)
 
 
 def setting(name: str) -> Setting:

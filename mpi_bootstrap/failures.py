@@ -145,6 +145,22 @@ SIGNATURES = (
                     _all_of("OFI call", "failed"), _all_of("OFI endpoint", "failed"),
                     _all_of("MPIDI_OFI_", "failed"))),
     Signature(
+        "launcher-single-node",
+        ("All nodes which are allocated for this job are already filled",
+         "No available launching agents were found"),
+        "mpirun could start processes on this host only: its launcher setting reaches no "
+        "other host (plm `isolated`, which CUDA/PyTorch images set in OMPI_MCA_plm), or "
+        "-np asks for more ranks than the hostfile has slots",
+        "remove `--mca plm …`/`--prtemca plm …` from the command (the agent overrides "
+        "OMPI_MCA_plm and PRTE_MCA_plm itself when the command does not set them), and "
+        "give -np no more than the hostfile's slots"),
+    Signature(
+        "transport-on-node-only", ("unable to reach each other for",),
+        "MPI processes on different hosts have no transport between them: the BTL list "
+        "(OMPI_MCA_btl, --mca btl) holds only on-node ones (self, vader/sm)",
+        "remove `--mca btl …` from the command, or list tcp in it (the agent sets "
+        "`--mca btl self,tcp` and overrides an OMPI_MCA_btl without a network transport)"),
+    Signature(
         "daemons-did-not-report",
         ("ORTE was unable to reliably start one or more daemons",
          "A daemon failed to report back", "ORTE has lost communication with a remote daemon",

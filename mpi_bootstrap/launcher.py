@@ -160,6 +160,7 @@ def dns_dump(hostfile: hf.Hostfile, failing: list[dns.Answer], own_name: str) ->
 def gather(config: Config, environ: Mapping[str, str], log: Any) -> tuple[Facts, list[Decision]]:
     # One deadline for DNS, the workers' records, sshd readiness and preflight.
     deadline = time.monotonic() + config.dns_wait_seconds
+    log.info("exchange", mode=config.exchange, reason=config.exchange_reason)
     info, env, notes = find_mpi(config, environ)
     log.info("MPI", vendor=info.vendor, version=info.version, mpirun=info.mpirun)
     path, more = input_hostfile(config, info)
@@ -208,11 +209,13 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Any) -> in
     if p.ssh_targets:
         preflight.wait_sshd(p.ssh_targets, p.deadline, events)
     if p.preflight:
+        check = remote_check(p, config, env)
         try:
-            preflight.run(p.remote, p.ssh_command, p.mpi, prefix=p.prefix, env=env,
-                          deadline=p.deadline, check_ld=config.exchange != "none",
+            preflight.run(p.remote, p.ssh_command, check, env=env, deadline=p.deadline,
                           log=events)
-        except PeerUnavailableError as exc:  # the doctor's view goes with it (issue 7)
+        except PeerUnavailableError as exc:
+            if check.refused_hint and check.refused_hint in exc.message:
+                raise  # said all there is to say; DNS and the Service are beside the point
             from mpi_bootstrap import diagnose
 
             problems = [f.line() for f in diagnose.run(config, deadline_s=5.0) if not f.ok]
@@ -227,6 +230,32 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Any) -> in
                  role=config.role, log_level=config.log_level, log_format=config.log_format,
                  done_file=p.done_file, done_text=p.done_text, explain=True)
     raise AssertionError("unreachable: handoff replaces the process")
+
+
+# With no exchange, a refused connection on every try for this long is a setup mistake
+# (nothing set the workers' sshd up), not a worker still starting: said within seconds.
+NO_EXCHANGE_PATIENCE = 5.0
+
+
+def remote_check(p: Plan, config: Config, env: Mapping[str, str]) -> preflight.RemoteCheck:
+    """What preflight checks on each worker; the program is resolved here (the launcher's
+    filesystem), with the PATH the ranks will get."""
+    program = preflight.program_of(p.argv, p.program_index)
+    path = preflight.ranks_path(env, p.forwarded, p.prefix)
+    expected = None
+    if program:
+        expected = program if program.startswith("/") else \
+            resolve(program, path if path is not None else env.get("PATH"))
+    auto_none = config.exchange == "none" and config.source("exchange").kind == "default"
+    hint = (f"no exchange is set up ({config.exchange_reason}); run `mpi-bootstrap worker` "
+            "in the worker pods with the same settings as the launcher: mount the MPIJob's "
+            "Secret at MPI_BOOTSTRAP_SSH_AUTH_DIR (secret), or set MPI_BOOTSTRAP_TOKEN "
+            "(net) or MPI_BOOTSTRAP_EXCHANGE_DIR (dir) in every pod") if auto_none else ""
+    return preflight.RemoteCheck(
+        mpi=p.mpi, prefix=p.prefix,
+        want_ld=env.get("LD_LIBRARY_PATH") if config.exchange != "none" else None,
+        program=program, ranks_path=path, expected=expected,
+        refused_patience=NO_EXCHANGE_PATIENCE if auto_none else None, refused_hint=hint)
 
 
 def main(config: Config, environ: Mapping[str, str], log: Any) -> int:

@@ -35,9 +35,16 @@ def configure(fmt: str = "auto", level: str = "info", role: str = "launcher",
         fmt = "console" if out.isatty() else "json"
     renderer: Any = (structlog.processors.JSONRenderer() if fmt == "json"
                      else structlog.dev.ConsoleRenderer(colors=out.isatty()))
+    def add_role(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+                 ) -> MutableMapping[str, Any]:
+        # Not a context variable: those stay in the thread that bound them, and lines
+        # logged from the fan-out's threads (preflight retry) came without a role.
+        event_dict.setdefault("role", role)
+        return event_dict
+
     structlog.configure(
         processors=[
-            structlog.contextvars.merge_contextvars,
+            add_role,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             redact,
@@ -47,8 +54,6 @@ def configure(fmt: str = "auto", level: str = "info", role: str = "launcher",
         logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )
-    structlog.contextvars.clear_contextvars()
-    structlog.contextvars.bind_contextvars(role=role)
 
 
 def get() -> Any:

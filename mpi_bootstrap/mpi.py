@@ -13,7 +13,7 @@ import dataclasses
 import os
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from mpi_bootstrap.errors import ConfigError
 from mpi_bootstrap.model import Decision, PlannedFile
@@ -31,10 +31,11 @@ LAUNCHER_NAMES = frozenset({
 _OMPI_RE = re.compile(r"\((?:Open MPI|OpenRTE)\)\s+(\d+\.\d+(?:\.\d+)?\S*)")
 _HYDRA_RE = re.compile(r"HYDRA build details:.*?Version:\s+(\S+)", re.S)
 _INTEL_RE = re.compile(r"Intel\(R\) MPI Library.*?Version\s+(\S+)")
+_DEVICE_RE = re.compile(r"--with-device=ch\d:([\w,]+)")
 
 # Always forwarded when set; prefixes are forwarded by name (`-x NAME`, value-less).
 FORWARD_NAMES = ("LD_LIBRARY_PATH", "PATH")
-FORWARD_PREFIXES = ("NCCL_", "UCX_", "OMPI_MCA_coll_")
+FORWARD_PREFIXES = ("NCCL_", "UCX_", "FI_", "MPIR_CVAR_", "OMPI_MCA_coll_")
 # Never forwarded, whatever the user asks: shell functions and OLDPWD break remote shells
 # (Horovod's denylist); the agent's own settings may hold secrets (MPI_BOOTSTRAP_TOKEN).
 DENY_PREFIXES = ("BASH_FUNC_", "MPI_BOOTSTRAP_")
@@ -52,6 +53,7 @@ class MPIInfo:
     mpirun: str  # the path that was asked
     version_line: str  # the first line that identified it
     source: str  # "detected" or "env MPI_BOOTSTRAP_MPI"
+    devices: tuple[str, ...] = ()  # MPICH: the ch4 netmods it was built with ("ucx", "ofi")
 
 
 def parse_version(text: str) -> tuple[str, str] | None:
@@ -83,7 +85,8 @@ def identify(text: str, mpirun: str, choice: str, choice_source: str) -> MPIInfo
                 f"(said {first[:120]!r}); set MPI_BOOTSTRAP_MPI to openmpi4, openmpi5, "
                 "mpich or intel"])
         vendor, version = found
-        return MPIInfo(vendor, version, _runtime(vendor, version), mpirun, first, "detected")
+        return MPIInfo(vendor, version, _runtime(vendor, version), mpirun, first, "detected",
+                       _devices(text))
     vendor = OPENMPI if choice.startswith(OPENMPI) else choice
     version = found[1] if found and found[0] == vendor else "unknown"
     if choice == "openmpi4":
@@ -98,7 +101,13 @@ def identify(text: str, mpirun: str, choice: str, choice_source: str) -> MPIInfo
         runtime = _runtime(vendor, version)
     else:
         runtime = HYDRA
-    return MPIInfo(vendor, version, runtime, mpirun, first, choice_source)
+    return MPIInfo(vendor, version, runtime, mpirun, first, choice_source, _devices(text))
+
+
+def _devices(text: str) -> tuple[str, ...]:
+    """MPICH's netmods, from `Configure options: --with-device=ch4:ucx,ofi`."""
+    m = _DEVICE_RE.search(text)
+    return tuple(m.group(1).split(",")) if m else ()
 
 
 def is_launcher(program: Sequence[str]) -> bool:
@@ -235,6 +244,7 @@ class LaunchFacts:
     ssh_wrapper: str  # path of the hydra launcher-exec wrapper
     forward_patterns: tuple[str, ...]
     startup_timeout: float
+    multi_host: bool = True  # some rank runs on another host (over ssh)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,6 +269,13 @@ class _Default:
     mca: tuple[str, ...] = ()  # MCA parameter names (any alias) that override it
     env: tuple[str, ...] = ()  # variables that override it
     ignored_env: tuple[str, ...] = ()  # variables users set that this MPI ignores
+    # Values of `env` that make a multi-host launch impossible — single-node settings
+    # images carry (CUDA/PyTorch images set OMPI_MCA_plm=isolated): for a job with
+    # remote hosts the agent overrides them, and says so (README "Settings the image
+    # brings"). None: every value is the user's.
+    works: Callable[[str], bool] | None = None
+    why: str = ""  # why such a value cannot work
+    only_to_override: bool = False  # add nothing unless a value must be overridden
 
 
 class _Builder:
@@ -288,10 +305,20 @@ class _Builder:
                             f"user wins: agent default {value!r} not added")
                 return False
         for var in d.env:
-            if var in self.f.environ:
+            if var not in self.f.environ:
+                continue
+            theirs = self.f.environ[var]
+            if d.works is None or d.works(theirs) or not self.f.multi_host:
                 self.decide(d.setting, "(user's)", f"env {var}",
                             f"user wins: agent default {value!r} not added")
                 return False
+            self.args.extend(d.args)
+            self.decide(d.setting, value, f"env {var}",
+                        f"overrides {var}={theirs!r} (from the image's environment?): "
+                        f"{d.why}; a flag in the command itself would win")
+            return True
+        if d.only_to_override:
+            return False
         reason = d.reason
         ignored = [v for v in d.ignored_env if v in self.f.environ]
         if ignored:
@@ -403,13 +430,33 @@ def _openmpi(facts: LaunchFacts) -> LaunchSpec:
                        env=("OMPI_ALLOW_RUN_AS_ROOT",)))
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(facts.mpi.mpirun)))
     if prefix in ("/usr", "/"):
-        b.decide("--prefix", "(not added)", "agent default",
-                 f"mpirun is in {prefix}/bin, already on every PATH; --prefix {prefix} would "
-                 "put /usr/lib first in the ranks' LD_LIBRARY_PATH")
+        # mpirun started by its absolute path acts as if given --prefix of its install
+        # directory (mpirun(1)): Ubuntu's 4.1.6 then put /usr/bin first in every rank's
+        # PATH, and a bare `python3` left the image's venv.
+        b.add(_Default("--noprefix", ("--noprefix",),
+                       f"mpirun is in {prefix}/bin, already on every PATH; started by its "
+                       f"absolute path, Open MPI would act as if given --prefix {prefix} and "
+                       f"put {prefix}/bin first in the ranks' PATH (and {prefix}/lib in "
+                       "LD_LIBRARY_PATH): the ranks keep the forwarded PATH",
+                       flags=("prefix", "noprefix")))
     else:
         b.add(_Default("--prefix", ("--prefix", prefix),
                        "remote daemons find orted/prted and libraries without PATH setup "
-                       "(mpi-operator #488)", flags=("prefix",)))
+                       "(mpi-operator #488)", flags=("prefix", "noprefix")))
+    # The launcher that starts the remote daemons: rsh/ssh (the agent's ssh config). An
+    # image's single-node setting (OMPI_MCA_plm=isolated: "All nodes which are allocated
+    # for this job are already filled") is overridden for a multi-host job.
+    plm = "ssh" if five else "rsh"
+    b.add(_Default(f"{'--prtemca' if five else '--mca'} plm", ("--prtemca" if five else "--mca",
+                                                              "plm", plm),
+                   f"daemons start on the other hosts over {plm}", mca=("plm",),
+                   env=("PRTE_MCA_plm",) if five else ("OMPI_MCA_plm",),
+                   works=lambda v: _selects(v, plm) or (not five and _selects(v, "ssh")),
+                   why="that launcher cannot start daemons on other hosts",
+                   only_to_override=True))
+    if five and "OMPI_MCA_plm" in facts.environ:
+        b.decide("env OMPI_MCA_plm", facts.environ["OMPI_MCA_plm"], "env OMPI_MCA_plm",
+                 "ignored by Open MPI 5 (PRRTE reads PRTE_MCA_plm); left as it is")
     b.add(b.np_default("-np", ("np", "n", "c")))
     b.hostfile("--hostfile", ("hostfile", "machinefile", "default-hostfile"),
                ("H", "host"),
@@ -428,7 +475,10 @@ def _openmpi(facts: LaunchFacts) -> LaunchSpec:
                    mca=("rmaps_base_mapping_policy", "rmaps_default_mapping_policy"),
                    env=("OMPI_MCA_rmaps_base_mapping_policy",
                         "PRTE_MCA_rmaps_default_mapping_policy")))
-    b.add(mca("btl", "self,tcp", "TCP between hosts, no vendor transports to probe"))
+    btl = mca("btl", "self,tcp", "TCP between hosts, no vendor transports to probe")
+    b.add(dataclasses.replace(
+        btl, works=_has_network_btl,
+        why="only on-node transports: ranks on different hosts could not reach each other"))
     b.add(mca("btl_tcp_if_include", ctl, "MPI traffic on the control (pod) network",
               aliases=("btl_tcp_if_exclude",)))
     if five:
@@ -484,6 +534,69 @@ def _openmpi(facts: LaunchFacts) -> LaunchSpec:
     return b.spec(kept)
 
 
+def transport_settings(facts: LaunchFacts) -> list[tuple[str, str, str]]:
+    """hydra MPIs' traffic: (variable, value, why) for the agent's defaults.
+
+    MPI traffic stays on the control network. Intel MPI: libfabric's tcp provider.
+    MPICH built with both netmods: OFI with the tcp provider. Its UCX netmod hung in
+    MPI_Dist_graph_create across pods (mpi4py's topology tests; tests/support/
+    distgraph.c), and takes pods on one node for one host (same boot id) and tries
+    shared memory between them, which separate pods cannot share: MPI_Init then failed
+    with "Endpoint timeout" in half the runs. With UCX (chosen, or the only netmod):
+    TCP only, on the control interface.
+    """
+    ctl = facts.control_iface
+    tcp = ("FI_PROVIDER", "tcp", "libfabric's tcp provider reaches every pod; set "
+           "FI_PROVIDER for your fabric's (verbs, efa)")
+    iface = ("FI_TCP_IFACE", ctl, "libfabric's tcp provider carries MPI traffic on the "
+             "control network")
+    if facts.mpi.vendor == INTEL:
+        return [iface]
+    netmod = facts.environ.get("MPIR_CVAR_CH4_NETMOD", "").strip().lower()
+    if netmod == "ofi" or (not netmod and "ofi" in facts.mpi.devices):
+        chosen = [] if netmod else [
+            ("MPIR_CVAR_CH4_NETMOD", "ofi", "MPICH's UCX netmod hung in MPI_Dist_graph_create "
+             "across pods (mpi4py's topology tests); OFI passed them")]
+        return [*chosen, tcp, iface]
+    return [("UCX_NET_DEVICES", ctl, "MPICH's UCX netmod carries MPI traffic on the control "
+             "network"),
+            ("UCX_TLS", "tcp,self", "UCX would try shared memory between pods on one node "
+             "(it sees one host) and MPI_Init times out; pods share no memory")]
+
+
+def single_node_provider(facts: LaunchFacts) -> None:
+    """FI_PROVIDER=shm reaches no other host: for a multi-host job, stop (64) and say
+    what to do — which provider is right depends on the fabric, so the agent does not
+    pick one over the image's choice."""
+    value = facts.environ.get("FI_PROVIDER", "")
+    providers = {p.strip().lower() for p in value.split(",") if p.strip()}
+    netmod = facts.environ.get("MPIR_CVAR_CH4_NETMOD", "").strip().lower()
+    uses_ofi = facts.mpi.vendor == INTEL or netmod == "ofi" or (
+        not netmod and "ofi" in facts.mpi.devices)
+    if facts.multi_host and uses_ofi and providers and providers <= {"shm"}:
+        raise ConfigError([
+            f"FI_PROVIDER={value!r} (from the image's environment?): libfabric's shm "
+            "provider reaches no other host (Intel MPI's ranks died with SIGSEGV in "
+            "libfabric when tried across pods); unset FI_PROVIDER, or set it to your "
+            "fabric's provider (tcp, verbs, efa)"])
+
+
+def _selects(value: str, component: str) -> bool:
+    """Does an MCA component list (`rsh`, `rsh,slurm`, `^slurm`) allow `component`?"""
+    names = value.strip().lstrip("^").split(",")
+    return component not in names if value.strip().startswith("^") else component in names
+
+
+ON_NODE_BTLS = frozenset({"self", "vader", "sm", "smcuda"})
+
+
+def _has_network_btl(value: str) -> bool:
+    """Does a BTL list reach other hosts (anything but self and shared memory)?"""
+    if value.strip().startswith("^"):
+        return "tcp" not in value.strip()[1:].split(",")
+    return bool({b.strip() for b in value.split(",")} - ON_NODE_BTLS)
+
+
 def _hydra(facts: LaunchFacts) -> LaunchSpec:
     b = _Builder(facts)
     intel = facts.mpi.vendor == INTEL
@@ -496,7 +609,10 @@ def _hydra(facts: LaunchFacts) -> LaunchSpec:
     env_prefix = "I_MPI_HYDRA_" if intel else "HYDRA_"
     boot_env = "BOOTSTRAP" if intel else "LAUNCHER"
     b.add(_Default(launch, (launch, "ssh"), "start proxies over ssh",
-                   flags=("launcher", "bootstrap"), env=(f"{env_prefix}{boot_env}",)))
+                   flags=("launcher", "bootstrap"), env=(f"{env_prefix}{boot_env}",),
+                   works=lambda v: v.strip().lower() in ("ssh", "rsh"),
+                   why="that launcher does not reach other hosts (with `fork`, MPICH ran "
+                       "every rank on the launcher, and the job \"succeeded\")"))
     # hydra takes one path for the ssh program, so the options live in a wrapper script.
     if b.add(_Default(launch_exec, (launch_exec, facts.ssh_wrapper),
                       "hydra takes a single path: this wrapper adds the agent's ssh options",
@@ -512,22 +628,13 @@ def _hydra(facts: LaunchFacts) -> LaunchSpec:
                                    shown=True))
     b.add(_Default("-iface", ("-iface", ctl), "proxies and ranks wire up on the pod network",
                    flags=("iface",), env=(f"{env_prefix}IFACE",)))
-    # MPI traffic stays on the control network: Intel MPI's libfabric tcp provider, and
-    # MPICH's UCX netmod. UCX takes pods on one node for one host (same boot id) and
-    # tries shared memory between them, which separate pods cannot share: MPI_Init then
-    # fails with "Endpoint timeout" (half the runs in tests/test_cluster.py). TCP only.
-    settings = [("FI_TCP_IFACE", ctl, "libfabric's tcp provider carries MPI traffic on the "
-                 "control network")] if intel else [
-        ("UCX_NET_DEVICES", ctl, "MPICH's UCX netmod carries MPI traffic on the control "
-         "network"),
-        ("UCX_TLS", "tcp,self", "UCX would try shared memory between pods on one node "
-         "(it sees one host) and MPI_Init times out; pods share no memory")]
-    for var, value, why in settings:
+    for var, value, why in transport_settings(facts):
         if var in facts.environ:
             b.decide(var, "(user's)", f"env {var}", "user wins")
         else:
             b.env_set[var] = value
             b.decide(var, value, "agent default", why)
+    single_node_provider(facts)
     b.nccl_iface()
     names = b.forward()
     spelled = b.user.has("genvlist", "genvall", "genvnone") if b.user else None

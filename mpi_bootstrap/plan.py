@@ -160,6 +160,7 @@ def build_plan(config: Config, facts: Facts) -> Plan:
         ssh_wrapper=f"{config.state_dir}/ssh-launcher",
         forward_patterns=config.forward_env,
         startup_timeout=config.startup_timeout,
+        multi_host=bool(facts.remote),
     ))
     decisions.extend(spec.decisions)
     how, why = handoff.mode(facts.is_pid1, config.exec)
@@ -214,8 +215,10 @@ def ssh_setup(config: Config, facts: Facts, entries: list[HostEntry],
                                                   dict[str, tuple[str, int]]]:
     """The ssh command mpirun uses, the files behind it, and where each sshd listens."""
     if config.exchange == "none" or facts.client is None:
+        why = f" ({config.exchange_reason})" if config.exchange == "none" else ""
         decisions.append(Decision("ssh trust", "none", str(config.source("exchange")),
-                                  "no exchange: mpirun uses ssh as the image configures it"))
+                                  f"no exchange{why}: mpirun uses ssh as the image "
+                                  "configures it"))
         return ssh_command(config), [], {}
     state = config.state_dir
     cfg_path, kh_path = f"{state}/ssh_config", f"{state}/known_hosts"

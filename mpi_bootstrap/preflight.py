@@ -5,7 +5,9 @@ A failure is one line naming the host and the reason (exit 69), and mpirun never
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,20 +30,68 @@ def daemon_names(mpi: MPIInfo) -> tuple[str, ...]:
     return ("prted",)
 
 
-def remote_script(mpi: MPIInfo, prefix: str | None) -> str:
-    """A POSIX sh script: where is the daemon, and what LD_LIBRARY_PATH arrived."""
-    bindir = os.path.dirname(os.path.realpath(mpi.mpirun))
-    # Open MPI with --prefix runs PREFIX/bin/orted; hydra runs its proxy from mpiexec's
-    # own directory; otherwise the non-interactive PATH must find it (mpi-operator #488).
-    dirs = [d for d in dict.fromkeys([f"{prefix}/bin" if prefix else "", bindir]) if d]
-    checks = []
-    for name in daemon_names(mpi):
-        paths = " ".join(shlex.quote(f"{d}/{name}") for d in dirs)
-        checks.append(
-            f'found=""; for p in {paths}; do [ -x "$p" ] && found="$p" && break; done; '
-            f'[ -n "$found" ] || found=$(command -v {shlex.quote(name)} 2>/dev/null); '
-            f'echo "DAEMON {name} ${{found:-missing}}"')
-    return "; ".join([*checks, 'echo "LD $LD_LIBRARY_PATH"', 'echo "PATH $PATH"'])
+@dataclasses.dataclass(frozen=True)
+class RemoteCheck:
+    """What one ssh session on a worker must show before mpirun may start."""
+
+    mpi: MPIInfo
+    prefix: str | None  # Open MPI's --prefix: where its daemon is looked for
+    want_ld: str | None  # the LD_LIBRARY_PATH the session must receive
+    program: str | None = None  # the user's program: bare name or absolute path
+    ranks_path: str | None = None  # the PATH the ranks get (None: the session's own)
+    expected: str | None = None  # where `program` resolves on the launcher, if it does
+    # Consecutive refused connections tolerated before failing with `refused_hint`
+    # (None: until the deadline — a worker's sshd may be restarting, or still coming).
+    refused_patience: float | None = None
+    refused_hint: str = ""
+
+    def script(self) -> str:
+        """A POSIX sh script: where is the daemon, what LD_LIBRARY_PATH arrived, and where
+        the program resolves with the ranks' PATH."""
+        bindir = os.path.dirname(os.path.realpath(self.mpi.mpirun))
+        # Open MPI with --prefix runs PREFIX/bin/orted; hydra runs its proxy from mpiexec's
+        # own directory; otherwise the non-interactive PATH must find it (mpi-operator #488).
+        dirs = [d for d in dict.fromkeys([f"{self.prefix}/bin" if self.prefix else "",
+                                          bindir]) if d]
+        checks = []
+        for name in daemon_names(self.mpi):
+            paths = " ".join(shlex.quote(f"{d}/{name}") for d in dirs)
+            checks.append(
+                f'found=""; for p in {paths}; do [ -x "$p" ] && found="$p" && break; done; '
+                f'[ -n "$found" ] || found=$(command -v {shlex.quote(name)} 2>/dev/null); '
+                f'echo "DAEMON {name} ${{found:-missing}}"')
+        checks += ['echo "LD $LD_LIBRARY_PATH"', 'echo "PATH $PATH"']
+        if self.program and "/" not in self.program:
+            # The file execvp would run (`command -v` would name a shell builtin instead).
+            path = shlex.quote(self.ranks_path) if self.ranks_path else '"$PATH"'
+            prog = shlex.quote(self.program)
+            checks.append(
+                f'found=""; P={path}; old="$IFS"; IFS=:; for d in $P; do d="${{d:-.}}"; '
+                f'if [ -f "$d/"{prog} ] && [ -x "$d/"{prog} ]; then found="$d/"{prog}; '
+                'break; fi; done; IFS="$old"; echo "PROGRAM ${found:-missing}"')
+        elif self.program and self.program.startswith("/"):
+            quoted = shlex.quote(self.program)
+            checks.append(f'if [ -x {quoted} ]; then echo "PROGRAM "{quoted}; '
+                          'else echo "PROGRAM missing"; fi')
+        return "; ".join(checks)
+
+
+def program_of(argv: Sequence[str], program_index: int) -> str | None:
+    """The user's program as mpirun will start it, if one can be told (the first of an
+    MPMD command line); relative paths are left alone (mpirun's working directory)."""
+    if program_index >= len(argv):
+        return None
+    program = argv[program_index]
+    return program if "/" not in program or program.startswith("/") else None
+
+
+def ranks_path(env: Mapping[str, str], forwarded: Sequence[str], prefix: str | None
+               ) -> str | None:
+    """The PATH the ranks get: the launcher's, forwarded by name — with Open MPI's
+    --prefix, PREFIX/bin put first (mpirun(1)); None when PATH is not forwarded."""
+    if "PATH" not in forwarded or "PATH" not in env:
+        return None
+    return f"{prefix}/bin:{env['PATH']}" if prefix else env["PATH"]
 
 
 def explain_ssh_failure(host: str, output: str, code: int) -> str:
@@ -75,11 +125,11 @@ def transient(code: int, output: str) -> bool:
     return code == 255 and any(t in low for t in TRANSIENT) and "permission denied" not in low
 
 
-def check_output(host: str, output: str, mpi: MPIInfo, want_ld: str | None) -> str | None:
+def check_output(host: str, output: str, check: RemoteCheck) -> str | None:
     """None if the session is fit for mpirun, else the reason."""
     lines: dict[str, str] = {}
     for line in output.splitlines():
-        if line.startswith(("LD", "PATH")):
+        if line.startswith(("LD", "PATH", "PROGRAM")):
             key, _, value = line.partition(" ")
             lines[key] = value
     path = lines.get("PATH", "?")
@@ -87,12 +137,29 @@ def check_output(host: str, output: str, mpi: MPIInfo, want_ld: str | None) -> s
         if line.startswith("DAEMON ") and line.endswith(" missing"):
             name = line.split()[1]
             return (f"{host}: {name} not found by a non-interactive ssh session "
-                    f"(PATH={path}); install {mpi.vendor} there or use an image with it")
+                    f"(PATH={path}); install {check.mpi.vendor} there or use an image with it")
     if "DAEMON" not in output:
         return f"{host}: the remote shell did not run the check (output: {output[:200]!r})"
-    if want_ld and want_ld not in lines.get("LD", ""):
+    if check.want_ld and check.want_ld not in lines.get("LD", ""):
         return (f"{host}: LD_LIBRARY_PATH did not arrive in the ssh session (got "
                 f"{lines.get('LD', '')!r}); the worker's sshd must AcceptEnv it")
+    return program_problem(host, lines.get("PROGRAM"), check)
+
+
+def program_problem(host: str, found: str | None, check: RemoteCheck) -> str | None:
+    """The program the ranks start must be there, and the same one as on the launcher: a
+    bare `python3` that leaves the image's venv on some host fails late and obscurely."""
+    if not check.program or found is None:
+        return None
+    where = f"with the PATH the ranks get ({check.ranks_path})" if check.ranks_path else \
+        "with the ssh session's PATH"
+    if found == "missing":
+        return (f"{host}: the program {check.program!r} is not found there {where}; "
+                "install it at the same path on every pod, or name it by its full path")
+    if check.expected and found != check.expected:
+        return (f"{host}: the program {check.program!r} is {found} there but "
+                f"{check.expected} on the launcher ({where}); install it at the same path "
+                "on every pod, or name it by its full path")
     return None
 
 
@@ -123,24 +190,31 @@ def wait_sshd(targets: Mapping[str, tuple[str, int]], deadline: float,
     log("sshd ready", workers=len(targets))
 
 
-def run(hosts: Sequence[str], ssh_command: Sequence[str], mpi: MPIInfo, *,
-        prefix: str | None, env: Mapping[str, str], deadline: float, check_ld: bool,
-        log: Callable[..., None]) -> None:
+def run(hosts: Sequence[str], ssh_command: Sequence[str], check: RemoteCheck, *,
+        env: Mapping[str, str], deadline: float, log: Callable[..., None]) -> None:
     """ssh to every host in parallel; raise PeerUnavailableError naming the first failure."""
-    script = remote_script(mpi, prefix)
-    want_ld = env.get("LD_LIBRARY_PATH") if check_ld else None
+    script = check.script()
     started = time.monotonic()
 
     def one(host: str) -> str | None:
         delay = RETRY_DELAY
+        refused_since: float | None = None
         while True:
             timeout = max(1.0, deadline - time.monotonic())
             code, output = children.capture([*ssh_command, host, script], env=env,
-                                        timeout=timeout)
+                                            timeout=timeout)
             if code == 0:
-                return check_output(host, output, mpi, want_ld)
+                return check_output(host, output, check)
             reason = explain_ssh_failure(host, output, code)
-            if not transient(code, output) or time.monotonic() + delay >= deadline:
+            now = time.monotonic()
+            if "connection refused" in output.lower():
+                refused_since = refused_since or now
+                if check.refused_patience is not None and \
+                        now - refused_since >= check.refused_patience:
+                    return f"{reason} (port {_port(output)}); {check.refused_hint}"
+            else:
+                refused_since = None
+            if not transient(code, output) or now + delay >= deadline:
                 return reason
             # The worker's supervisor restarts a dead sshd within a second: try again.
             if delay == RETRY_DELAY:
@@ -155,3 +229,9 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], mpi: MPIInfo, *,
         raise PeerUnavailableError(f"preflight: {first}{more}",
                                    details="\n".join(failures.values()) if more else "")
     log("preflight ok", workers=len(hosts), elapsed_s=round(time.monotonic() - started, 3))
+
+
+def _port(output: str) -> str:
+    """The port of ssh's `connect to host H port P: Connection refused`."""
+    m = re.search(r"port (\d{1,5}): Connection refused", output)
+    return m.group(1) if m else "?"

@@ -145,7 +145,8 @@ def start(config: Config, environ: Mapping[str, str], log: Any) -> int:
 
 
 def probe(config: Config) -> int:
-    """Readiness: 0 once this worker's record is published and its sshd answers."""
+    """Readiness: 0 once this worker's record is published and its sshd listens (checked
+    without connecting: sshd logs every connection)."""
     try:
         raw = read_regular(os.path.join(config.state_dir, RECORD_FILE), exchange.MAX_MESSAGE)
         record = exchange.decode(raw, RECORD_FILE)
@@ -157,8 +158,10 @@ def probe(config: Config) -> int:
         print(f"not ready: record not in {config.exchange_dir}")
         return int(ExitStatus.PEER_UNAVAILABLE)
     address = record.addresses[0] if record.addresses else "127.0.0.1"
-    if not sshd.answers(address, record.port):
-        print(f"not ready: sshd does not answer on {address}:{record.port}")
+    # (By port only: a probe may run in a PID namespace of its own, where sshd's PID is
+    # not to be seen.)
+    if not sshd.listening(record.port):
+        print(f"not ready: nothing listens on port {record.port}")
         return int(ExitStatus.PEER_UNAVAILABLE)
     print(f"ready: sshd on {address}:{record.port}")
     return 0

@@ -159,3 +159,22 @@ def started() -> Iterator[list[subprocess.Popen[Any]]]:
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+@pytest.fixture(scope="module")
+def programs() -> Iterator[Path]:
+    """A world-readable directory for the test programs (pods run them by path)."""
+    import shutil
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="mpib-e2e-", dir="/tmp"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    """A test's working directory that pods (their own users too) can traverse."""
+    tmp_path.chmod(0o755)
+    return tmp_path

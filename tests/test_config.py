@@ -23,7 +23,7 @@ class TestPrecedence:
             "/etc/mpi/hostfile", 120.0, 3.0, "none")
         assert (c.cluster_domain, c.control_iface, c.data_iface, c.mpi) == (
             "cluster.local", "eth0", None, "auto")
-        assert c.output_hostfile == "/tmp/mpi-hostfile"
+        assert c.output_hostfile == f"{c.state_dir}/hostfile"
         assert c.source("hostfile") == Source("default")
 
     def test_env_then_flag(self) -> None:

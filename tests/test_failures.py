@@ -16,6 +16,8 @@ EXPECTED = {
     "host-key-mismatch": ("host-key-mismatch", "cap-worker-0"),
     "daemon-not-found": ("daemon-not-found", "/opt/openmpi-not-here/bin/"),
     "no-route-to-host": ("no-route", "10.250.0.99"),
+    "plm-isolated": ("launcher-single-node", "isolated"),
+    "btl-on-node-only": ("transport-on-node-only", "self, vader/sm"),
 }
 
 

@@ -25,7 +25,7 @@ import pytest
 
 from tests.conftest import AGENT, REAL_MPIS
 from tests.support.cluster import Cluster, Pod, agent_env
-from tests.test_cluster import pod_processes
+from tests.support.job import pod_processes
 
 pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.timeout(180)]
 
@@ -116,12 +116,6 @@ class Job:
     def launch(self, program: list[str], timeout: float = 120, **extra: str
                ) -> tuple[int, str, str]:
         return self.launcher(program, **extra).finish(timeout)
-
-
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    tmp_path.chmod(0o755)  # pods run as root, but sshd's StrictModes looks at the path
-    return tmp_path
 
 
 def assert_no_process_left(pod: Pod, timeout: float = 5) -> None:

@@ -6,6 +6,7 @@ Snapshots live in tests/snapshots/. After an intended change, regenerate them wi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -77,9 +78,10 @@ USER_ENV = {
 
 def make_plan(kind: str, rewrite: str, override: str, *, env_extra: dict[str, str] | None = None,
               hostfile_text: str = HOSTFILE, interfaces: frozenset[str] | None = None,
-              is_root: bool = True) -> Plan:
+              is_root: bool = True, remote: bool = False, program: list[str] | None = None,
+              mpi_info: mpi.MPIInfo | None = None) -> Plan:
     env = dict(BASE_ENV)
-    program = ["python3", "train.py"]
+    program = program or ["python3", "train.py"]
     if override == "flags":
         program = USER_FLAGS[kind]
     elif override == "env":
@@ -94,9 +96,11 @@ def make_plan(kind: str, rewrite: str, override: str, *, env_extra: dict[str, st
         name = hf.fqdn(host.name, "cluster.local") if rewrite != "none" else host.name
         addr = ADDRESSES.get(host.name, "10.1.0.99")
         answers[name] = Answer(name, addresses=(addr,))
-    facts = Facts(environ=env, hostfile=parsed, answers=answers, mpi=MPIS[kind],
+    facts = Facts(environ=env, hostfile=parsed, answers=answers,
+                  mpi=mpi_info or MPIS[kind],
                   interfaces=interfaces or frozenset({"lo", "eth0", "net1"}), is_root=is_root,
-                  is_pid1=True, launcher_hostname="pi-launcher")
+                  is_pid1=True, launcher_hostname="pi-launcher",
+                  remote=tuple(h.name for h in parsed.hosts) if remote else ())
     return build_plan(config, facts)
 
 
@@ -166,7 +170,7 @@ class TestRules:
 
     def test_default_hostfile_variable_points_at_rewrite(self) -> None:
         plan = make_plan("openmpi4", "fqdn", "none")
-        assert plan.env_set["OMPI_MCA_orte_default_hostfile"] == "/tmp/mpi-hostfile"
+        assert plan.env_set["OMPI_MCA_orte_default_hostfile"] == "/run/mpi-bootstrap/hostfile"
 
     @pytest.mark.parametrize("kind", ["mpich", "intel"])
     def test_hydra(self, kind: str) -> None:
@@ -220,7 +224,7 @@ class TestRules:
         assert pairs(argv, "--mca").count("btl_tcp_if_include") == 1
         assert "NCCL_DEBUG" not in pairs(argv, "-x")  # the user's -x NCCL_DEBUG=WARN stays
         # the user's --hostfile now names the rewritten copy, once
-        assert pairs(argv, "--hostfile") == ["/tmp/mpi-hostfile"]
+        assert pairs(argv, "--hostfile") == ["/run/mpi-bootstrap/hostfile"]
         # the program's own arguments are untouched
         assert argv[-4:] == ["python3", "train.py", "--mca", "inner"]
         reasons = [d for d in plan.decisions if d.source.startswith("user flag")]
@@ -359,3 +363,120 @@ def test_ssh_goes_to_the_published_address_when_dns_is_stale() -> None:
     assert "  HostName 10.1.0.99\n" in cfg
     warn = next(d for d in plan.decisions if d.setting == "ssh endpoint pi-worker-0.pi.default.svc")
     assert "DNS says 10.1.0.10, the worker published 10.1.0.99" in warn.reason
+
+
+def params(argv: list[str], flag: str) -> dict[str, str]:
+    """{name: value} of `flag NAME VALUE` triples (--mca, --prtemca)."""
+    return {argv[i + 1]: argv[i + 2] for i, a in enumerate(argv[:-2]) if a == flag}
+
+
+def decision(plan: Plan, setting: str) -> Any:
+    return next(d for d in plan.decisions if d.setting == setting)
+
+
+# What CUDA/PyTorch images carry for single-node runs (an Ubuntu 24.04 one, measured).
+CUDA_IMAGE_ENV = {"OMPI_MCA_plm": "isolated", "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+                  "PMIX_MCA_gds": "hash"}
+
+
+class TestImageSettings:
+    """Settings an image brings that make a multi-host launch impossible are overridden
+    for a job with remote hosts (and --explain says so), or stop it with 64 naming the
+    variable; a flag in the user's own command still wins; a single-host job keeps them."""
+
+    def test_plm_isolated_is_overridden(self) -> None:
+        plan = make_plan("openmpi4", "none", "none", env_extra=CUDA_IMAGE_ENV, remote=True)
+        assert params(argv_of(plan), "--mca")["plm"] == "rsh"
+        d = decision(plan, "--mca plm")
+        assert d.source == "env OMPI_MCA_plm"
+        assert "overrides OMPI_MCA_plm='isolated'" in d.reason
+
+    def test_plm_kept_on_one_host_and_when_harmless(self) -> None:
+        for env, remote in ((CUDA_IMAGE_ENV, False), ({"OMPI_MCA_plm": "rsh"}, True),
+                            ({"OMPI_MCA_plm": "^slurm"}, True), ({}, True)):
+            plan = make_plan("openmpi4", "none", "none", env_extra=env, remote=remote)
+            assert "plm" not in params(argv_of(plan), "--mca"), (env, remote)
+
+    def test_users_own_plm_flag_wins(self) -> None:
+        plan = make_plan("openmpi4", "none", "none", env_extra=CUDA_IMAGE_ENV, remote=True,
+                         program=["mpirun", "--mca", "plm", "isolated", "./a.out"])
+        argv = argv_of(plan)
+        assert argv.count("plm") == 1 and argv[argv.index("plm") + 1] == "isolated"
+        assert decision(plan, "--mca plm").source == "user flag --mca plm"
+
+    def test_openmpi5_prte_plm(self) -> None:
+        plan = make_plan("openmpi5", "none", "none", remote=True,
+                         env_extra={"PRTE_MCA_plm": "isolated", "OMPI_MCA_plm": "isolated"})
+        assert params(argv_of(plan), "--prtemca")["plm"] == "ssh"
+        assert "ignored by Open MPI 5" in decision(plan, "env OMPI_MCA_plm").reason
+
+    @pytest.mark.parametrize(("value", "overridden"), [
+        ("self,vader", True), ("self,sm", True), ("vader,self,tcp", False), ("^openib", False),
+        ("^tcp", True)])
+    def test_on_node_btl(self, value: str, overridden: bool) -> None:
+        plan = make_plan("openmpi4", "none", "none", env_extra={"OMPI_MCA_btl": value},
+                         remote=True)
+        assert (params(argv_of(plan), "--mca").get("btl") == "self,tcp") == overridden
+
+    @pytest.mark.parametrize(("kind", "var", "flag"), [
+        ("mpich", "HYDRA_LAUNCHER", "-launcher"), ("intel", "I_MPI_HYDRA_BOOTSTRAP", "-bootstrap")])
+    def test_hydra_fork_launcher(self, kind: str, var: str, flag: str) -> None:
+        plan = make_plan(kind, "none", "none", env_extra={var: "fork"}, remote=True)
+        argv = argv_of(plan)
+        assert argv[argv.index(flag) + 1] == "ssh"
+        assert f"overrides {var}='fork'" in decision(plan, flag).reason
+        plan = make_plan(kind, "none", "none", env_extra={var: "ssh"}, remote=True)
+        assert flag not in argv_of(plan)  # the user's ssh: theirs
+
+    @pytest.mark.parametrize("kind", ["intel", "mpich"])
+    def test_fi_provider_shm_stops_a_multi_host_job(self, kind: str) -> None:
+        from mpi_bootstrap.errors import ConfigError
+
+        info = dataclasses.replace(MPIS[kind], devices=("ucx", "ofi"))
+        with pytest.raises(ConfigError) as err:
+            make_plan(kind, "none", "none", env_extra={"FI_PROVIDER": "shm"}, remote=True,
+                      mpi_info=info)
+        assert "FI_PROVIDER='shm'" in err.value.message
+        make_plan(kind, "none", "none", env_extra={"FI_PROVIDER": "shm"}, mpi_info=info)
+
+    def test_noprefix_when_mpirun_is_in_usr(self) -> None:
+        info = dataclasses.replace(MPIS["openmpi4"], mpirun="/usr/bin/mpirun")
+        plan = make_plan("openmpi4", "none", "none", mpi_info=info)
+        argv = argv_of(plan)
+        assert "--noprefix" in argv and "--prefix" not in argv
+        plan = make_plan("openmpi4", "none", "none", mpi_info=info,
+                         program=["mpirun", "--prefix", "/usr", "./a.out"])
+        assert "--noprefix" not in argv_of(plan)  # the user's --prefix wins
+
+
+class TestMPICHNetmod:
+    """MPICH built with both netmods gets OFI (tcp provider, control interface): its UCX
+    netmod hung across pods; a user's MPIR_CVAR_CH4_NETMOD wins; a UCX-only build keeps
+    UCX, TCP only."""
+
+    def test_ofi_by_default(self) -> None:
+        info = dataclasses.replace(MPIS["mpich"], devices=("ucx", "ofi"))
+        plan = make_plan("mpich", "none", "none", mpi_info=info, env_extra={"UCX_TLS": "x"})
+        assert {k: plan.env_set.get(k) for k in (
+            "MPIR_CVAR_CH4_NETMOD", "FI_PROVIDER", "FI_TCP_IFACE", "UCX_NET_DEVICES")} == {
+            "MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "eth0",
+            "UCX_NET_DEVICES": None}
+        assert "MPIR_CVAR_CH4_NETMOD" in plan.forwarded and "FI_PROVIDER" in plan.forwarded
+
+    def test_user_ucx_wins(self) -> None:
+        info = dataclasses.replace(MPIS["mpich"], devices=("ucx", "ofi"))
+        plan = make_plan("mpich", "none", "none", mpi_info=info,
+                         env_extra={"MPIR_CVAR_CH4_NETMOD": "ucx"})
+        assert "MPIR_CVAR_CH4_NETMOD" not in plan.env_set
+        assert plan.env_set["UCX_NET_DEVICES"] == "eth0"
+
+    def test_ucx_only_build(self) -> None:
+        info = dataclasses.replace(MPIS["mpich"], devices=("ucx",))
+        plan = make_plan("mpich", "none", "none", mpi_info=info)
+        assert "MPIR_CVAR_CH4_NETMOD" not in plan.env_set
+        assert plan.env_set["UCX_NET_DEVICES"] == "eth0"
+
+    def test_devices_parsed(self) -> None:
+        text = ("HYDRA build details:\n    Version:  5.0.2\n    Configure options: "
+                "--with-device=ch4:ucx,ofi --with-pm=hydra:gforker\n")
+        assert mpi.identify(text, "/x/mpirun", "auto", "default").devices == ("ucx", "ofi")
