@@ -8,8 +8,8 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mpi_bootstrap.config import Config
-from mpi_bootstrap.errors import BootstrapError, ConfigError, ExitStatus, signal_exit_status
+from mpi_bootstrap.core.config import Config
+from mpi_bootstrap.core.errors import BootstrapError, ConfigError, ExitStatus, signal_exit_status
 from mpi_bootstrap.proc import children
 
 
@@ -23,7 +23,7 @@ def _fail(message: str, details: str = "") -> None:
 def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     """Run the agent with `argv` (without the program name); return the exit status."""
     if argv and argv[0] in ("-h", "--help"):
-        from mpi_bootstrap.config import make_parser
+        from mpi_bootstrap.core.settings import make_parser
 
         make_parser().print_help()
         return 0
@@ -34,18 +34,20 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         return 0
     children.install_early_handlers()  # before any slow step
     try:
-        config = Config.from_env(environ, argv)
+        from mpi_bootstrap.system import host
+
+        config = Config.from_env(environ, argv, host.facts())
     except ConfigError as exc:
         _fail(exc.message, exc.details)
         return int(exc.status)
     finally:
         # The token now lives in `config` only: out of the environment (and of
-        # /proc/self/environ) before anything is started or exec'd (environ.py).
-        from mpi_bootstrap.environ import scrub_process
+        # /proc/self/environ) before anything is started or exec'd (system/environ.py).
+        from mpi_bootstrap.system.environ import scrub_process
 
         scrub_process()
 
-    from mpi_bootstrap import log
+    from mpi_bootstrap.system import log
 
     log.configure(config.log_format, config.log_level, role=config.role)
     logger = log.get()
@@ -60,19 +62,19 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
 
 
 def _role(config: Config, environ: Mapping[str, str], logger: Any) -> int:
-    from mpi_bootstrap import log
+    from mpi_bootstrap.system import log
 
     try:
         if config.role == "launcher":
-            from mpi_bootstrap import launcher
+            from mpi_bootstrap.launcher import main as launcher
 
             return launcher.main(config, environ, logger)
-        from mpi_bootstrap import worker
+        from mpi_bootstrap.worker import main as worker
 
         if config.role == "probe":
             return worker.probe(config)
         if config.role == "doctor":
-            from mpi_bootstrap import diagnose
+            from mpi_bootstrap.doctor import diagnose
 
             return diagnose.main(config, config.json)
         for note in config.notes:

@@ -31,9 +31,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import AGENT, MPI_VENVS, REAL_MPIS  # noqa: E402
-from tests.support.cluster import Cluster  # noqa: E402
-from tests.support.programs import LINE, compile_allreduce  # noqa: E402
+from tests.conftest import AGENT, MPI_VENVS, REAL_MPIS
+from tests.support.cluster import Cluster
+from tests.support.programs import LINE, compile_allreduce
 
 
 def events(stderr: str) -> list[dict[str, Any]]:

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from mpi_bootstrap import exchange, keys, sshd
+from mpi_bootstrap.core import names
+from mpi_bootstrap.ssh import keys, sshd
+from mpi_bootstrap.ssh import netx as exchange
 from tests.conftest import AGENT
 from tests.support.cluster import Cluster, agent_env
 from tests.test_security import TOKEN, ask, launcher_env, wait_listening
@@ -225,7 +227,7 @@ class TestDirExchangeReuse:
             # the workers look for job-done each second
             assert stay_up(procs, 1.5), "a worker stopped on the old job's job-done"
             pub = (xdir / "job-key" / "id.pub").read_text()
-            fingerprints.append(keys.fingerprint(pub))
+            fingerprints.append(names.fingerprint(pub))
             for w in WORKERS:  # exactly this job's key may log in
                 authorized = (work / w / "state" / "authorized_keys").read_text()
                 assert authorized.split("\n")[0] == " ".join(pub.split()[:2])
@@ -276,7 +278,7 @@ class TestBakedKeys:
         else:
             job = (base / "exchange" / "job-key" / "id.pub").read_text()
             assert [(e["fingerprint"], e["origin"]) for e in authorized] == \
-                [(keys.fingerprint(job), f"{base}/exchange/job-key")]
+                [(names.fingerprint(job), f"{base}/exchange/job-key")]
 
     def test_explicit_mount_is_trusted_and_logged(self, cluster: Cluster, base: Path) -> None:
         """Set explicitly, the directory is the job's Secret: its keys log in, and the log
@@ -298,8 +300,8 @@ class TestBakedKeys:
         logged = [(e["fingerprint"], e["origin"]) for e in
                   (json.loads(ln) for ln in err.splitlines() if ln.startswith("{"))
                   if e["event"] == "key authorized"]
-        assert logged == [(keys.fingerprint(pair.public), f"{mount}/id_rsa"),
-                          (keys.fingerprint(other.public), f"{mount}/authorized_keys:2")]
+        assert logged == [(names.fingerprint(pair.public), f"{mount}/id_rsa"),
+                          (names.fingerprint(other.public), f"{mount}/authorized_keys:2")]
 
 
 # ---------------------------------------------------------------- finding 4

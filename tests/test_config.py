@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from mpi_bootstrap.config import Config, Source
-from mpi_bootstrap.errors import ConfigError
+from mpi_bootstrap.core.config import Config
+from mpi_bootstrap.core.errors import ConfigError
+from mpi_bootstrap.core.settings import Source
+from tests.support.hostfacts import HOST
 
 PROG = ["--", "python3", "train.py"]
 
 
 def cfg(env: dict[str, str] | None = None, argv: list[str] | None = None) -> Config:
-    return Config.from_env(env or {}, argv if argv is not None else ["launcher", *PROG])
+    return Config.from_env(env or {}, argv if argv is not None else ["launcher", *PROG], host=HOST)
 
 
 class TestPrecedence:
@@ -67,25 +69,25 @@ class TestRole:
 
     def test_entrypoint_with_user_command(self) -> None:
         # ENTRYPOINT ["mpi-bootstrap"] + the MPIJob's command as arguments.
-        c = Config.from_env({"K_MPI_JOB_ROLE": "launcher"}, ["mpirun", "-np", "2", "a.out"])
+        c = Config.from_env({"K_MPI_JOB_ROLE": "launcher"}, ["mpirun", "-np", "2", "a.out"], host=HOST)
         assert c.role == "launcher"
         assert c.program == ("mpirun", "-np", "2", "a.out")
         assert str(c.source("role")) == "env K_MPI_JOB_ROLE"
 
     def test_bootstrap_role_beats_operator_role(self) -> None:
         c = Config.from_env({"K_MPI_JOB_ROLE": "worker", "MPI_BOOTSTRAP_ROLE": "launcher"},
-                            ["--", "a.out"])
+                            ["--", "a.out"], host=HOST)
         assert c.role == "launcher"
 
     def test_options_before_program(self) -> None:
         c = Config.from_env({"K_MPI_JOB_ROLE": "launcher"},
-                            ["--explain", "--rewrite=fqdn", "mpirun", "--mca", "x", "y"])
+                            ["--explain", "--rewrite=fqdn", "mpirun", "--mca", "x", "y"], host=HOST)
         assert c.explain and c.rewrite == "fqdn"
         assert c.program == ("mpirun", "--mca", "x", "y")
 
     def test_no_role(self) -> None:
         with pytest.raises(ConfigError, match="no role"):
-            Config.from_env({}, ["--", "a.out"])
+            Config.from_env({}, ["--", "a.out"], host=HOST)
 
 
 class TestErrors:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from pytest_mock import MockerFixture
 
-from mpi_bootstrap import dns
+from mpi_bootstrap.core import model
+from mpi_bootstrap.system import dns
 
 
 class FakeResolver:
@@ -25,7 +26,7 @@ class FakeResolver:
         self.active = 0
         self.max_active = 0
 
-    def __call__(self, name: str) -> dns.Answer:
+    def __call__(self, name: str) -> model.Answer:
         with self.lock:
             self.calls.append((time.monotonic(), name))
             self.active += 1
@@ -34,8 +35,8 @@ class FakeResolver:
             if self.delay:
                 time.sleep(self.delay)
             if name in self.present:
-                return dns.Answer(name, addresses=("10.9.9.9",))
-            return dns.Answer(name, error_kind=dns.NOT_FOUND, detail="Name or service not known")
+                return model.Answer(name, addresses=("10.9.9.9",))
+            return model.Answer(name, error_kind=model.NOT_FOUND, detail="Name or service not known")
         finally:
             with self.lock:
                 self.active -= 1
@@ -102,7 +103,7 @@ class TestWait:
         elapsed = time.monotonic() - start
         assert not result.ok
         assert result.unresolved == ("b",)
-        assert result.answers["b"].error_kind == dns.NOT_FOUND
+        assert result.answers["b"].error_kind == model.NOT_FOUND
         assert 0.45 <= elapsed < 1.5
         # paced: about 20 per second, not a busy loop
         assert fake.count("b") <= 0.5 * 20 + 3
@@ -118,15 +119,15 @@ class TestWait:
         start = time.monotonic()
         result = dns.wait_for(["slow"], lookup=fake, deadline=0.3, interval=3)
         assert time.monotonic() - start < 1.5
-        assert result.answers["slow"].error_kind == dns.TEMPORARY
+        assert result.answers["slow"].error_kind == model.TEMPORARY
         assert "no answer before the deadline" in result.answers["slow"].detail
 
     def test_lookup_exception_is_an_answer(self) -> None:
-        def broken(name: str) -> dns.Answer:
+        def broken(name: str) -> model.Answer:
             raise RuntimeError("boom")
 
         result = dns.wait_for(["a"], lookup=broken, deadline=0, interval=3)
-        assert result.answers["a"].error_kind == dns.OTHER
+        assert result.answers["a"].error_kind == model.OTHER
 
     def test_on_answer_in_order(self) -> None:
         seen: list[tuple[str, bool, bool]] = []
@@ -140,10 +141,10 @@ class TestSystemResolver:
     """getaddrinfo errors are sorted into kinds; transient ones are named as such."""
 
     @pytest.mark.parametrize(("errno", "kind"), [
-        (socket.EAI_NONAME, dns.NOT_FOUND),
-        (socket.EAI_AGAIN, dns.TEMPORARY),
-        (socket.EAI_FAIL, dns.SERVER_FAILURE),
-        (socket.EAI_SERVICE, dns.OTHER),
+        (socket.EAI_NONAME, model.NOT_FOUND),
+        (socket.EAI_AGAIN, model.TEMPORARY),
+        (socket.EAI_FAIL, model.SERVER_FAILURE),
+        (socket.EAI_SERVICE, model.OTHER),
     ])
     def test_kinds(self, tmp_path: Path, mocker: MockerFixture, errno: int, kind: str) -> None:
         conf = tmp_path / "resolv.conf"
@@ -151,13 +152,13 @@ class TestSystemResolver:
         mocker.patch("socket.getaddrinfo", side_effect=socket.gaierror(errno, "msg"))
         answer = dns.SystemResolver(str(conf))("x")
         assert answer.error_kind == kind
-        assert answer.transient == (kind in dns.TRANSIENT_KINDS)
+        assert answer.transient == (kind in model.TRANSIENT_KINDS)
 
     def test_no_nameserver(self, tmp_path: Path, mocker: MockerFixture) -> None:
         conf = tmp_path / "resolv.conf"
         conf.write_text("search svc.cluster.local\n")
         mocker.patch("socket.getaddrinfo", side_effect=socket.gaierror(socket.EAI_AGAIN, "m"))
-        assert dns.SystemResolver(str(conf))("x").error_kind == dns.NO_NAMESERVER
+        assert dns.SystemResolver(str(conf))("x").error_kind == model.NO_NAMESERVER
 
     def test_real_localhost(self) -> None:
         answer = dns.SystemResolver()("localhost")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mpi_bootstrap.config import SETTINGS
-from mpi_bootstrap.errors import ExitStatus
+from mpi_bootstrap.core.errors import ExitStatus
+from mpi_bootstrap.core.settings import SETTINGS
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 

@@ -130,8 +130,9 @@ def test_negative_ttl_from_soa(mocker: Any) -> None:
     import dns.rcode
     import dns.rrset
 
-    from mpi_bootstrap import diagnose
-    from mpi_bootstrap import dns as sysdns
+    from mpi_bootstrap.core.model import Answer
+    from mpi_bootstrap.doctor import diagnose
+    from mpi_bootstrap.system import dns as sysdns
 
     def reply(q: dns.message.Message, *_a: Any, **_k: Any) -> dns.message.Message:
         r = dns.message.make_response(q)
@@ -142,8 +143,8 @@ def test_negative_ttl_from_soa(mocker: Any) -> None:
         return r
 
     mocker.patch("dns.query.udp", side_effect=reply)
-    mocker.patch("mpi_bootstrap.dns.SystemResolver.__call__", return_value=__import__(
-        "mpi_bootstrap.dns", fromlist=["Answer"]).Answer("x", error_kind="not found"))
+    mocker.patch("mpi_bootstrap.system.dns.SystemResolver.__call__",
+                 return_value=Answer("x", error_kind="not found"))
     conf = sysdns.ResolvConf(("10.96.0.10",), ("default.svc.cluster.local",), 5, 1.0)
     found = diagnose.dns_findings("w-0.job.default.svc", conf, time.monotonic() + 5)
     ns = next(f for f in found if f.check.startswith("nameserver"))

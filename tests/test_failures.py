@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mpi_bootstrap import failures
+from mpi_bootstrap.core import failures
 
 CAPTURES = Path(__file__).parent / "fixtures" / "mpirun-failures"
 EXPECTED = {

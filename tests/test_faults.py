@@ -425,7 +425,8 @@ time.sleep(120)
         assert int(flood.stdout.readline()) > 100
         done = launcher_pod.run([sys.executable, "-c", f"""
 import sys, time
-from mpi_bootstrap import exchange, keys
+from mpi_bootstrap.ssh import netx as exchange
+from mpi_bootstrap.ssh import keys
 key = keys.generate(sys.argv[1], "t").public
 t0 = time.monotonic()
 port = exchange.fetch({pod.address!r}, 2223, {self.TOKEN!r}, key, target={pod.name!r},

@@ -29,11 +29,15 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-from mpi_bootstrap import config as cfg
-from mpi_bootstrap import exchange, hostfile, keys, names, sshconfig, sshd
-from mpi_bootstrap.errors import ConfigError, ExitStatus, HostfileError
-from mpi_bootstrap.exchange import Record, RecordError
-from mpi_bootstrap.sshconfig import Peer, UnsafeValue
+from mpi_bootstrap.core import hostfile, names, records
+from mpi_bootstrap.core import settings as cfg
+from mpi_bootstrap.core.config import Config
+from mpi_bootstrap.core.errors import ConfigError, ExitStatus, HostfileError
+from mpi_bootstrap.ssh import keys, netserver, netx, sshconfig, sshd
+from mpi_bootstrap.ssh import netx as exchange
+from mpi_bootstrap.ssh.netx import Record, RecordError
+from mpi_bootstrap.ssh.sshconfig import Peer, UnsafeValue
+from tests.support.hostfacts import HOST
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -348,7 +352,7 @@ def _iface(v: object) -> bool:
 
 
 def _token(v: object) -> bool:
-    # exchange._key encodes the token: a lone surrogate (a non-UTF-8 byte in the Secret,
+    # netx.derive_key encodes the token: a lone surrogate (a non-UTF-8 byte in the Secret,
     # surrogate-escaped by os.environ) would crash the exchange, not fail config.
     return type(v) is str and len(v) >= 16 and v.encode("utf-8", "surrogatepass").decode(
         "utf-8", "replace") == v
@@ -393,7 +397,7 @@ def check_config(environ: Mapping[str, str], argv: list[str]) -> None:
         token in a for a in argv) else None
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            config = cfg.Config.from_env(environ, argv)
+            config = Config.from_env(environ, argv, host=HOST)
     except ConfigError as exc:
         outcome("ConfigError")
         assert exc.status == ExitStatus.CONFIG == 64
@@ -437,7 +441,7 @@ class TestConfigFuzz:
     @example({}, ["worker"] * 1200)
     # The token was in repr(config) (a dataclass field without repr=False).
     @example({"MPI_BOOTSTRAP_TOKEN": "s3cret-token-0123456789"}, ["worker"])
-    # A non-UTF-8 byte in the token's Secret: this crashed exchange._key, not config.
+    # A non-UTF-8 byte in the token's Secret: this crashed netx.derive_key, not config.
     @example({"MPI_BOOTSTRAP_TOKEN": "s3cret-token-0123456789\udcff"}, ["worker"])
     @example({"MPI_BOOTSTRAP_TOKEN": "short"}, ["--np", "0", "launcher"])
     @example({}, ["launcher", "--help"])
@@ -740,7 +744,7 @@ def near_valid_records(draw: st.DrawFn) -> object:
 
 
 def record_is_valid(d: object) -> bool:
-    """The record format, written down independently of exchange.record_from."""
+    """The record format, written down independently of records.record_from."""
     return (isinstance(d, dict) and set(d) == RECORD_KEYS and type(d["v"]) is int and d["v"] == 1
             and isinstance(d["host"], str) and names.is_dns_name(d["host"])
             and not d["host"].endswith(".")
@@ -757,12 +761,12 @@ def check_record(record: Record) -> None:
     kind, blob = record.host_key.split(" ")
     assert inert(kind) and inert(blob)
     assert type(record.port) is int and 1 <= record.port <= 65535
-    assert exchange.decode(json.dumps(record.to_dict()), "again") == record
+    assert records.decode(json.dumps(record.to_dict()), "again") == record
 
 
 def check_decode(text: bytes | str) -> None:
     try:
-        record = exchange.decode(text, "fuzz/w0.json")
+        record = records.decode(text, "fuzz/w0.json")
     except RecordError as exc:
         outcome("RecordError")
         assert str(exc).startswith("fuzz/w0.json: ")
@@ -774,7 +778,7 @@ def check_record_from(value: object) -> None:
     """The decoder and the validator agree with the independent oracle on `value`."""
     check_decode(json.dumps(value))
     try:
-        record = exchange.record_from(value)
+        record = records.record_from(value)
     except RecordError:
         assert not record_is_valid(value)
         return
@@ -810,7 +814,7 @@ class TestRecordDecodeFuzz:
         for depth in [*range(1, sys.getrecursionlimit() + 50), 10_000, 100_000]:
             for text in ("[" * depth + "]" * depth, '{"a":' * depth + "1" + "}" * depth):
                 with pytest.raises(RecordError):
-                    exchange.decode(text, "deep")
+                    records.decode(text, "deep")
 
 
 # ---------------------------------------------------------------- 6. the worker's NetServer
@@ -823,7 +827,7 @@ CLIENT_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ9vO1Vf0a6n3Hc7bqW0oJkq2z5p8s
 DENIED = b'{"type":"denied"}\n'
 HELLO_KEYS = {"v", "type", "nonce", "time", "client_key", "target", "mac"}
 TARGET = "worker-0"  # RECORD's own name, which the launcher asks for
-CLOCK_SKEW_S = 120  # |T − now| ≤ 120 s: the protocol in exchange.py's docstring
+CLOCK_SKEW_S = 120  # |T − now| ≤ 120 s: the protocol in ssh/netx.py's docstring
 VALID_HELLO = {"v": 2, "type": "hello", "nonce": "0" * 64, "time": NOW,
                "client_key": CLIENT_KEY, "target": TARGET}
 
@@ -837,7 +841,7 @@ class Worker:
     logged: list[tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.server = exchange.NetServer(TOKEN, RECORD,
+        self.server = netserver.NetServer(TOKEN, RECORD,
                                          lambda key, _peer: self.authorized.append(key),
                                          lambda event, **kw: self.logged.append((event, kw)),
                                          clock=lambda: self.now)
@@ -849,7 +853,7 @@ class Worker:
 
 
 def signed(message: Mapping[str, Any], token: str = TOKEN) -> bytes:
-    return exchange._signed(exchange._key(token), dict(message))
+    return netx.signed(netx.derive_key(token), dict(message))
 
 
 hex_nonces = st.text("0123456789abcdef", min_size=64, max_size=64)
@@ -875,7 +879,7 @@ targets = st.one_of(
 
 def target_is_record(target: object) -> bool:
     """Is `target` RECORD's worker: one of its addresses, or a name whose first label is
-    its host (exchange.py's docstring, step 2)?"""
+    its host (ssh/netx.py's docstring, step 2)?"""
     if not isinstance(target, str):
         return False
     if target in ("10.0.0.2", "fd00::2"):
@@ -941,7 +945,7 @@ class TestNetServerFuzz:
 
     @fuzz(1000)
     @given(st.binary(max_size=400))
-    @example(b" " * (exchange.MAX_MESSAGE + 1))
+    @example(b" " * (records.MAX_MESSAGE + 1))
     @example(b"[" * 100_000)
     @example(b'{"v":2,"type":"hello","nonce":"","time":0,"client_key":"","target":"",'
              b'"mac":""}')
@@ -976,7 +980,7 @@ class TestNetServerFuzz:
                 field = sorted(set(sent) - {"mac"})[0] if set(sent) - {"mac"} else "v"
                 sent[field] = [sent.get(field)]
             elif after == "mac":
-                sent["mac"] = exchange._mac(exchange._key(TOKEN), {"nonce": "0" * 64})
+                sent["mac"] = netx.message_mac(netx.derive_key(TOKEN), {"nonce": "0" * 64})
             else:
                 del sent["mac"]
             raw = json.dumps(sent).encode()
@@ -1084,7 +1088,7 @@ class TestReadReplyFuzz:
 
 
 class TestExchangeRegressions:
-    """Inputs that made exchange.py raise, or accept what it must not, before it was fixed
+    """Inputs that made the net exchange raise, or accept what it must not, before it was fixed
     (found by the targets above): each is now denied, without an exception."""
 
     @fuzz(50)

@@ -20,11 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from mpi_bootstrap import exchange, files, parallel, preflight
-from mpi_bootstrap import hostfile as hf
-from mpi_bootstrap.errors import ConfigError, HostfileError, WriteError
-from mpi_bootstrap.names import is_plain_path
+from mpi_bootstrap.core import records
+from mpi_bootstrap.core.errors import ConfigError, HostfileError, WriteError
+from mpi_bootstrap.core.names import is_plain_path
+from mpi_bootstrap.launcher import preflight
 from mpi_bootstrap.proc import children
+from mpi_bootstrap.ssh import netserver
+from mpi_bootstrap.ssh import netx as exchange
+from mpi_bootstrap.system import files, hostfiles, parallel
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -225,12 +228,12 @@ class NetLoop:
         self.port = self.listener.getsockname()[1]
         self.readers: dict[int, Callable[[], None]] = {}
         self.authorized: list[str] = []
-        record = exchange.Record("w", ("127.0.0.1",), 2222,
+        record = records.Record("w", ("127.0.0.1",), 2222,
                                  "ssh-ed25519 " + "A" * 68, "root")
-        server = exchange.NetServer(self.TOKEN, record,
+        server = netserver.NetServer(self.TOKEN, record,
                                     lambda key, _peer: self.authorized.append(key),
                                     lambda *a, **k: None)
-        server.attach(self.listener, self.readers)
+        netserver.Connections(server, self.listener, self.readers)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -275,7 +278,7 @@ class TestNetServer:
         assert time.monotonic() - t0 < 1.0
         assert net.authorized == [self.KEY]
         # at most MAX_CONNECTIONS stay open on the server side
-        assert len(net.readers) <= exchange.MAX_CONNECTIONS + 1  # + the listener
+        assert len(net.readers) <= netserver.MAX_CONNECTIONS + 1  # + the listener
         for s in silent:
             s.close()
 
@@ -289,7 +292,7 @@ class TestNetServer:
 
     def test_oversized_message_denied(self, net: NetLoop) -> None:
         with net.connect() as s:
-            s.sendall(b"x" * (exchange.MAX_MESSAGE + 4096))
+            s.sendall(b"x" * (records.MAX_MESSAGE + 4096))
             reply = s.recv(65536)
         assert json.loads(reply) == {"type": "denied"}
         assert net.authorized == []
@@ -317,7 +320,7 @@ class TestHostfileRewrittenWhileRead:
                                             monkeypatch: pytest.MonkeyPatch) -> None:
         # A larger quiet period than the default 0.1 s: a loaded machine may pause the
         # writer mid-rewrite; the property tested is the same.
-        monkeypatch.setattr(hf, "QUIET_S", 0.4)
+        monkeypatch.setattr(hostfiles, "QUIET_S", 0.4)
         path = tmp_path / "hostfile"
         versions = [[f"pi-worker-{i}.pi.default.svc" for i in range(n)] for n in (3, 7)]
         texts = ["".join(f"{h} slots=1\n" for h in v) for v in versions]
@@ -343,7 +346,7 @@ while True:
             deadline = time.monotonic() + 8
             reads = 0
             while time.monotonic() < deadline:
-                hosts = [h.name for h in hf.read(str(path)).hosts]
+                hosts = [h.name for h in hostfiles.read(str(path)).hosts]
                 assert hosts in versions, f"a half-written hostfile was parsed: {hosts}"
                 seen.add(len(hosts))
                 reads += 1
@@ -356,8 +359,8 @@ while True:
     def test_never_settles(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         path = tmp_path / "hostfile"
         path.write_text("a slots=1\n")
-        monkeypatch.setattr(hf, "SETTLE_S", 1.0)
-        monkeypatch.setattr(hf, "QUIET_S", 0.5)  # the churn below never pauses that long
+        monkeypatch.setattr(hostfiles, "SETTLE_S", 1.0)
+        monkeypatch.setattr(hostfiles, "QUIET_S", 0.5)  # the churn below never pauses that long
         stop = threading.Event()
 
         def churn() -> None:
@@ -371,7 +374,7 @@ while True:
         t.start()
         try:
             with pytest.raises(HostfileError, match="kept changing while being read") as exc:
-                hf.read(str(path))
+                hostfiles.read(str(path))
             assert exc.value.status == 65
         finally:
             stop.set()
@@ -383,5 +386,5 @@ while True:
         old = time.time() - 60
         os.utime(path, (old, old))
         t0 = time.monotonic()
-        assert [h.slots for h in hf.read(str(path)).hosts] == [2]
+        assert [h.slots for h in hostfiles.read(str(path)).hosts] == [2]
         assert time.monotonic() - t0 < 0.05  # no quiet-period wait for a settled file

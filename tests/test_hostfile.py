@@ -7,8 +7,9 @@ import os
 import pytest
 from pytest_mock import MockerFixture
 
-from mpi_bootstrap import hostfile as hf
-from mpi_bootstrap.errors import HostfileError
+from mpi_bootstrap.core import hostfile as hf
+from mpi_bootstrap.core.errors import HostfileError
+from mpi_bootstrap.system import hostfiles
 
 
 def names_slots(text: str) -> list[tuple[str, int, int | None]]:
@@ -98,18 +99,18 @@ class TestErrors:
     def test_missing(self, tmp_path: os.PathLike[str]) -> None:
         path = os.path.join(tmp_path, "nope")
         with pytest.raises(HostfileError, match=f"{path}: hostfile not found"):
-            hf.read(path)
+            hostfiles.read(path)
 
     def test_directory(self, tmp_path: os.PathLike[str]) -> None:
         with pytest.raises(HostfileError, match="is a directory"):
-            hf.read(str(tmp_path))
+            hostfiles.read(str(tmp_path))
 
     def test_unreadable(self, tmp_path: os.PathLike[str], mocker: MockerFixture) -> None:
         # Root (as in CI) reads a mode-000 file anyway, so the refusal is injected.
         path = os.path.join(tmp_path, "hf")
         mocker.patch("builtins.open", side_effect=PermissionError(13, "Permission denied"))
         with pytest.raises(HostfileError, match="not readable"):
-            hf.read(path)
+            hostfiles.read(path)
 
 
 class TestRewrite:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mpi_bootstrap import mpi
-from mpi_bootstrap.errors import ConfigError
+from mpi_bootstrap.core.errors import ConfigError
+from mpi_bootstrap.launcher import mpi
 
 VERSIONS = Path(__file__).parent / "fixtures" / "versions"
 
@@ -22,26 +22,26 @@ class TestDetect:
         ("intel-2021.18.1.txt", "intel", "2021.18.1", "hydra"),
     ])
     def test_real_output(self, fixture: str, vendor: str, version: str, runtime: str) -> None:
-        info = mpi.identify((VERSIONS / fixture).read_text(), "/x/mpirun", "auto", "default")
+        info = mpi.identify((VERSIONS / fixture).read_text(), "/x/mpirun", "auto", "default", prefix="/x")
         assert (info.vendor, info.version, info.runtime) == (vendor, version, runtime)
         assert info.source == "detected"
 
     def test_unknown_output_is_a_clear_error(self) -> None:
         with pytest.raises(ConfigError, match=r"cannot tell which MPI /x/mpirun is .*"
                                               r"set MPI_BOOTSTRAP_MPI"):
-            mpi.identify("mystery launcher 1.0\n", "/x/mpirun", "auto", "default")
+            mpi.identify("mystery launcher 1.0\n", "/x/mpirun", "auto", "default", prefix="/x")
 
     def test_choice_when_output_unknown(self) -> None:
-        info = mpi.identify("???", "/x/mpirun", "openmpi5", "env MPI_BOOTSTRAP_MPI")
+        info = mpi.identify("???", "/x/mpirun", "openmpi5", "env MPI_BOOTSTRAP_MPI", prefix="/x")
         assert (info.vendor, info.version, info.runtime) == ("openmpi", "unknown", "prrte")
-        info = mpi.identify("???", "/x/mpirun", "intel", "env MPI_BOOTSTRAP_MPI")
+        info = mpi.identify("???", "/x/mpirun", "intel", "env MPI_BOOTSTRAP_MPI", prefix="/x")
         assert (info.vendor, info.runtime) == ("intel", "hydra")
 
     def test_openmpi_choice_needs_a_major_version(self) -> None:
         with pytest.raises(ConfigError, match="use openmpi4 or openmpi5"):
-            mpi.identify("???", "/x/mpirun", "openmpi", "env MPI_BOOTSTRAP_MPI")
+            mpi.identify("???", "/x/mpirun", "openmpi", "env MPI_BOOTSTRAP_MPI", prefix="/x")
         text = (VERSIONS / "openmpi-5.0.11.txt").read_text()
-        assert mpi.identify(text, "/x/mpirun", "openmpi", "env").runtime == "prrte"
+        assert mpi.identify(text, "/x/mpirun", "openmpi", "env", prefix="/x").runtime == "prrte"
 
 
 class TestUserCommand:

@@ -170,7 +170,7 @@ class TestLauncherPhases:
 def test_supervisor_imports_no_heavy_modules() -> None:
     """The resident supervisor loads only the standard library (footprint, issue 3)."""
     root = str(Path(__file__).parent.parent)
-    code = (f"import sys; sys.path.insert(0, {root!r}); import mpi_bootstrap.proc.resident; "
+    code = (f"import sys; sys.path.insert(0, {root!r}); import mpi_bootstrap.pid1.resident; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('structlog','dns','paramiko','psutil')))")
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
@@ -226,7 +226,7 @@ class TestServiceRestart:
     def test_restarted_and_accepts_again(self, sshd_argv: tuple[list[str], int],
                                          started: list[subprocess.Popen[str]]) -> None:
         argv, port = sshd_argv
-        p = subprocess.Popen([PY, "-m", "mpi_bootstrap.proc", "--restart", "3/60", "--",
+        p = subprocess.Popen([PY, "-m", "mpi_bootstrap.pid1", "--restart", "3/60", "--",
                               *argv], stderr=subprocess.PIPE, text=True)
         started.append(p)
         assert banner(port)
@@ -244,7 +244,7 @@ class TestServiceRestart:
     def test_gives_up(self, sshd_argv: tuple[list[str], int],
                       started: list[subprocess.Popen[str]]) -> None:
         argv, port = sshd_argv
-        p = subprocess.Popen([PY, "-m", "mpi_bootstrap.proc", "--restart", "3/60", "--",
+        p = subprocess.Popen([PY, "-m", "mpi_bootstrap.pid1", "--restart", "3/60", "--",
                               *argv], stderr=subprocess.PIPE, text=True)
         started.append(p)
         for _ in range(4):

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from mpi_bootstrap.pid1.restart import RestartPolicy
 from mpi_bootstrap.proc import signals
-from mpi_bootstrap.proc.restart import RestartPolicy
 from tests.support.pid1 import CHILD, PY, agent_argv, agent_pid, run
 
 pytestmark = [pytest.mark.timeout(180)]
@@ -297,7 +297,7 @@ def test_resident_imports_only_the_standard_library(tmp_path: Path) -> None:
     code = (f"import atexit, json, sys; sys.path.insert(0, {root!r}); "
             f"atexit.register(lambda: open({str(out)!r}, 'w').write("
             "json.dumps(sorted(sys.modules)))); "
-            "from mpi_bootstrap.proc.resident import main; sys.exit(main())")
+            "from mpi_bootstrap.pid1.resident import main; sys.exit(main())")
     for options, program in (
             (["--explain"], ["sh", "-c", "echo 'Host key verification failed.' >&2; exit 255"]),
             (["--restart", "1/60"], ["sh", "-c", "exit 1"])):
@@ -309,4 +309,4 @@ def test_resident_imports_only_the_standard_library(tmp_path: Path) -> None:
         foreign = [m for m in modules if m.split(".")[0] not in sys.stdlib_module_names
                    and m.split(".")[0] not in ("mpi_bootstrap", "__main__", "_sitebuiltins")]
         assert foreign == []
-        assert "mpi_bootstrap.failures" in modules or options != ["--explain"]
+        assert "mpi_bootstrap.core.failures" in modules or options != ["--explain"]

@@ -14,24 +14,27 @@ from typing import Any
 
 import pytest
 
-from mpi_bootstrap import hostfile as hf
-from mpi_bootstrap import mpi, render
-from mpi_bootstrap.config import Config
-from mpi_bootstrap.dns import Answer
-from mpi_bootstrap.errors import HostfileError
-from mpi_bootstrap.plan import Facts, Plan, build_plan
+from mpi_bootstrap.core import hostfile as hf
+from mpi_bootstrap.core import records
+from mpi_bootstrap.core.config import Config
+from mpi_bootstrap.core.errors import HostfileError
+from mpi_bootstrap.launcher import mpi, render
+from mpi_bootstrap.launcher.plan import Facts, Plan, build_plan
+from mpi_bootstrap.system.dns import Answer
+from tests.support.hostfacts import HOST
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
 MPIS = {
     "openmpi4": mpi.MPIInfo("openmpi", "4.1.4", "orte", "/opt/ompi4/bin/mpirun",
-                            "mpirun (Open MPI) 4.1.4", "detected"),
+                            "mpirun (Open MPI) 4.1.4", "detected", "/opt/ompi4"),
     "openmpi5": mpi.MPIInfo("openmpi", "5.0.11", "prrte", "/opt/ompi5/bin/mpirun",
-                            "mpirun (Open MPI) 5.0.11", "detected"),
+                            "mpirun (Open MPI) 5.0.11", "detected", "/opt/ompi5"),
     "mpich": mpi.MPIInfo("mpich", "5.0.2", "hydra", "/opt/mpich/bin/mpirun",
-                         "HYDRA build details:", "detected"),
+                         "HYDRA build details:", "detected", "/opt/mpich"),
     "intel": mpi.MPIInfo("intel", "2021.18.1", "hydra", "/opt/intel/bin/mpirun",
-                         "Intel(R) MPI Library for Linux* OS, Version 2021.18.1", "detected"),
+                         "Intel(R) MPI Library for Linux* OS, Version 2021.18.1", "detected",
+                         "/opt/intel"),
 }
 
 BASE_ENV = {
@@ -89,7 +92,7 @@ def make_plan(kind: str, rewrite: str, override: str, *, env_extra: dict[str, st
     env.update(env_extra or {})
     argv = ["--rewrite", rewrite, "--state-dir", "/run/mpi-bootstrap", "launcher", "--",
             *program]
-    config = Config.from_env(env, argv)
+    config = Config.from_env(env, argv, host=HOST)
     parsed = hf.parse(hostfile_text, "/etc/mpi/hostfile")
     answers = {}
     for host in parsed.hosts:
@@ -289,25 +292,24 @@ class TestSSHTrust:
               "-----END OPENSSH PRIVATE KEY-----\n"
 
     def plan(self, kind: str, exchange_mode: str) -> Plan:
-        from mpi_bootstrap import exchange, peers
-        from mpi_bootstrap.model import PlannedFile
+        from mpi_bootstrap.core.model import ClientKey, PlannedFile
 
         env = {**BASE_ENV, "MPI_BOOTSTRAP_EXCHANGE": exchange_mode,
                "MPI_BOOTSTRAP_EXCHANGE_DIR": "/shared/x"}
         config = Config.from_env(env, ["--state-dir", "/run/mpi-bootstrap", "launcher",
-                                       "--", "python3", "train.py"])
+                                       "--", "python3", "train.py"], host=HOST)
         parsed = hf.parse(HOSTFILE, "/etc/mpi/hostfile")
         answers = {n: Answer(n, addresses=(a,)) for n, a in ADDRESSES.items()}
         key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIL4FbUREZCX4XJ0cFCw6lRx4ehfW10t1GxS1s/M0/Gl2"
         file = (PlannedFile("/run/mpi-bootstrap/id_job", self.PRIVATE, 0o600, "the job's key")
                 if exchange_mode == "secret" else None)
-        client = peers.ClientKey("/run/mpi-bootstrap/id_job", key, file)
-        records = {n: exchange.Record(n.split(".")[0], (a,), 2222, key, "root")
+        client = ClientKey("/run/mpi-bootstrap/id_job", key, file)
+        recs = {n: records.Record(n.split(".")[0], (a,), 2222, key, "root")
                    for n, a in ADDRESSES.items()}
         facts = Facts(environ=env, hostfile=parsed, answers=answers, mpi=MPIS[kind],
                       interfaces=frozenset({"lo", "eth0", "net1"}), is_root=True,
                       is_pid1=True, launcher_hostname="pi-launcher", client=client,
-                      records=records, remote=tuple(ADDRESSES))
+                      records=recs, remote=tuple(ADDRESSES))
         return build_plan(config, facts)
 
     @pytest.mark.parametrize("kind", sorted(MPIS))
@@ -342,20 +344,20 @@ class TestSSHTrust:
 
 def test_ssh_goes_to_the_published_address_when_dns_is_stale() -> None:
     """DNS still names an earlier pod: ssh and the sshd wait use the worker's record."""
-    from mpi_bootstrap import exchange, peers
+    from mpi_bootstrap.core.model import ClientKey
 
     env = {**BASE_ENV, "MPI_BOOTSTRAP_EXCHANGE": "dir", "MPI_BOOTSTRAP_EXCHANGE_DIR": "/x"}
     config = Config.from_env(env, ["--state-dir", "/run/mpi-bootstrap", "launcher", "--",
-                                   "a.out"])
+                                   "a.out"], host=HOST)
     parsed = hf.parse(HOSTFILE, "/etc/mpi/hostfile")
     answers = {n: Answer(n, addresses=(a,)) for n, a in ADDRESSES.items()}
     key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIL4FbUREZCX4XJ0cFCw6lRx4ehfW10t1GxS1s/M0/Gl2"
-    records = {n: exchange.Record(n.split(".")[0], ("10.1.0.99",) if i == 0 else (a,), 2222,
-                                  key, "root") for i, (n, a) in enumerate(ADDRESSES.items())}
+    recs = {n: records.Record(n.split(".")[0], ("10.1.0.99",) if i == 0 else (a,), 2222,
+                              key, "root") for i, (n, a) in enumerate(ADDRESSES.items())}
     facts = Facts(environ=env, hostfile=parsed, answers=answers, mpi=MPIS["openmpi4"],
                   interfaces=frozenset({"lo", "eth0"}), is_root=True, is_pid1=True,
                   launcher_hostname="pi-launcher",
-                  client=peers.ClientKey("/x/job-key/id", key, None), records=records,
+                  client=ClientKey("/x/job-key/id", key, None), records=recs,
                   remote=tuple(ADDRESSES))
     plan = build_plan(config, facts)
     assert plan.ssh_targets["pi-worker-0.pi.default.svc"] == ("10.1.0.99", 2222)
@@ -430,7 +432,7 @@ class TestImageSettings:
 
     @pytest.mark.parametrize("kind", ["intel", "mpich"])
     def test_fi_provider_shm_stops_a_multi_host_job(self, kind: str) -> None:
-        from mpi_bootstrap.errors import ConfigError
+        from mpi_bootstrap.core.errors import ConfigError
 
         info = dataclasses.replace(MPIS[kind], devices=("ucx", "ofi"))
         with pytest.raises(ConfigError) as err:
@@ -440,7 +442,7 @@ class TestImageSettings:
         make_plan(kind, "none", "none", env_extra={"FI_PROVIDER": "shm"}, mpi_info=info)
 
     def test_noprefix_when_mpirun_is_in_usr(self) -> None:
-        info = dataclasses.replace(MPIS["openmpi4"], mpirun="/usr/bin/mpirun")
+        info = dataclasses.replace(MPIS["openmpi4"], mpirun="/usr/bin/mpirun", prefix="/usr")
         plan = make_plan("openmpi4", "none", "none", mpi_info=info)
         argv = argv_of(plan)
         assert "--noprefix" in argv and "--prefix" not in argv
@@ -479,4 +481,4 @@ class TestMPICHNetmod:
     def test_devices_parsed(self) -> None:
         text = ("HYDRA build details:\n    Version:  5.0.2\n    Configure options: "
                 "--with-device=ch4:ucx,ofi --with-pm=hydra:gforker\n")
-        assert mpi.identify(text, "/x/mpirun", "auto", "default").devices == ("ucx", "ofi")
+        assert mpi.identify(text, "/x/mpirun", "auto", "default", prefix="/x").devices == ("ucx", "ofi")

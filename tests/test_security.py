@@ -27,7 +27,9 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from mpi_bootstrap import exchange, keys
+from mpi_bootstrap.core import records
+from mpi_bootstrap.ssh import keys
+from mpi_bootstrap.ssh import netx as exchange
 from tests.conftest import AGENT
 from tests.support.cluster import Cluster, Pod, agent_env
 from tests.test_ssh import WORKERS, make_mount, record_of, start_workers
@@ -512,7 +514,7 @@ class TestSshdAcceptsOnlyForwardedEnv:
 # An impostor on a worker's address: answers every hello with a record signed with the
 # token it was given (argv: address, port, record JSON, token) or (replay) with a fixed,
 # recorded reply (argv: address, port, "replay", reply). Standard library only; it
-# follows the protocol in exchange.py's docstring, written out again on purpose.
+# follows the protocol in ssh/netx.py's docstring, written out again on purpose.
 IMPOSTOR = r"""
 import hashlib, hmac, json, socket, sys
 address, port, what, arg = sys.argv[1:5]
@@ -557,7 +559,7 @@ def start_impostor(cluster: Cluster, pod: Pod, what: str, arg: str) -> subproces
 
 def impostor_record(tmp: Path, pod: Pod) -> dict[str, object]:
     pair = keys.generate(str(tmp / "impostor_host_key"), "impostor")
-    return exchange.Record(pod.name, (pod.address,), 2222, pair.public, "root").to_dict()
+    return records.Record(pod.name, (pod.address,), 2222, pair.public, "root").to_dict()
 
 
 def net_launch(cluster: Cluster, tmp: Path, workers: list[str], state: str, token: str, *,

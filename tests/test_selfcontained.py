@@ -49,9 +49,10 @@ def test_the_file_list_is_the_repository() -> None:
 def test_nothing_reads_outside_the_clone(pattern: re.Pattern[str]) -> None:
     """No tracked text file names a path outside the clone."""
     me = Path(__file__).resolve()
+    captured = ROOT / "tests" / "fixtures" / "mpirun-failures"  # programs' own output
     found = []
     for path in tracked():
-        if path.resolve() == me:
+        if path.resolve() == me or (path.parent == captured and path.suffix == ".txt"):
             continue
         try:
             text = path.read_text(encoding="utf-8")

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from mpi_bootstrap import exchange, keys, sshd
+from mpi_bootstrap.ssh import keys, sshd
+from mpi_bootstrap.ssh import netx as exchange
 from tests.conftest import AGENT
 from tests.support.cluster import Cluster, Pod, agent_env
 

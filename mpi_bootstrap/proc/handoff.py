@@ -2,7 +2,7 @@
 to the lean resident supervisor (resident.py).
 
 The launcher and the worker prepare everything with structlog, dnspython and paramiko
-loaded, then exec `python -I -S … mpi_bootstrap.proc.resident --plan-fd N`, so the
+loaded, then exec `python -I -S … mpi_bootstrap.pid1.resident --plan-fd N`, so the
 process that stays resident for the whole job imports only the standard library. The
 spec travels in a memfd (the environment can be large); signals are blocked across the
 exec so none is lost (a blocked signal stays pending; an unhandled one would be dropped
@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mpi_bootstrap.environ import public
+from mpi_bootstrap.core.env import public
 from mpi_bootstrap.proc import children, signals
 from mpi_bootstrap.proc.spawn import exec_error, resolve
 
@@ -54,26 +54,16 @@ def handoff(argv: Sequence[str], env: Mapping[str, str], *, grace: float, group:
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))))
     code = (f"import sys; sys.path.insert(0, {package_parent!r}); "
-            "from mpi_bootstrap.proc.resident import main; sys.exit(main())")
+            "from mpi_bootstrap.pid1.resident import main; sys.exit(main())")
     sys.stdout.flush()
     sys.stderr.flush()
     signal.pthread_sigmask(signal.SIG_BLOCK, signals.HANDLED)
     try:
         # The resident process's own environment carries no secret: it stays readable
-        # in /proc/1/environ for the whole job (environ.py); what it needs is in the spec.
+        # in /proc/1/environ for the whole job (system/environ.py); what it needs is in the spec.
         os.execve(sys.executable, [sys.executable, "-I", "-S", "-c", code,
                                    "--plan-fd", str(fd)], public(os.environ))
     except OSError:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.HANDLED)
         os.close(fd)
         raise
-
-
-def mode(is_pid1: bool, exec_requested: bool) -> tuple[str, str]:
-    """(mode, reason) for --explain: how the child will be run."""
-    if exec_requested:
-        return "exec", "--exec: the agent is replaced by mpirun (for images that run tini)"
-    if is_pid1:
-        return "pid1", "the agent is PID 1: it supervises mpirun, forwards signals, reaps"
-    return "subreaper", ("not PID 1: the agent becomes a child subreaper so orphans are "
-                         "still reaped")

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from mpi_bootstrap.errors import ExecError, ExitStatus, signal_exit_status
+from mpi_bootstrap.core.errors import ExecError, ExitStatus, signal_exit_status
 from mpi_bootstrap.proc import signals
 
 

@@ -13,7 +13,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.demo import run_job  # noqa: E402
+from tests.demo import run_job
 
 
 def main() -> dict[str, Any]:

@@ -14,8 +14,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.engines import AGENT, BASE, DEMO  # noqa: E402
-from tests.support.engines import podman_session as session  # noqa: E402
+from tests.support.engines import AGENT, BASE, DEMO
+from tests.support.engines import podman_session as session
 
 
 def size(pm: Any, image: str) -> int:

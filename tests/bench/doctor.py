@@ -14,8 +14,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import AGENT  # noqa: E402
-from tests.support.cluster import DNS_ADDRESS, Cluster  # noqa: E402
+from tests.conftest import AGENT
+from tests.support.cluster import DNS_ADDRESS, Cluster
 
 
 def main() -> dict[str, Any]:

@@ -28,8 +28,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from mpi_bootstrap import dns  # noqa: E402
-from tests.support.dnsmasq import write_hosts_file  # noqa: E402
+from mpi_bootstrap.core import model
+from mpi_bootstrap.system import dns
+from tests.support.dnsmasq import write_hosts_file
 
 # The shell loop people put in front of mpirun today (one round).
 BASH_ROUND = ('fails=0; for h in $(cat "$1"); do getent hosts "$h" >/dev/null '
@@ -158,7 +159,7 @@ def cmd_latency(a: argparse.Namespace) -> dict[str, object]:
         warm_up(names)
         calls: list[float] = []
 
-        def lookup(name: str, _calls: list[float] = calls) -> dns.Answer:
+        def lookup(name: str, _calls: list[float] = calls) -> model.Answer:
             _calls.append(time.monotonic())  # list.append is atomic under the GIL
             return resolver(name)
 

@@ -21,7 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.netns import Netns  # noqa: E402
+from tests.support.netns import Netns
 
 PY = str(ROOT / ".venv" / "bin" / "python")
 AGENT = str(ROOT / ".venv" / "bin" / "mpi-bootstrap")
@@ -91,7 +91,7 @@ def supervisor_rss(tmp: Path) -> dict[str, Any]:
 # The same process tree under each init: PROGRAM as its only child. The agent's
 # resident supervisor runs as the hand-off starts it (python -I -S).
 RESIDENT = ("import sys; sys.path.insert(0, {root!r}); "
-            "from mpi_bootstrap.proc.resident import main; sys.exit(main())")
+            "from mpi_bootstrap.pid1.resident import main; sys.exit(main())")
 
 
 def init_argv(init: str, *program: str) -> list[str]:

@@ -40,11 +40,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from mpi_bootstrap import config, files, hostfile  # noqa: E402
-from tests.support import dnsmasq as dnsmasq_mod  # noqa: E402
-from tests.support import netns as netns_mod  # noqa: E402
-from tests.support.dnsmasq import Dnsmasq  # noqa: E402
-from tests.support.netns import Netns  # noqa: E402
+from mpi_bootstrap.core import hostfile, settings
+from mpi_bootstrap.system import files
+from tests.support import dnsmasq as dnsmasq_mod
+from tests.support import netns as netns_mod
+from tests.support.dnsmasq import Dnsmasq
+from tests.support.netns import Netns
 
 INNER = os.path.join(ROOT, "tests", "bench", "inner.py")
 OUT_DIR = os.path.join(ROOT, ".bench")
@@ -59,7 +60,7 @@ DOMAIN = "cluster.local"
 ROUND_HOSTS = 4096
 ROUND_RUNS = 5
 # The agent's shipped default (--dns-concurrency) is the headline; the sweep brackets it.
-DEFAULT_CONCURRENCY = int(next((s.default for s in config.SETTINGS
+DEFAULT_CONCURRENCY = int(next((s.default for s in settings.SETTINGS
                                 if s.name == "dns_concurrency"), 64))
 CONCURRENCIES = tuple(sorted({16, 32, 64, 128, DEFAULT_CONCURRENCY}))
 ROUND_TARGET = 0.25

@@ -18,7 +18,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.cluster import Cluster  # noqa: E402
+from tests.support.cluster import Cluster
 
 AGENT = str(ROOT / ".venv" / "bin" / "mpi-bootstrap")
 PY = str(ROOT / ".venv" / "bin" / "python")
@@ -101,11 +101,12 @@ def preflight_16() -> dict[str, Any]:
                     if line.startswith("{") and json.loads(line)["event"] == "preflight ok":
                         parallel.append(json.loads(line)["elapsed_s"])
             # One by one, the same ssh command and remote check the agent uses.
-            from mpi_bootstrap import preflight
-            from mpi_bootstrap.mpi import MPIInfo
+            from mpi_bootstrap.launcher import preflight
+            from mpi_bootstrap.launcher.mpi import MPIInfo
 
-            script = preflight.remote_script(
-                MPIInfo("openmpi", "4.1.4", "orte", "/usr/bin/mpirun", "", "detected"), None)
+            script = preflight.RemoteCheck(
+                MPIInfo("openmpi", "4.1.4", "orte", "/usr/bin/mpirun", "", "detected", "/usr"),
+                prefix=None, want_ld=None).script()
             serial_argv = ["sh", "-c", " ; ".join(
                 f"ssh -F {state}/ssh_config {n} {subprocess.list2cmdline([script])} >/dev/null"
                 for n in names[1:])]

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 BASE = "docker.io/library/debian:bookworm-slim"
 AGENT = "localhost/mpi-bootstrap:latest"
 DEMO = "localhost/mpi-bootstrap-demo:latest"

@@ -15,7 +15,7 @@ CHILD = str(Path(__file__).parent / "child.py")
 
 def agent_argv(*program: str, grace: float = 1.0, pid1: bool = True,
                options: tuple[str, ...] = ()) -> list[str]:
-    argv = [PY, "-m", "mpi_bootstrap.proc", "--grace", str(grace), *options, "--", *program]
+    argv = [PY, "-m", "mpi_bootstrap.pid1", "--grace", str(grace), *options, "--", *program]
     return ["unshare", "--pid", "--fork", "--mount-proc", *argv] if pid1 else argv
 
 

@@ -1,0 +1,227 @@
+"""Configuration: every setting from flag, else environment, else default — read once.
+
+`Config.from_env(environ, argv, host)` is the only reader of the environment and the
+command line. It returns a frozen object, reports every bad setting at once (naming the
+flag or variable), and records where each value came from so `--explain` can show it.
+What it needs to know about the machine (`HostFacts`) is gathered before and passed in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from mpi_bootstrap.core.errors import ConfigError
+from mpi_bootstrap.core.names import is_plain_path
+from mpi_bootstrap.core.settings import ROLES, SETTINGS, Source, make_parser, split_role
+
+
+@dataclasses.dataclass(frozen=True)
+class HostFacts:
+    """The machine, as far as the config depends on it (`system.host.facts()`)."""
+
+    euid: int
+    exists: Callable[[str], bool]  # is there a file at this path (a mounted key)?
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Every setting of one run, frozen; `sources` says where each came from."""
+
+    role: str
+    program: tuple[str, ...]
+    explain: bool
+    json: bool
+    hostfile: str
+    output_hostfile: str
+    dns_wait_seconds: float
+    dns_wait_interval: float
+    dns_concurrency: int
+    rewrite: str
+    cluster_domain: str
+    control_iface: str
+    data_iface: str | None
+    mpi: str
+    mpirun: str | None
+    forward_env: tuple[str, ...]
+    np: int | None
+    exec: bool
+    grace_seconds: float
+    signal_group: bool
+    exchange: str
+    exchange_dir: str | None
+    exchange_port: int
+    token: str | None = dataclasses.field(repr=False)  # a secret: never in repr or logs
+    ssh_auth_dir: str
+    sshd_port: int | None
+    sshd: str
+    ssh_user: str | None
+    preflight: bool
+    startup_timeout: float
+    ssh_connect_timeout: int
+    state_dir: str
+    log_format: str
+    log_level: str
+    sources: Mapping[str, Source]
+    notes: tuple[str, ...] = ()
+    exchange_reason: str = ""  # why this exchange (`auto` says what it found)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], argv: Sequence[str],
+                 host: HostFacts) -> Config:
+        """Parse `argv` (without the program name) over `environ`; raise ConfigError."""
+        return _build(environ, list(argv), host)
+
+    def source(self, name: str) -> Source:
+        return self.sources[name]
+
+
+def _default_state_dir(environ: Mapping[str, str], euid: int) -> str:
+    """/run/mpi-bootstrap as root. Otherwise ~/.mpi-bootstrap: sshd's StrictModes accepts
+    keys below a home directory the user owns, never below /tmp (writable by all, sticky
+    or not); /tmp/mpi-bootstrap-UID only when there is no usable home."""
+    if euid == 0:
+        return "/run/mpi-bootstrap"
+    home = (environ.get("HOME") or "").rstrip("/")
+    if home and is_plain_path(home):
+        return f"{home}/.mpi-bootstrap"
+    return f"/tmp/mpi-bootstrap-{euid}"  # noqa: S108 - created 0700, per user; no home
+
+
+def _auto_exchange(values: Mapping[str, Any], host: HostFacts) -> tuple[str, str]:
+    """The exchange `auto` picks, and why (shown by --explain and logged at start)."""
+    if values["exchange_dir"]:
+        return "dir", "auto: MPI_BOOTSTRAP_EXCHANGE_DIR is set"
+    if values["token"]:
+        return "net", "auto: MPI_BOOTSTRAP_TOKEN is set"
+    key = os.path.join(values["ssh_auth_dir"], "id_rsa")
+    if host.exists(key):
+        return "secret", f"auto: a key is mounted at {key}"
+    return "none", (f"auto: no key at {key}, no MPI_BOOTSTRAP_EXCHANGE_DIR and no "
+                    "MPI_BOOTSTRAP_TOKEN, so the agent sets up no ssh trust and mpirun "
+                    "relies on the image's own sshd and keys")
+
+
+@dataclasses.dataclass
+class _Draft:
+    """A config being built: values so far, where each came from, what is wrong."""
+
+    values: dict[str, Any] = dataclasses.field(default_factory=dict)
+    sources: dict[str, Source] = dataclasses.field(default_factory=dict)
+    problems: list[str] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+def _read_settings(d: _Draft, ns: argparse.Namespace, environ: Mapping[str, str]) -> None:
+    """Each setting from its flag, else the first variable set, else its default."""
+    for s in SETTINGS:
+        raw: str | None = None
+        src = Source("default")
+        flag_value = getattr(ns, s.name, None) if s.flag else None
+        if flag_value is not None:
+            raw, src = flag_value, Source("flag", s.flag or "")
+        else:
+            for env in s.envs:
+                if env in environ:
+                    raw, src = environ[env], Source("env", env)
+                    break
+        if raw is None:
+            d.values[s.name] = s.default
+        else:
+            try:
+                d.values[s.name] = s.parse(raw)
+            except ValueError as exc:
+                d.problems.append(f"{src.name}: {exc}")
+                d.values[s.name] = s.default
+        d.sources[s.name] = src
+
+
+def _legacy_rewrite(d: _Draft) -> None:
+    """REWRITE_MPI_HOSTFILE_FQDN=true (the seed scripts' switch) means --rewrite fqdn,
+    unless the agent's own setting says otherwise."""
+    values, sources = d.values, d.sources
+    if values.pop("rewrite_fqdn_legacy") and sources["rewrite"].kind == "default":
+        values["rewrite"] = "fqdn"
+        sources["rewrite"] = Source("env", "REWRITE_MPI_HOSTFILE_FQDN")
+    elif sources["rewrite_fqdn_legacy"].kind != "default" and sources["rewrite"].kind != "default":
+        d.notes.append(f"REWRITE_MPI_HOSTFILE_FQDN ignored: {sources['rewrite']} "
+                       f"sets rewrite={values['rewrite']}")
+    sources.pop("rewrite_fqdn_legacy")
+
+
+def _role(d: _Draft, role_word: str | None, environ: Mapping[str, str]) -> str:
+    """The role word on the command line, else MPI_BOOTSTRAP_ROLE, else K_MPI_JOB_ROLE."""
+    if role_word is not None:
+        d.sources["role"] = Source("flag", role_word)
+        return role_word
+    for env in ("MPI_BOOTSTRAP_ROLE", "K_MPI_JOB_ROLE"):
+        if environ.get(env):
+            role = environ[env].strip().lower()
+            d.sources["role"] = Source("env", env)
+            if role not in ROLES:
+                d.problems.append(f"{env}: {environ[env]!r} is not one of {', '.join(ROLES)}")
+            return role
+    d.problems.append("no role: give `launcher` or `worker`, or set MPI_BOOTSTRAP_ROLE")
+    return "launcher"
+
+
+def _derived(d: _Draft, environ: Mapping[str, str], host: HostFacts) -> str:
+    """Defaults that depend on other settings or the machine; returns why this exchange."""
+    values, sources = d.values, d.sources
+    if values["state_dir"] is None:
+        values["state_dir"] = _default_state_dir(environ, host.euid)
+    if values["ssh_auth_dir"] is None:
+        values["ssh_auth_dir"] = os.path.join(environ.get("HOME") or "/root", ".ssh")
+    if values["output_hostfile"] is None:
+        values["output_hostfile"] = f"{values['state_dir']}/hostfile"
+    exchange_reason = f"set by {sources['exchange']}"
+    if values["exchange"] == "auto":
+        values["exchange"], exchange_reason = _auto_exchange(values, host)
+    if values["exchange"] == "dir" and not values["exchange_dir"]:
+        d.problems.append("MPI_BOOTSTRAP_EXCHANGE: 'dir' needs MPI_BOOTSTRAP_EXCHANGE_DIR")
+    if values["exchange"] == "net" and not values["token"]:
+        d.problems.append("MPI_BOOTSTRAP_EXCHANGE: 'net' needs MPI_BOOTSTRAP_TOKEN "
+                          "(from a Kubernetes Secret)")
+    if values["sshd_port"] is None:
+        values["sshd_port"] = 2222 if values["exchange"] == "secret" else 0
+    elif values["exchange"] == "secret" and values["sshd_port"] == 0:
+        d.problems.append(f"{sources['sshd_port'].name}: the secret exchange needs a fixed "
+                          "port (no exchange tells the launcher a free one)")
+    return exchange_reason
+
+
+def _role_checks(d: _Draft, role: str, program: list[str], ns: argparse.Namespace) -> None:
+    """What each role needs from the command line."""
+    values = d.values
+    if ns.json and not ns.explain and role != "doctor":
+        d.problems.append("--json: only valid with --explain or doctor")
+    if role == "worker" and program:
+        d.notes.append(f"worker command {program[0]!r} ignored: the agent runs its own sshd")
+    if role == "launcher":
+        if not program:
+            d.problems.append("launcher: no program given "
+                              "(mpi-bootstrap launcher -- PROGRAM ARGS…)")
+        if os.path.normpath(values["hostfile"]) == os.path.normpath(values["output_hostfile"]):
+            d.problems.append(
+                f"{d.sources['output_hostfile'].name or 'MPI_BOOTSTRAP_OUTPUT_HOSTFILE'}: "
+                f"must differ from the input hostfile {values['hostfile']} "
+                "(the input is never modified)")
+
+
+def _build(environ: Mapping[str, str], argv: list[str], host: HostFacts) -> Config:
+    options, role_word, program = split_role(argv)
+    ns = make_parser().parse_args(options)
+    d = _Draft()
+    _read_settings(d, ns, environ)
+    _legacy_rewrite(d)
+    role = _role(d, role_word, environ)
+    exchange_reason = _derived(d, environ, host)
+    _role_checks(d, role, program, ns)
+    if d.problems:
+        raise ConfigError(d.problems)
+    return Config(role=role, program=tuple(program), explain=bool(ns.explain),
+                  json=bool(ns.json), sources=d.sources, notes=tuple(d.notes),
+                  exchange_reason=exchange_reason, **d.values)

@@ -1,0 +1,93 @@
+"""A worker's record: where its sshd listens and which host key it presents — the one
+thing every exchange carries (`secret` makes it up, `dir` files it, `net` sends it):
+`{"v": 1, "host", "addresses", "port", "host_key", "user"}`. Nothing in it is secret.
+
+Also what the `dir` exchange's own files say (ssh/dirx.py reads and writes them): a
+job is identified by its key, and `job-done` names the key of the job that ended.
+Pure: validation only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from mpi_bootstrap.core.names import is_dns_name, is_ip_literal, is_public_key, is_user_name
+
+VERSION = 1  # of a record
+MAX_MESSAGE = 16384  # bytes: a record, or a net-exchange message
+
+# The dir exchange's names (ssh/dirx.py).
+KEY_DIR = "job-key"
+DONE_FILE = "job-done"
+
+
+def is_version(v: Any, version: int = VERSION) -> bool:
+    """Exactly the integer `version`: JSON `true` and `1.0` are == 1 in Python."""
+    return type(v) is int and v == version
+
+
+
+class RecordError(ValueError):
+    """A record or message that does not have exactly the expected shape."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    host: str  # the worker's hostname (pod name)
+    addresses: tuple[str, ...]  # its control-interface addresses
+    port: int
+    host_key: str  # "ssh-ed25519 AAAA…"
+    user: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"v": VERSION, "host": self.host, "addresses": list(self.addresses),
+                "port": self.port, "host_key": self.host_key, "user": self.user}
+
+
+def record_from(data: Any) -> Record:
+    """Validate a decoded record: every field present, typed and in range; no extras."""
+    if not isinstance(data, dict):
+        raise RecordError("not a JSON object")
+    expected = {"v", "host", "addresses", "port", "host_key", "user"}
+    if set(data) != expected:
+        raise RecordError(f"fields {sorted(set(data) ^ expected)} unexpected or missing")
+    if not is_version(data["v"]):
+        raise RecordError(f"version {data['v']!r} is not {VERSION}")
+    host, port, key, user, addrs = (data["host"], data["port"], data["host_key"],
+                                    data["user"], data["addresses"])
+    if not isinstance(host, str) or not is_dns_name(host) or host.endswith("."):
+        raise RecordError("host is not a hostname")
+    if type(port) is not int or not 1 <= port <= 65535:
+        raise RecordError("port is not 1..65535")
+    if not isinstance(key, str) or not is_public_key(key):
+        raise RecordError("host_key is not one OpenSSH public key (type and base64 only)")
+    if not isinstance(user, str) or not is_user_name(user):
+        raise RecordError("user is not a user name")
+    if not isinstance(addrs, list) or len(addrs) > 16 or not all(
+            isinstance(a, str) and is_ip_literal(a) for a in addrs):
+        raise RecordError("addresses is not a list of IP addresses")
+    return Record(host, tuple(addrs), port, key, user)
+
+
+def decode(text: str | bytes, where: str) -> Record:
+    try:
+        return record_from(json.loads(text))
+    except (ValueError, RecursionError) as exc:
+        raise RecordError(f"{where}: {exc}") from None
+
+
+def is_target(target: str, record: Record) -> bool:
+    """Is `target` (a hostname or an address) the worker of `record`? A name matches the
+    record's host by its first label (the hostfile may name `<pod>.<job>.<ns>.svc`), an
+    address matches one of the record's addresses."""
+    if is_ip_literal(target):
+        return target in record.addresses
+    return is_dns_name(target) and target.split(".", 1)[0].lower() == record.host.lower()
+
+
+
+def done_text(key_fingerprint: str) -> str:
+    """What `job-done` holds when the job with that key succeeded."""
+    return f"done {key_fingerprint}\n"

@@ -1,0 +1,342 @@
+"""The settings table: every flag and variable the agent reads, its parser and default.
+
+One row per setting (`SETTINGS`); `make_parser` and `--help` are generated from it, and
+`core.config` reads a run's values through it. Pure: nothing here reads the system.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from mpi_bootstrap.core.errors import ConfigError
+from mpi_bootstrap.core.names import (
+    is_dns_name,
+    is_env_name,
+    is_iface_name,
+    is_plain_path,
+    is_user_name,
+)
+
+ROLES = ("launcher", "worker", "probe", "doctor")
+# Names a secondary "fast" NIC gets: Multus/SR-IOV attaches `net1`, DraNet `dranet0`.
+DATA_IFACE_CANDIDATES = ("net1", "dranet0")
+REWRITE_MODES = ("none", "fqdn", "ip")
+EXCHANGE_MODES = ("auto", "secret", "dir", "net", "none")
+MPI_CHOICES = ("auto", "openmpi", "openmpi4", "openmpi5", "mpich", "intel")
+LOG_FORMATS = ("auto", "json", "console")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+# ---------------------------------------------------------------- value parsers
+# Each returns the parsed value or raises ValueError with a short reason.
+
+def _str(raw: str) -> str:
+    return raw
+
+
+def _path(raw: str) -> str:
+    if not raw:
+        raise ValueError("must not be empty")
+    if "\0" in raw:
+        raise ValueError("contains a NUL byte")
+    return raw
+
+
+def _plain_dir(raw: str) -> str:
+    """A directory whose paths go into ssh and sshd configs (and `ssh -F PATH`)."""
+    _path(raw)
+    if not is_plain_path(raw):
+        raise ValueError(f"{raw!r} must be an absolute path of letters, digits and "
+                         "_ . / @ + - only (it is written into ssh and sshd configs)")
+    return raw.rstrip("/") or "/"
+
+
+def _seconds(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{raw!r} is not a number of seconds") from None
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{raw!r} must be a finite number ≥ 0")
+    return value
+
+
+def _positive_seconds(raw: str) -> float:
+    value = _seconds(raw)
+    if value <= 0:
+        raise ValueError(f"{raw!r} must be > 0")
+    return value
+
+
+def _positive_int(raw: str) -> int:
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise ValueError(f"{raw!r} is not a whole number") from None
+    if value < 1:
+        raise ValueError(f"{raw!r} must be ≥ 1")
+    return value
+
+
+def _bool(raw: str) -> bool:
+    low = raw.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError(f"{raw!r} is not a boolean (true/false)")
+
+
+def _choice(choices: Sequence[str]) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        low = raw.strip().lower()
+        if low not in choices:
+            raise ValueError(f"{raw!r} is not one of {', '.join(choices)}")
+        return low
+    return parse
+
+
+def _domain(raw: str) -> str:
+    value = raw.strip().strip(".")
+    if not is_dns_name(value):
+        raise ValueError(f"{raw!r} is not a DNS domain")
+    return value.lower()
+
+
+def _port(raw: str) -> int:
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise ValueError(f"{raw!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise ValueError(f"{raw!r} is not 0..65535")
+    return value
+
+
+def _token(raw: str) -> str:
+    if len(raw) < 16:
+        raise ValueError("must be at least 16 characters (value not shown)")
+    # os.environ surrogate-escapes bytes that are not UTF-8 (a binary Secret); the
+    # exchange encodes the token, which then raised UnicodeEncodeError (exit 70).
+    try:
+        raw.encode()
+    except UnicodeEncodeError:
+        raise ValueError("is not UTF-8 text (value not shown)") from None
+    return raw
+
+
+def _user(raw: str) -> str:
+    if not is_user_name(raw):
+        raise ValueError(f"{raw!r} is not a user name")
+    return raw
+
+
+def _iface(raw: str) -> str:
+    if not is_iface_name(raw):
+        raise ValueError(f"{raw!r} is not an interface name")
+    return raw
+
+
+def _patterns(raw: str) -> tuple[str, ...]:
+    """`A,B PREFIX_*`: names, or prefixes ending in '*'; commas or spaces separate."""
+    out: list[str] = []
+    for item in re.split(r"[,\s]+", raw.strip()):
+        if not item:
+            continue
+        name = item[:-1] if item.endswith("*") else item
+        if not is_env_name(name):
+            raise ValueError(f"{item!r} is not a variable name or NAME* prefix")
+        out.append(item)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- the settings table
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting: its flag, the variables that may set it (first wins), its default."""
+
+    name: str
+    flag: str | None
+    envs: tuple[str, ...]
+    default: Any
+    parse: Callable[[str], Any]
+    help: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("hostfile", "--hostfile", ("MPI_HOSTFILE",), "/etc/mpi/hostfile", _path,
+            "hostfile to read (never modified)"),
+    Setting("output_hostfile", "--output-hostfile", ("MPI_BOOTSTRAP_OUTPUT_HOSTFILE",),
+            None, _path,
+            "where the rewritten hostfile is written (default: STATE_DIR/hostfile); the "
+            "original text goes to PATH.orig"),
+    Setting("dns_wait_seconds", "--dns-wait-seconds", ("MPI_DNS_WAIT_SECONDS",), 120.0,
+            _seconds, "hard deadline for every host to resolve (0 = one round)"),
+    Setting("dns_wait_interval", "--dns-wait-interval", ("MPI_DNS_WAIT_INTERVAL",), 3.0,
+            _positive_seconds,
+            "paces re-polling: at most max(20, hosts/interval) lookups per second"),
+    # 32: as fast as 64 here, and each lookup sends two queries (A and AAAA); at ~100
+    # in flight dnsmasq's receive buffer overflowed and glibc waited out 5 s timeouts.
+    Setting("dns_concurrency", "--dns-concurrency", ("MPI_BOOTSTRAP_DNS_CONCURRENCY",), 32,
+            _positive_int, "lookups in flight at once"),
+    Setting("rewrite", "--rewrite", ("MPI_BOOTSTRAP_REWRITE",), "none",
+            _choice(REWRITE_MODES), "rewrite hostnames: none, fqdn (x.svc → x.svc.DOMAIN), ip"),
+    Setting("rewrite_fqdn_legacy", None, ("REWRITE_MPI_HOSTFILE_FQDN",), False, _bool,
+            "legacy switch: true means --rewrite fqdn"),
+    Setting("cluster_domain", "--cluster-domain", ("MPI_BOOTSTRAP_CLUSTER_DOMAIN",),
+            "cluster.local", _domain, "Kubernetes cluster domain"),
+    Setting("control_iface", "--control-iface", ("MPI_BOOTSTRAP_CONTROL_IFACE",), "eth0",
+            _iface, "interface for ssh and MPI control traffic"),
+    Setting("data_iface", "--data-iface", ("MPI_BOOTSTRAP_DATA_IFACE",), None, _iface,
+            "NCCL data interface (default: NCCL_SOCKET_IFNAME, else net1 or dranet0 if present)"),
+    Setting("mpi", "--mpi", ("MPI_BOOTSTRAP_MPI",), "auto", _choice(MPI_CHOICES),
+            "which MPI (auto = detect from `mpirun --version`)"),
+    Setting("mpirun", "--mpirun", ("MPI_BOOTSTRAP_MPIRUN",), None, _path,
+            "mpirun to use (default: `mpirun` on PATH)"),
+    Setting("forward_env", "--forward-env", ("MPI_BOOTSTRAP_FORWARD_ENV",), (), _patterns,
+            "extra variables to forward: NAME or PREFIX*, comma separated"),
+    Setting("np", "--np", ("MPI_BOOTSTRAP_NP",), None, _positive_int,
+            "number of ranks (default: sum of slots)"),
+    Setting("startup_timeout", "--startup-timeout", ("MPI_BOOTSTRAP_STARTUP_TIMEOUT",), 300.0,
+            _seconds, "Open MPI 4: abort if daemons do not report back in time (0 = never)"),
+    Setting("ssh_connect_timeout", "--ssh-connect-timeout",
+            ("MPI_BOOTSTRAP_SSH_CONNECT_TIMEOUT",), 10, _positive_int,
+            "ssh ConnectTimeout used by mpirun's launcher"),
+    Setting("exec", "--exec", ("MPI_BOOTSTRAP_EXEC",), False, _bool,
+            "replace the agent by mpirun instead of supervising it (images that run tini)"),
+    Setting("grace_seconds", "--grace-seconds", ("MPI_BOOTSTRAP_GRACE_SECONDS",), 10.0,
+            _seconds, "after mpirun exits: SIGTERM what is left, SIGKILL after this long"),
+    Setting("signal_group", "--signal-group", ("MPI_BOOTSTRAP_SIGNAL_GROUP",), False, _bool,
+            "forward signals to mpirun's whole process group, not only mpirun"),
+    Setting("exchange", "--exchange", ("MPI_BOOTSTRAP_EXCHANGE",), "auto",
+            _choice(EXCHANGE_MODES),
+            "how peers learn each other's sshd: secret, dir, net, none, or auto (dir if "
+            "EXCHANGE_DIR is set, else net if TOKEN is set, else secret if a key is mounted)"),
+    Setting("exchange_dir", "--exchange-dir", ("MPI_BOOTSTRAP_EXCHANGE_DIR",), None,
+            _plain_dir,
+            "shared directory for the dir exchange"),
+    Setting("exchange_port", "--exchange-port", ("MPI_BOOTSTRAP_EXCHANGE_PORT",), 2223,
+            _port, "TCP port of the workers' net exchange"),
+    Setting("token", None, ("MPI_BOOTSTRAP_TOKEN",), None, _token,
+            "shared secret of the net exchange (environment only, never logged)"),
+    Setting("ssh_auth_dir", "--ssh-auth-dir", ("MPI_BOOTSTRAP_SSH_AUTH_DIR",), None, _path,
+            "where the job's key Secret is mounted (MPI Operator's sshAuthMountPath; "
+            "default ~/.ssh)"),
+    Setting("sshd_port", "--sshd-port", ("MPI_BOOTSTRAP_SSHD_PORT",), None, _port,
+            "worker sshd port: a number, or 0 for a free one (default 2222 with the secret "
+            "exchange, else 0)"),
+    Setting("sshd", "--sshd", ("MPI_BOOTSTRAP_SSHD",), "/usr/sbin/sshd", _path,
+            "the OpenSSH sshd binary"),
+    Setting("ssh_user", "--ssh-user", ("MPI_BOOTSTRAP_SSH_USER",), None, _user,
+            "user the launcher logs in as (default: from each worker's record, or the "
+            "launcher's own user)"),
+    Setting("preflight", "--preflight", ("MPI_BOOTSTRAP_PREFLIGHT",), True, _bool,
+            "check every worker over ssh before starting mpirun"),
+    Setting("state_dir", "--state-dir", ("MPI_BOOTSTRAP_STATE_DIR",), None,
+            _plain_dir,
+            "private directory for generated files (default /run/mpi-bootstrap as root)"),
+    Setting("log_format", "--log-format", ("MPI_BOOTSTRAP_LOG_FORMAT",), "auto",
+            _choice(LOG_FORMATS), "json, console, or auto (console on a TTY)"),
+    Setting("log_level", "--log-level", ("MPI_BOOTSTRAP_LOG_LEVEL",), "info",
+            _choice(LOG_LEVELS), "debug, info, warning, error"),
+)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where a setting's value came from: `default`, `env NAME` or `flag --x`."""
+
+    kind: str  # "default" | "env" | "flag"
+    name: str = ""
+
+    def __str__(self) -> str:
+        return self.kind if self.kind == "default" else f"{self.kind} {self.name}"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports problems instead of exiting with 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError([message])
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="mpi-bootstrap",
+        description="Make mpirun work the first time in MPI jobs on Kubernetes.",
+        epilog="Every flag may also be set by the variable named in its help; "
+               "the flag wins. See README.md for the exit codes.",
+    )
+    parser.add_argument("--explain", action="store_true",
+                        help="show every decision and the exact mpirun argv; run nothing")
+    parser.add_argument("--json", action="store_true", help="with --explain: one JSON object")
+    for s in SETTINGS:
+        if s.flag is None:
+            continue
+        envs = ", ".join(s.envs)
+        text = f"{s.help} [{envs}; default: {_show_default(s.default)}]"
+        if s.default is False:  # a switch: the flag alone turns it on
+            parser.add_argument(s.flag, dest=s.name, default=None, action="store_const",
+                                const="true", help=text)
+        else:
+            parser.add_argument(s.flag, dest=s.name, default=None, metavar="VALUE", help=text)
+    parser.add_argument("role", nargs="?", help="launcher or worker "
+                        "(default: MPI_BOOTSTRAP_ROLE, else K_MPI_JOB_ROLE)")
+    parser.add_argument("program", nargs=argparse.REMAINDER,
+                        help="-- PROGRAM ARGS…: the command to run (mpirun … is wrapped)")
+    return parser
+
+
+def _show_default(value: Any) -> str:
+    if value is None:
+        return "auto"
+    if isinstance(value, tuple):
+        return ",".join(value) or "none"
+    return str(value)
+
+
+def split_role(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
+    """Split argv into (agent options, role word or None, program).
+
+    The role word is optional so that `ENTRYPOINT ["mpi-bootstrap"]` works with the user's
+    command as arguments: the first token that is neither an option nor an option's value
+    starts the program unless it is a role word.
+    """
+    takes_value = {s.flag for s in SETTINGS if s.flag and s.default is not False}
+    options: list[str] = []
+    role: str | None = None
+    i = 0
+    # A loop, not recursion per role word: `worker worker …` × 1000 hit RecursionError.
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            return options, role, argv[i + 1:]
+        if tok.startswith("-") and tok != "-":
+            options.append(tok)
+            if tok in takes_value and "=" not in tok:
+                if i + 1 < len(argv):
+                    options.append(argv[i + 1])
+                i += 2
+                continue
+            i += 1
+            continue
+        if tok in ROLES:
+            role = role or tok  # the first role word counts; later ones are dropped
+            i += 1
+            continue
+        return options, role, argv[i:]
+    return options, role, []
+
+
+def setting(name: str) -> Setting:
+    return _BY_NAME[name]

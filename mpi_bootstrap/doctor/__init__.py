@@ -1,0 +1,1 @@
+"""`mpi-bootstrap doctor`: why a job cannot start, host by host."""

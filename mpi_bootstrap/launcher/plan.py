@@ -1,0 +1,274 @@
+"""The launcher's Plan: a pure function of the config and the gathered facts.
+
+The same Plan drives `--explain` (rendered, then the agent stops) and the real run
+(the executor writes its files and starts its argv). Nothing here touches the system.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from mpi_bootstrap.core import hostfile as hf
+from mpi_bootstrap.core import records
+from mpi_bootstrap.core.config import Config
+from mpi_bootstrap.core.env import public
+from mpi_bootstrap.core.model import Answer, ClientKey, Decision, PlannedFile
+from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
+from mpi_bootstrap.launcher import mpi
+from mpi_bootstrap.ssh import sshconfig
+
+
+@dataclasses.dataclass(frozen=True)
+class HostEntry:
+    name: str  # as written in the input hostfile
+    address: str | None  # first address the system resolver gave
+    slots: int
+    rewritten_to: str  # the name mpirun sees
+    line: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """Everything the launcher learned before planning."""
+
+    environ: Mapping[str, str]
+    hostfile: hf.Hostfile
+    answers: Mapping[str, Answer]  # lookup name → last answer
+    mpi: mpi.MPIInfo
+    interfaces: frozenset[str]
+    is_root: bool
+    is_pid1: bool
+    launcher_hostname: str
+    # SSH trust (issue 4): the job's client key, and the records of the remote workers
+    # by the name mpirun uses. Empty with MPI_BOOTSTRAP_EXCHANGE=none.
+    client: ClientKey | None = None
+    records: Mapping[str, records.Record] = dataclasses.field(default_factory=dict)
+    remote: tuple[str, ...] = ()  # names mpirun reaches over ssh
+    deadline: float = 0.0  # monotonic: DNS, records, sshd readiness and preflight share it
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    mpi: mpi.MPIInfo
+    hosts: tuple[HostEntry, ...]
+    hostfile_path: str
+    hostfile_text: str
+    files: tuple[PlannedFile, ...]
+    argv: tuple[str, ...]
+    env_set: Mapping[str, str]
+    forwarded: tuple[str, ...]
+    decisions: tuple[Decision, ...]
+    wrap: bool
+    program_index: int  # argv[program_index:] is the user's program
+    ssh_command: tuple[str, ...] = ("ssh",)
+    ssh_targets: Mapping[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
+    remote: tuple[str, ...] = ()
+    preflight: bool = False
+    prefix: str | None = None  # Open MPI's --prefix, where preflight looks for orted
+    done_file: str | None = None  # dir exchange: `job-done`, written after success
+    done_text: str = ""
+    deadline: float = 0.0
+
+    def environment(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """mpirun's environment: the agent's own, then what the plan adds, in its order.
+
+        Order matters: the plan's variables come last (see mpi.ENV_END).
+        """
+        # The agent's own secret never reaches mpirun (local ranks inherit its env).
+        env = {k: v for k, v in public(environ).items() if k not in self.env_set}
+        env.update(self.env_set)
+        return env
+
+
+def lookup_name(name: str, config: Config) -> str:
+    """The name the DNS wait asks for: what mpirun will use, before any IP rewrite.
+
+    `ip` mode looks the FQDN form up, so it also works where only `.svc.<domain>`
+    resolves (MPI Operator clusters whose DNS refuses the short `.svc` form).
+    """
+    if config.rewrite in ("fqdn", "ip"):
+        return hf.fqdn(name, config.cluster_domain)
+    return name
+
+
+def data_iface(config: Config, environ: Mapping[str, str],
+               interfaces: frozenset[str]) -> tuple[str | None, Decision]:
+    if config.data_iface:
+        return config.data_iface, Decision("data interface", config.data_iface,
+                                           str(config.source("data_iface")), "set explicitly")
+    nccl = environ.get("NCCL_SOCKET_IFNAME")
+    if nccl:
+        return nccl, Decision("data interface", nccl, "env NCCL_SOCKET_IFNAME",
+                              "the user's NCCL setting names it")
+    for name in DATA_IFACE_CANDIDATES:
+        if name in interfaces:
+            return name, Decision("data interface", name, "detected",
+                                  f"first of {', '.join(DATA_IFACE_CANDIDATES)} present")
+    return None, Decision("data interface", "(none)", "detected",
+                          f"none of {', '.join(DATA_IFACE_CANDIDATES)} present")
+
+
+def build_plan(config: Config, facts: Facts) -> Plan:
+    decisions: list[Decision] = [
+        Decision("role", config.role, str(config.source("role")), "launcher runs mpirun"),
+        Decision("mpi", f"{facts.mpi.vendor} {facts.mpi.version}", facts.mpi.source,
+                 f"{facts.mpi.mpirun} --version: {facts.mpi.version_line!r}"),
+        Decision("hostfile", facts.hostfile.path, str(config.source("hostfile")),
+                 f"{len(facts.hostfile.hosts)} hosts, {facts.hostfile.total_slots} slots"),
+        Decision("rewrite", config.rewrite, str(config.source("rewrite")),
+                 {"none": "names kept as written",
+                  "fqdn": f"x.svc → x.svc.{config.cluster_domain}",
+                  "ip": "names replaced by the addresses the DNS wait found"}[config.rewrite]),
+    ]
+    decisions.extend(Decision("note", "", "config", n) for n in config.notes)
+
+    entries = host_entries(config, facts.hostfile, facts.answers)
+    hosts = hf.rename(facts.hostfile, {e.name: e.rewritten_to for e in entries})
+    runtime = facts.mpi.runtime
+    form = hf.HYDRA if runtime == mpi.HYDRA else hf.OPENMPI
+    text = hf.render(hosts, form)
+    decisions.append(Decision("hostfile form", form, "detected",
+                              f"the form {facts.mpi.vendor} reads"))
+
+    data, data_decision = data_iface(config, facts.environ, facts.interfaces)
+    decisions.append(data_decision)
+    if config.control_iface not in facts.interfaces:
+        decisions.append(Decision("control interface", config.control_iface,
+                                  str(config.source("control_iface")),
+                                  f"WARNING: not present here (have: "
+                                  f"{', '.join(sorted(facts.interfaces))})"))
+    else:
+        decisions.append(Decision("control interface", config.control_iface,
+                                  str(config.source("control_iface")),
+                                  "ssh and MPI control traffic stay on the pod network"))
+
+    ssh_cmd, ssh_files, targets = ssh_setup(config, facts, entries, decisions)
+    spec = mpi.build(mpi.LaunchFacts(
+        mpi=facts.mpi,
+        program=config.program,
+        hostfile=config.output_hostfile,
+        input_hostfile=facts.hostfile.path,
+        total_slots=facts.hostfile.total_slots,
+        np=config.np,
+        np_source=str(config.source("np")),
+        control_iface=config.control_iface,
+        data_iface=data,
+        environ=facts.environ,
+        is_root=facts.is_root,
+        ssh_command=ssh_cmd,
+        ssh_wrapper=f"{config.state_dir}/ssh-launcher",
+        forward_patterns=config.forward_env,
+        startup_timeout=config.startup_timeout,
+        multi_host=bool(facts.remote),
+    ))
+    decisions.extend(spec.decisions)
+    how, why = supervision(facts.is_pid1, config.exec)
+    if how != "exec":
+        why += (f"; after mpirun exits, leftovers get SIGTERM, then SIGKILL after "
+                f"{config.grace_seconds:g} s; the resident supervisor imports only the "
+                "standard library")
+    decisions.append(Decision("supervision", how, str(config.source("exec")), why))
+    files = (
+        PlannedFile(f"{config.output_hostfile}.orig", facts.hostfile.text, 0o644,
+                    f"original text of {facts.hostfile.path}, kept for reference"),
+        PlannedFile(config.output_hostfile, text, 0o644, "hostfile for mpirun"),
+        *ssh_files,
+        *spec.files,
+    )
+    preflight = config.preflight and bool(facts.remote)
+    decisions.append(Decision(
+        "preflight", "on" if preflight else "off", str(config.source("preflight")),
+        f"ssh to {len(facts.remote)} workers in parallel: the MPI's daemon is found and "
+        "LD_LIBRARY_PATH arrives, else exit 69 before mpirun" if preflight else
+        "disabled" if not config.preflight else "no remote workers (all ranks local)"))
+    prefix = next((spec.argv[i + 1] for i, a in enumerate(spec.argv[:spec.program_index])
+                   if a == "--prefix"), None)
+    done = done_text = None
+    if config.exchange == "dir" and config.exchange_dir and facts.client is not None:
+        done = f"{config.exchange_dir}/{records.DONE_FILE}"
+        done_text = records.done_text(facts.client.job or "(created at run time)")
+    return Plan(mpi=facts.mpi, hosts=tuple(entries), hostfile_path=config.output_hostfile,
+                hostfile_text=text, files=files, argv=spec.argv, env_set=spec.env_set,
+                forwarded=spec.forwarded, decisions=tuple(decisions), wrap=spec.wrap,
+                program_index=spec.program_index, ssh_command=ssh_cmd, ssh_targets=targets,
+                remote=facts.remote, preflight=preflight, prefix=prefix, done_file=done,
+                done_text=done_text or "",
+                deadline=facts.deadline)
+
+
+def host_entries(config: Config, hostfile: hf.Hostfile, answers: Mapping[str, Answer]
+                 ) -> list[HostEntry]:
+    """Each host with its address and the name mpirun will use for it."""
+    entries = []
+    for host in hostfile.hosts:
+        lname = lookup_name(host.name, config)
+        answer = answers.get(lname)
+        address = answer.addresses[0] if answer and answer.ok else None
+        new = address if config.rewrite == "ip" and address else lname
+        entries.append(HostEntry(host.name, address, host.slots, new, host.line))
+    return entries
+
+
+def ssh_setup(config: Config, facts: Facts, entries: list[HostEntry],
+              decisions: list[Decision]) -> tuple[tuple[str, ...], list[PlannedFile],
+                                                  dict[str, tuple[str, int]]]:
+    """The ssh command mpirun uses, the files behind it, and where each sshd listens."""
+    if config.exchange == "none" or facts.client is None:
+        why = f" ({config.exchange_reason})" if config.exchange == "none" else ""
+        decisions.append(Decision("ssh trust", "none", str(config.source("exchange")),
+                                  f"no exchange{why}: mpirun uses ssh as the image "
+                                  "configures it"))
+        return ssh_command(config), [], {}
+    state = config.state_dir
+    cfg_path, kh_path = f"{state}/ssh_config", f"{state}/known_hosts"
+    by_new = {e.rewritten_to: e for e in entries}
+    names = {new: tuple(dict.fromkeys(
+        n for n in (new, e.name, e.address) if n)) for new, e in by_new.items()}
+    ps = sshconfig.peers({n: r for n, r in facts.records.items() if n in names}, names,
+                     config.ssh_user)
+    text = sshconfig.client_config(ps, identity=facts.client.path, known_hosts=kh_path,
+                                   connect_timeout=config.ssh_connect_timeout)
+    files = [PlannedFile(cfg_path, text, 0o600, "ssh client config: pinned host keys",
+                         shown=True),
+             PlannedFile(kh_path, sshconfig.known_hosts(ps), 0o644,
+                         "the workers' host keys, from the exchange", shown=True)]
+    if facts.client.file is not None:
+        files.append(facts.client.file)
+    targets = {new: (sshconfig.endpoint(new, rec), rec.port) for new, rec in facts.records.items()
+               if new in by_new}
+    for new, rec in facts.records.items():
+        dns_addr = by_new[new].address if new in by_new else None
+        if rec.addresses and dns_addr and dns_addr not in rec.addresses:
+            decisions.append(Decision(
+                f"ssh endpoint {new}", rec.addresses[0], "exchange record",
+                f"WARNING: DNS says {dns_addr}, the worker published {rec.addresses[0]}: "
+                "ssh uses the published address (stale DNS of an earlier pod?)"))
+    decisions.append(Decision(
+        "ssh trust", config.exchange, str(config.source("exchange")),
+        {"secret": "the job's key from the Secret is also each worker's host key: pinned, "
+                   "no exchange",
+         "dir": f"records and the job key in {config.exchange_dir}",
+         "net": f"records fetched from each worker on port {config.exchange_port}, "
+                "HMAC-authenticated with MPI_BOOTSTRAP_TOKEN"}[config.exchange]
+        + f"; {len(facts.records)} of {len(facts.remote)} remote workers known"))
+    return ("ssh", "-F", cfg_path), files, targets
+
+
+def ssh_command(config: Config) -> tuple[str, ...]:
+    """The ssh client command mpirun's launcher uses to reach workers.
+
+    BatchMode: a PID 1 has no terminal, so a password or host-key prompt would hang the
+    job instead of failing it. (Issue 4 adds the per-host config with pinned host keys.)
+    """
+    return ("ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={config.ssh_connect_timeout}")
+
+
+def supervision(is_pid1: bool, exec_requested: bool) -> tuple[str, str]:
+    """(mode, reason) for --explain: how the child will be run."""
+    if exec_requested:
+        return "exec", "--exec: the agent is replaced by mpirun (for images that run tini)"
+    if is_pid1:
+        return "pid1", "the agent is PID 1: it supervises mpirun, forwards signals, reaps"
+    return "subreaper", ("not PID 1: the agent becomes a child subreaper so orphans are "
+                         "still reaped")

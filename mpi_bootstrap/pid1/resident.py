@@ -1,0 +1,97 @@
+"""The resident process: `python -I -S … mpi_bootstrap.pid1.resident --plan-fd N` (the
+hand-off from the launcher or the worker), or, for tests and debugging,
+`python -m mpi_bootstrap.pid1 [--grace S] [--group] [--restart N/SECONDS] [--explain]
+-- PROGRAM ARGS…`. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from mpi_bootstrap.core.errors import ExecError
+from mpi_bootstrap.pid1.output import Output, line_logger
+from mpi_bootstrap.pid1.restart import RestartPolicy
+from mpi_bootstrap.pid1.supervisor import Settings, Supervisor
+from mpi_bootstrap.proc import signals
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    spec = read_spec(list(sys.argv[1:] if argv is None else argv))
+    if isinstance(spec, str):
+        sys.stderr.write(f"mpi-bootstrap proc: {spec}\n")
+        return 64
+    inherited = spec.get("inherited")
+    signals.remember_inherited(frozenset(inherited) if inherited is not None else None)
+    output = Output()
+    log = line_logger(spec["role"], output, spec["log_level"], spec.get("log_format", "json"))
+    restart = RestartPolicy(**spec["restart"]) if spec.get("restart") else None
+    sup = Supervisor(Settings(grace=float(spec["grace"]), group=bool(spec["group"]),
+                              restart=restart, stop_file=spec.get("stop_file"),
+                              stop_text=spec.get("stop_text", ""),
+                              explain=bool(spec.get("explain"))), log, output)
+    if spec.get("net"):
+        from mpi_bootstrap.ssh import netserver
+
+        netserver.serve(spec["net"], log, sup.readers)
+    sup.install()
+    if os.getpid() != 1 and become_subreaper():
+        log("subreaper", reason="not PID 1: orphans re-parent to the agent and are reaped")
+    try:
+        code = sup.run(spec["argv"], spec["env"], adopt=spec.get("adopt"))
+    except ExecError as exc:
+        output.write(f"mpi-bootstrap: {exc.message}\n".encode())
+        code = int(exc.status)
+    # Tells the workers (dir exchange) that the job is over — on success only: after a
+    # failure the orchestrator may restart the launcher, which needs its workers.
+    if spec.get("done_file") and code == 0:
+        from mpi_bootstrap.system.files import atomic_write
+
+        with contextlib.suppress(OSError):
+            atomic_write(spec["done_file"], spec.get("done_text", f"{code}\n"), 0o644)
+    output.flush(interrupted=sup.terminating_signal_arrived)
+    return code
+
+
+def read_spec(args: list[str]) -> dict[str, Any] | str:
+    """The spec from the hand-off's memfd, or from test options; a string is an error."""
+    spec: dict[str, Any] = {"grace": 10.0, "group": False, "env": dict(os.environ),
+                            "role": "launcher", "log_level": "info"}
+    while args and args[0] != "--":
+        opt = args.pop(0)
+        if opt == "--plan-fd":
+            with os.fdopen(int(args.pop(0)), "rb") as fh:
+                spec.update(json.loads(fh.read()))
+        elif opt == "--grace":
+            spec["grace"] = float(args.pop(0))
+        elif opt == "--group":
+            spec["group"] = True
+        elif opt == "--explain":
+            spec["explain"] = True
+        elif opt == "--restart":  # LIMIT/WINDOW, e.g. 5/60
+            limit, _, window = args.pop(0).partition("/")
+            spec["restart"] = {"limit": int(limit), "window": float(window or 60)}
+        else:
+            return f"unknown option {opt}"
+    if args and args[0] == "--":
+        spec["argv"] = args[1:]
+    if not spec.get("argv"):
+        return "no program"
+    return spec
+
+
+def become_subreaper() -> bool:
+    """prctl(PR_SET_CHILD_SUBREAPER): orphans of our descendants re-parent to us."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False

@@ -1,0 +1,384 @@
+"""The resident supervisor: PID 1 of the pod (or a child subreaper) for the whole job.
+
+It runs one main child — mpirun, or the worker's sshd — and its loop reads as tini's:
+
+    while not finished:
+        wait for an event          (a signal, the child's stderr, a net-exchange peer, a timer)
+        forward signals            (every catchable one: signals.py)
+        serve readers              (copy the child's stderr through; the net exchange)
+        check whether the job is done   (the dir exchange's `job-done`, for a worker)
+        reap children              (every one: waitpid(-1) is called here only)
+        keep the service alive     (restart a dead sshd, or give up: restart.py)
+        end leftovers              (after the main child: SIGTERM, then SIGKILL)
+    drain the child's stderr, explain a failure, return the exit code
+
+It is the only caller of waitpid(-1), so no exit status is ever lost to another waiter —
+the classic bug of Python inits where `subprocess` reads 0 for a child someone else
+reaped. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import os
+import select
+import signal
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from mpi_bootstrap.core.errors import ExitStatus, signal_exit_status
+from mpi_bootstrap.pid1 import terminal
+from mpi_bootstrap.pid1.output import Output, Tee
+from mpi_bootstrap.pid1.restart import RestartPolicy
+from mpi_bootstrap.proc import signals
+from mpi_bootstrap.proc.spawn import exit_code, start
+
+Log = Callable[..., None]
+DRAIN_SECONDS = 1.0  # after the last child: how long to wait for the stderr pipe's end
+STOP_CHECK_SECONDS = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    grace: float = 10.0  # after the main child: SIGTERM what is left, SIGKILL after this
+    group: bool = False  # forward signals to the main child's whole process group
+    restart: RestartPolicy | None = None  # a service: restart it when it dies
+    stop_file: str | None = None  # a `job-done` whose text `stop_text` ends the service
+    stop_text: str = ""
+    explain: bool = False  # tee the child's stderr and explain a known failure
+
+
+class Supervisor:
+    def __init__(self, settings: Settings, log: Log, output: Output,
+                 readers: Mapping[int, Callable[[], None]] | None = None) -> None:
+        self.settings = settings
+        self.log = log
+        self.output = output
+        # Extra file descriptors served in the same loop (the worker's net exchange).
+        self.readers = dict(readers or {})
+        self._wakeup_r, self._wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.argv: Sequence[str] = ()
+        self.env: Mapping[str, str] = {}
+        self.main = 0  # PID of the main child
+        self.tty = False  # the main child's group holds the terminal
+        self.arrived: list[int] = []  # signals read in the last wait
+        self.ready: list[int] = []  # readable descriptors of the last wait
+        self.stop_signal = 0  # the terminating signal that ends the job, if any
+        self.stopping = False
+        self.main_status: int | None = None  # the main child's last wait status
+        self.deaths: tuple[float, ...] = ()
+        self.restart_at: float | None = None
+        self.give_up = False
+        self.none_left = False
+        self.leftovers_deadline: float | None = None
+        self.killed = False
+        self.abandoned = False
+        self.drain_deadline: float | None = None
+        self.next_stop_check = 0.0
+        self.reaped_others = 0
+        self.tee: Tee | None = None  # the main child's stderr (with `explain`)
+
+    # ------------------------------------------------------------ set-up
+
+    def install(self) -> None:
+        """Handlers first, then let in any signal blocked across the exec."""
+        signal.set_wakeup_fd(self._wakeup_w, warn_on_full_buffer=False)
+        for s in signals.HANDLED:
+            signal.signal(s, _noop)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.HANDLED)
+
+    def run(self, argv: Sequence[str], env: Mapping[str, str], adopt: int | None = None
+            ) -> int:
+        """Run argv (or adopt `adopt`, a child already started and checked: the worker's
+        sshd) until it and every descendant are gone; return the exit code."""
+        self.argv, self.env = argv, env
+        if adopt is None:
+            early = self.terminated_before_start()
+            if early is not None:
+                return early
+            self.start_main()
+        else:
+            self.main = adopt
+            self.log("child adopted", pid=adopt, program=argv[0])
+        while not self.finished():
+            self.wait_for_event()
+            self.forward_signals()
+            self.serve_readers()
+            self.check_job_done()
+            self.reap_children()
+            self.keep_service_alive()
+            self.end_leftovers()
+        self.drain_child_output()
+        return self.exit_code()
+
+    def terminated_before_start(self) -> int | None:
+        """A terminating signal that arrived during the hand-off: do not start the job."""
+        for signum in self.read_signals():
+            if signum in signals.TERMINATING:
+                self.log("signal before start", signal=signals.name(signum))
+                return 0 if self.settings.restart else signal_exit_status(signum)
+        return None
+
+    def start_main(self, **note: object) -> None:
+        pipe = None
+        if self.settings.explain:
+            pipe = os.pipe2(os.O_CLOEXEC)
+            os.set_blocking(pipe[0], False)
+        self.tty = terminal.is_ours()
+        self.main = start(self.argv, self.env, new_group=self.settings.group or self.tty,
+                          stderr=pipe)
+        if self.tty:
+            terminal.give(self.main)
+        if pipe is not None:
+            os.close(pipe[1])
+            self.tee = Tee(pipe[0], self.output)
+        self.log("child started", pid=self.main, program=self.argv[0], **note)
+
+    # ------------------------------------------------------------ the loop's steps
+
+    def finished(self) -> bool:
+        """The main child has ended for good, no descendant is left (or they survived
+        SIGKILL), and its stderr has reached its end (or the drain deadline passed)."""
+        if self.main_status is None or not (self.none_left or self.abandoned):
+            return False
+        return self.tee is None or not self.tee.open or (
+            self.drain_deadline is not None and time.monotonic() >= self.drain_deadline)
+
+    def wait_for_event(self) -> None:
+        timers = [t for t in (self.restart_at, self.leftovers_deadline, self.drain_deadline)
+                  if t is not None]
+        if self.settings.stop_file and not self.stopping:
+            timers.append(self.next_stop_check)
+        timeout = max(0.0, min(timers) - time.monotonic()) if timers else None
+        tee = [self.tee.fd] if self.tee is not None and self.tee.open else []
+        fds = [self._wakeup_r, *self.readers, *tee]
+        try:
+            ready, _, _ = select.select(fds, [], [], timeout)
+        except InterruptedError:
+            ready = []
+        self.ready = ready
+        self.arrived = self.read_signals() if self._wakeup_r in ready else []
+
+    def forward_signals(self) -> None:
+        for signum in self.arrived:
+            if signum == signal.SIGCHLD:
+                continue
+            if signum in signals.TERMINATING:
+                self.stopping = True
+                self.stop_signal = self.stop_signal or signum
+                self.restart_at = None
+            if self.main_status is None:
+                self.forward(signum)
+
+    def forward(self, signum: int) -> None:
+        try:
+            if self.settings.group:
+                os.killpg(self.main, signum)
+            else:
+                os.kill(self.main, signum)
+        except ProcessLookupError:
+            return
+        self.log("signal forwarded", signal=signals.name(signum), pid=self.main,
+                 group=self.settings.group)
+
+    def serve_readers(self) -> None:
+        for fd in self.ready:
+            if self.tee is not None and fd == self.tee.fd:
+                self.tee.read()
+            elif fd in self.readers:
+                try:
+                    self.readers[fd]()
+                except Exception as exc:  # PID 1 must outlive a bad reader
+                    self.readers.pop(fd, None)
+                    self.log("reader failed", level="error", fd=fd, error=repr(exc))
+
+    def check_job_done(self) -> None:
+        if not self.settings.stop_file or self.stopping:
+            return
+        now = time.monotonic()
+        if now < self.next_stop_check:
+            return
+        self.next_stop_check = now + STOP_CHECK_SECONDS
+        if _file_says(self.settings.stop_file, self.settings.stop_text):
+            self.log("job done", file=self.settings.stop_file)
+            self.stopping = True
+            self.restart_at = None
+            if self.main_status is None:
+                self.forward(signal.SIGTERM)
+
+    def reap_children(self) -> None:
+        """Collect every dead child (WNOHANG until none is ready, or none is left)."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                self.none_left = True
+                return
+            if pid == 0:
+                self.none_left = False
+                return
+            if pid == self.main and self.main_status is None:
+                self.main_ended(status)
+            else:
+                self.reaped_others += 1
+                self.log("reaped", level="debug", pid=pid, code=exit_code(status))
+
+    def main_ended(self, status: int) -> None:
+        code = exit_code(status)
+        self.log("child exited", pid=self.main, code=code)
+        policy = self.settings.restart
+        if policy is not None and not self.stopping:
+            now = time.monotonic()
+            self.deaths, delay = policy.after_death(self.deaths, now)
+            if delay is not None:
+                self.restart_at = now + delay
+                self.log("restarting", program=self.argv[0], in_s=round(delay, 2),
+                         deaths_in_window=len(self.deaths))
+                return
+            self.give_up = True
+            self.log("giving up", level="error", program=self.argv[0],
+                     reason=f"{self.argv[0]} died {len(self.deaths)} times in "
+                            f"{policy.window:g} s; exiting so that Kubernetes restarts "
+                            "the pod")
+            self.output.write(
+                f"mpi-bootstrap: {self.argv[0]} keeps dying ({len(self.deaths)} times in "
+                f"{policy.window:g} s, last exit {code}); giving up so that Kubernetes "
+                "restarts the pod\n".encode())
+        self.main_status = status
+
+    def keep_service_alive(self) -> None:
+        if self.restart_at is not None and time.monotonic() >= self.restart_at:
+            self.restart_at = None
+            self.start_main(restarted=True)
+
+    def end_leftovers(self) -> None:
+        """After the main child: SIGTERM to what is left, SIGKILL after the grace; once
+        none is left, a last moment for its stderr to reach its end."""
+        if self.main_status is None:
+            return
+        now = time.monotonic()
+        if self.none_left or self.abandoned:
+            if self.tee is not None and self.tee.open and self.drain_deadline is None:
+                self.drain_deadline = now + DRAIN_SECONDS
+            return
+        if self.leftovers_deadline is None:
+            n = self.signal_descendants(signal.SIGTERM)
+            self.log("terminating leftovers", processes=n, grace_s=self.settings.grace)
+            self.leftovers_deadline = now + self.settings.grace
+        elif now >= self.leftovers_deadline:
+            if self.killed:
+                self.log("leftovers survive SIGKILL", level="warning")
+                self.abandoned = True
+                return
+            n = self.signal_descendants(signal.SIGKILL)
+            self.log("killing leftovers", level="warning", processes=n)
+            self.killed = True
+            self.leftovers_deadline = now + 2.0
+
+    # ------------------------------------------------------------ the end
+
+    def drain_child_output(self) -> None:
+        """What mpirun wrote last is not lost: read the pipe to its end (its writers are
+        gone) before the explanation and the exit."""
+        if self.tee is not None:
+            self.tee.drain()
+
+    def exit_code(self) -> int:
+        if self.reaped_others:
+            self.log("reaped others", count=self.reaped_others)
+        if self.settings.restart:
+            return int(ExitStatus.PEER_UNAVAILABLE) if self.give_up else 0
+        code = exit_code(self.main_status if self.main_status is not None else 0)
+        if self.settings.explain and code != 0 and not self.stop_signal:
+            self.explain(code)
+        if self.stop_signal and code not in (0, signal_exit_status(self.stop_signal)):
+            # mpirun chose its own code (MPICH: 255) for a job we were told to end; the
+            # orchestrator must see that it was ended by the signal: 128+N, like tini.
+            self.log("stopped by signal", signal=signals.name(self.stop_signal),
+                     child_code=code, code=signal_exit_status(self.stop_signal))
+            return signal_exit_status(self.stop_signal)
+        return code
+
+    def explain(self, code: int) -> None:
+        from mpi_bootstrap.core import failures
+
+        tail = self.tee.tail if self.tee is not None else b""
+        found = failures.explain(tail.decode("utf-8", "replace"),
+                                 stop=self.terminating_signal_arrived)
+        if found is not None:
+            self.log("mpirun failure explained", signature=found.signature, code=code)
+            self.output.write(found.text(code).encode())
+
+    # ------------------------------------------------------------ helpers
+
+    def read_signals(self) -> list[int]:
+        out: list[int] = []
+        while True:
+            try:
+                data = os.read(self._wakeup_r, 512)
+            except BlockingIOError:
+                return out
+            except OSError as exc:
+                if exc.errno == errno.EINTR:
+                    continue
+                raise
+            if not data:
+                return out
+            out.extend(data)
+
+    def terminating_signal_arrived(self) -> bool:
+        """For the explainer, between chunks of its work: has TERM/INT/HUP/QUIT come?"""
+        arrived = self.read_signals()
+        self.arrived.extend(arrived)
+        return any(s in signals.TERMINATING for s in arrived)
+
+    def signal_descendants(self, signum: int) -> int:
+        """Signal every process below us (the main child is gone: these are leftovers)."""
+        targets = descendants(os.getpid())
+        for pid in targets:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
+        return len(targets)
+
+
+def descendants(root: int) -> list[int]:
+    """PIDs below `root` in the process tree, read from /proc (deepest last)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # The command name may hold spaces and parentheses: split after the last ')'.
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        for pid in children.get(todo.pop(), []):
+            out.append(pid)
+            todo.append(pid)
+    return out
+
+
+def _noop(_signum: int, _frame: object) -> None:
+    """A handler must exist for set_wakeup_fd to see the signal; the loop does the work."""
+
+
+def _file_says(path: str, text: str) -> bool:
+    from mpi_bootstrap.system.files import read_regular
+
+    try:
+        return read_regular(path, 256, owner=os.geteuid()).decode("ascii", "replace") == text
+    except OSError:
+        return False

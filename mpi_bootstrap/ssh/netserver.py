@@ -1,0 +1,181 @@
+"""The worker's side of the `net` exchange (ssh/netx.py has the protocol), served from the
+resident PID 1's loop: verify a hello, authorise its key for sshd, answer the record.
+
+Standard library only (the resident PID 1 imports it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import socket
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from mpi_bootstrap.core.log import Log
+from mpi_bootstrap.core.names import fingerprint, is_public_key
+from mpi_bootstrap.core.records import MAX_MESSAGE, Record, is_target, is_version, record_from
+from mpi_bootstrap.ssh.netx import (
+    CLOCK_SKEW,
+    MAX_TIME,
+    NONCE,
+    NONCE_TTL,
+    PROTOCOL,
+    derive_key,
+    signed,
+    valid_mac,
+)
+
+MAX_CONNECTIONS = 16  # open at once on a worker; more evict the oldest
+CONNECTION_SECONDS = 2.0  # a peer has this long to send its hello
+Readers = dict[int, Callable[[], None]]
+
+
+class NetServer:
+    """The worker's side: verifies hellos, authorises the client key, answers the record."""
+
+    def __init__(self, token: str, record: Record,
+                 authorize: Callable[[str, str], None], log: Log,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._key = derive_key(token)
+        self.record = record
+        self.authorize = authorize
+        self.log = log
+        self.clock = clock
+        self._seen: dict[str, float] = {}
+
+    def answer(self, raw: bytes, peer: str) -> bytes:
+        """The reply to one request line. Never raises on bad input."""
+        def deny(reason: str) -> bytes:
+            self.log("exchange refused", level="warning", peer=peer, reason=reason)
+            return b'{"type":"denied"}\n'
+
+        if len(raw) > MAX_MESSAGE:
+            return deny("message too long")
+        try:
+            message = json.loads(raw)
+        except (ValueError, RecursionError):
+            return deny("not JSON")
+        if not isinstance(message, dict) or message.get("type") != "hello" or \
+                not is_version(message.get("v"), PROTOCOL) or set(message) != {
+                    "v", "type", "nonce", "time", "client_key", "target", "mac"}:
+            return deny("not a hello message (of protocol version 2)")
+        if not valid_mac(self._key, message):
+            return deny("bad mac (wrong or missing token)")
+        nonce, stamp, client_key = message["nonce"], message["time"], message["client_key"]
+        if not isinstance(nonce, str) or not NONCE.fullmatch(nonce):
+            return deny("bad nonce")
+        now = self.clock()
+        if type(stamp) is not int or not 0 <= stamp < MAX_TIME or \
+                abs(stamp - now) > CLOCK_SKEW:
+            return deny("stale or future timestamp (replay or clock skew)")
+        self._seen = {n: t for n, t in self._seen.items() if now - t < NONCE_TTL}
+        if nonce in self._seen:
+            return deny("replayed nonce")
+        if not isinstance(client_key, str) or not is_public_key(client_key):
+            return deny("client_key is not one OpenSSH public key")
+        target = message["target"]
+        if not isinstance(target, str) or not is_target(target, self.record):
+            # A hello for another worker, relayed here by whoever holds that worker's
+            # (stale) address: answering would pin this worker's key for the other.
+            return deny(f"addressed to {str(target)[:64]!r}, not to this worker")
+        self._seen[nonce] = now
+        try:
+            self.authorize(client_key, peer)
+        except OSError as exc:  # a full or read-only state dir: say so, do not crash
+            return deny(f"cannot authorise the key: {exc}")
+        self.log("exchange answered", peer=peer)
+        return signed(self._key, {"v": PROTOCOL, "type": "record", "nonce": nonce,
+                                   "record": self.record.to_dict()})
+
+
+class Connections:
+    """Serve a NetServer from an event loop that calls `readers[fd]()` when fd is readable.
+
+    Nothing here ever blocks, so a peer that connects and says nothing (or trickles
+    bytes) cannot stall the loop (the worker's PID 1, which also forwards signals). At
+    most MAX_CONNECTIONS are open at once: a newcomer closes the oldest, and any open
+    longer than CONNECTION_SECONDS.
+    """
+
+    def __init__(self, server: NetServer, listener: socket.socket, readers: Readers) -> None:
+        self.server = server
+        self.listener = listener
+        self.readers = readers
+        self.open: dict[int, tuple[socket.socket, float, bytearray, str]] = {}
+        listener.setblocking(False)
+        readers[listener.fileno()] = self.accept
+
+    def close(self, fd: int) -> None:
+        conn = self.open.pop(fd)[0]
+        self.readers.pop(fd, None)
+        conn.close()
+
+    def oldest(self) -> int:
+        return min(self.open, key=lambda fd: self.open[fd][1])
+
+    def accept(self) -> None:
+        try:
+            conn, addr = self.listener.accept()
+        except BlockingIOError:
+            return
+        except OSError as exc:  # out of fds: free one, or the loop would spin
+            if exc.errno in (errno.EMFILE, errno.ENFILE) and self.open:
+                self.close(self.oldest())
+            return  # (or a peer that reset before we accepted)
+        now = time.monotonic()
+        for fd in [fd for fd, c in self.open.items() if now - c[1] > CONNECTION_SECONDS]:
+            self.close(fd)
+        if len(self.open) >= MAX_CONNECTIONS:
+            self.close(self.oldest())
+        conn.setblocking(False)
+        fd = conn.fileno()
+        self.open[fd] = (conn, now, bytearray(), str(addr[0]))
+        self.readers[fd] = lambda: self.receive(fd)
+
+    def receive(self, fd: int) -> None:
+        if fd not in self.open:
+            return
+        conn, _, data, peer = self.open[fd]
+        try:
+            chunk = conn.recv(4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        data += chunk
+        if chunk and b"\n" not in data and len(data) <= MAX_MESSAGE:
+            return  # more to come
+        if data:  # a line, too much, or the end of the peer's stream
+            line = bytes(data.split(b"\n", 1)[0])
+            # A reply fits any socket buffer; one that does not go out whole is lost.
+            with contextlib.suppress(OSError):
+                conn.send(self.server.answer(line, peer))
+        self.close(fd)
+
+
+def serve(net: Mapping[str, Any], log: Log, readers: Readers) -> Connections:
+    """The worker's exchange as the hand-off describes it (worker/main.py): the listening
+    socket's descriptor, the token, the record, and the authorized_keys file to extend."""
+    from mpi_bootstrap.system.files import atomic_write
+
+    listener = socket.socket(fileno=int(net["fd"]))
+    path = str(net["authorized_keys"])
+
+    def authorize(key: str, peer: str) -> None:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                lines = fh.read().splitlines()
+        except FileNotFoundError:
+            lines = []
+        except ValueError as exc:  # not UTF-8: refuse this hello, keep serving
+            raise OSError(f"{path} is not text: {exc}") from None
+        if key not in lines:
+            atomic_write(path, "\n".join([*lines, key]) + "\n", 0o600)
+            log("key authorized", fingerprint=fingerprint(key),
+                key_type=key.split(maxsplit=1)[0], origin=f"net exchange hello from {peer}")
+
+    server = NetServer(str(net["token"]), record_from(net["record"]), authorize, log)
+    return Connections(server, listener, readers)

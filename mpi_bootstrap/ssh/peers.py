@@ -1,0 +1,164 @@
+"""The launcher's side of the exchange: the job's client key, and each worker's record.
+
+Which hosts need ssh at all: mpirun starts ranks on its own node without ssh, so hosts
+that are the launcher itself (its hostname, a loopback address, one of its addresses)
+are skipped.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import pwd
+import time
+from collections.abc import Callable, Sequence
+
+from mpi_bootstrap.core.config import Config
+from mpi_bootstrap.core.errors import ConfigError, PeerUnavailableError
+from mpi_bootstrap.core.model import ClientKey, PlannedFile
+from mpi_bootstrap.core.names import is_ip_literal
+from mpi_bootstrap.core.records import Record, RecordError
+from mpi_bootstrap.ssh import dirx, keys
+from mpi_bootstrap.ssh import netx as exchange
+from mpi_bootstrap.system import parallel
+from mpi_bootstrap.system.files import state_dir
+
+
+def is_local(name: str, address: str | None, own_name: str, own: frozenset[str]) -> bool:
+    if name.split(".", 1)[0] == own_name.split(".", 1)[0] or name == "localhost":
+        return True
+    if address is None:
+        return False
+    try:
+        if ipaddress.ip_address(address).is_loopback:
+            return True
+    except ValueError:
+        return False
+    return address in own
+
+
+def client_key(config: Config, *, write: bool, log: Callable[..., None]
+               ) -> ClientKey | None:
+    """The key the launcher's ssh presents. `write=False` (explain) creates nothing."""
+    state = config.state_dir
+    if config.exchange == "secret":
+        src = os.path.join(config.ssh_auth_dir, keys.MOUNT_PRIVATE)
+        try:
+            with open(src, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise ConfigError([f"{src}: cannot read the job's key ({exc.strerror})"]) from None
+        path = os.path.join(state, "id_job")
+        return ClientKey(path, keys.public_of(text, src),
+                         PlannedFile(path, text, 0o600, "the job's key, copied from the "
+                                     "Secret with the mode ssh accepts (mpi-operator #429)"))
+    if config.exchange == "dir" and config.exchange_dir:
+        ex = dirx.DirExchange(config.exchange_dir)
+        path = os.path.join(state, "id_job")
+        job = ex.job_key(keys.make_job_key, log) if write else ex.peek_job_key()
+        if job is None:  # --explain: made (or a finished job's replaced) at run time
+            return ClientKey(path, "(created at run time)", None)
+        # A private copy: ssh reads IdentityFile by path, and the exchange directory is
+        # shared (ssh/dirx.py); the copy cannot be swapped under ssh.
+        return ClientKey(path, job.public,
+                         PlannedFile(path, job.private, 0o600, "the job's key, copied from "
+                                     "the exchange directory into the private state "
+                                     "directory"), job.fingerprint)
+    if config.exchange == "net":
+        path = os.path.join(state, "id_launcher")
+        if not write:
+            return ClientKey(path, "(generated at run time)", None)
+        state_dir(state)
+        pair = keys.generate(path, "mpi-bootstrap launcher key")
+        return ClientKey(path, pair.public, None)
+    return None
+
+
+def collect(config: Config, hosts: Sequence[tuple[str, str, str | None]],
+            key: ClientKey | None, deadline: float, log: Callable[..., None], *, fetch: bool
+            ) -> dict[str, Record]:
+    """Each remote host's record, by its rewritten name, before `deadline`.
+
+    `hosts` is (name in the input, name mpirun uses, address). `fetch=False` (explain)
+    reads what is already there and never talks to a worker.
+    """
+    user = config.ssh_user or pwd.getpwuid(os.geteuid()).pw_name
+    if config.exchange == "secret":
+        assert key is not None  # noqa: S101 - client_key() returns one in this mode
+        port = config.sshd_port or 2222
+        return {new: Record(new, (addr,) if addr else (), port, key.public, user)
+                for _, new, addr in hosts}
+    records: dict[str, Record] = {}
+    last: dict[str, str] = {}  # the last failure per worker, for the error message
+    if config.exchange == "dir" and config.exchange_dir:
+        records = _collect_dir(dirx.DirExchange(config.exchange_dir), hosts,
+                               deadline, last, fetch=fetch)
+    elif config.exchange == "net" and fetch:
+        assert key is not None and config.token is not None  # noqa: S101 - see Config
+        records = _collect_net(config.token, config.exchange_port, key.public, hosts,
+                               deadline=deadline, last=last)
+    if fetch:
+        missing = [new for _, new, _ in hosts if new not in records]
+        if missing:
+            where = (f"in {config.exchange_dir}" if config.exchange == "dir"
+                     else f"on port {config.exchange_port}")
+            raise PeerUnavailableError(
+                f"no record from {missing[0]}" + (f" and {len(missing) - 1} more" if
+                                                  len(missing) > 1 else "") +
+                f" {where} before the deadline: is the worker running `mpi-bootstrap worker`?",
+                details="\n".join(f"last attempt: {last[m]}" for m in missing if m in last))
+    return records
+
+
+def target_of(name: str) -> str:
+    """Whom a hostfile entry names: an address as written, else the pod's hostname (the
+    first label of `<pod>.<job>.<ns>.svc`) — what the worker's record must say."""
+    return name if is_ip_literal(name) else name.split(".", 1)[0]
+
+
+def _collect_dir(ex: dirx.DirExchange, hosts: Sequence[tuple[str, str, str | None]],
+                 deadline: float, last: dict[str, str], *, fetch: bool
+                 ) -> dict[str, Record]:
+    records: dict[str, Record] = {}
+    while True:
+        for orig, new, addr in hosts:
+            if new in records:
+                continue
+            try:
+                rec = (ex.read_by_address(orig) if is_ip_literal(orig) else
+                       ex.read(orig) or ex.read(new) or
+                       (ex.read_by_address(addr) if addr else None))
+            except RecordError as exc:
+                last[new] = str(exc)
+                continue
+            if rec is not None:
+                records[new] = rec
+        if len(records) == len(hosts) or not fetch or time.monotonic() >= deadline:
+            return records
+        time.sleep(0.1)
+
+
+def _collect_net(token: str, port: int, public: str,
+                 hosts: Sequence[tuple[str, str, str | None]], *, deadline: float,
+                 last: dict[str, str]) -> dict[str, Record]:
+    def one(host: tuple[str, str, str | None]) -> Record | None:
+        orig, new, _ = host
+        while True:
+            try:
+                return exchange.fetch(new, port, token, public, target=target_of(orig),
+                                      deadline=deadline)
+            except exchange.ExchangeRefused as exc:
+                raise PeerUnavailableError(str(exc)) from None
+            except RecordError as exc:
+                last[new] = str(exc)  # e.g. a replayed reply: ask again
+            except TimeoutError as exc:  # the deadline: the last answer says more
+                last.setdefault(new, f"{new}: {exc}")
+            except OSError as exc:
+                last[new] = f"{new}: {exc.strerror or exc}"
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.2)
+
+    found = parallel.map_all(one, list(hosts), 32)
+    return {new: rec for (_, new, _), rec in zip(hosts, found, strict=True)
+            if rec is not None}

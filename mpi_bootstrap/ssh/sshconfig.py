@@ -1,0 +1,111 @@
+"""The launcher's ssh client config: one block per worker, host keys pinned.
+
+Every name is validated before it is written (hostnames from the hostfile, records from
+the exchange), so no peer can inject an ssh option: a line always has the shape
+`Keyword value`, and values are hostnames, addresses, ports, paths of our own, or
+base64 keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from mpi_bootstrap.core.names import is_host, is_plain_path, is_public_key, is_user_name
+from mpi_bootstrap.core.records import Record
+
+# Sent by the client; the worker's sshd accepts the same list (sshd.ACCEPT_ENV).
+SEND_ENV = ("LD_LIBRARY_PATH", "NCCL_*", "UCX_*", "FI_*")
+
+
+@dataclasses.dataclass(frozen=True)
+class Peer:
+    """A worker as ssh will reach it."""
+
+    names: tuple[str, ...]  # every name mpirun may use for it (first: the pinned alias)
+    hostname: str  # what ssh connects to
+    port: int
+    user: str
+    host_key: str
+
+
+class UnsafeValue(ValueError):
+    """A value that could change the meaning of the config file."""
+
+
+def _name(value: str) -> str:
+    if not is_host(value):
+        raise UnsafeValue(f"{value!r} is not a hostname or address")
+    return value
+
+
+def _path(value: str) -> str:
+    if not is_plain_path(value):
+        raise UnsafeValue(f"{value!r} is not a plain absolute path")
+    return value
+
+
+def check_peer(p: Peer) -> Peer:
+    for n in (*p.names, p.hostname):
+        _name(n)
+    if not p.names:
+        raise UnsafeValue("a peer needs a name")
+    if not 1 <= p.port <= 65535:
+        raise UnsafeValue(f"port {p.port} out of range")
+    if not is_user_name(p.user):
+        raise UnsafeValue(f"{p.user!r} is not a user name")
+    if not is_public_key(p.host_key):
+        raise UnsafeValue("host key is not one OpenSSH public key")
+    return p
+
+
+def client_config(peers: Sequence[Peer], *, identity: str, known_hosts: str,
+                  connect_timeout: int) -> str:
+    """`ssh -F` config: pinned host keys, batch mode, the job's key, LD_LIBRARY_PATH sent."""
+    common = [
+        f"  IdentityFile {_path(identity)}",
+        "  IdentitiesOnly yes",
+        f"  UserKnownHostsFile {_path(known_hosts)}",
+        "  GlobalKnownHostsFile /dev/null",
+        "  StrictHostKeyChecking yes",
+        "  UpdateHostKeys no",
+        "  BatchMode yes",
+        f"  ConnectTimeout {int(connect_timeout)}",
+        "  ConnectionAttempts 3",
+        "  ServerAliveInterval 30",
+        f"  SendEnv {' '.join(SEND_ENV)}",
+        "  LogLevel ERROR",
+    ]
+    out = ["# Written by mpi-bootstrap: how this job's ssh reaches its workers."]
+    for p in map(check_peer, peers):
+        out.append(f"Host {' '.join(dict.fromkeys(p.names))}")
+        out.append(f"  HostName {p.hostname}")
+        out.append(f"  Port {p.port}")
+        out.append(f"  User {p.user}")
+        # One known_hosts entry per worker, whatever name or address mpirun uses.
+        out.append(f"  HostKeyAlias {p.names[0]}")
+        out.extend(common)
+    out.append("Host *")  # anything else (tree spawn to a name not above) is still pinned
+    out.extend(common)
+    return "\n".join(out) + "\n"
+
+
+def known_hosts(peers: Sequence[Peer]) -> str:
+    return "".join(f"{check_peer(p).names[0]} {p.host_key}\n" for p in peers)
+
+
+def endpoint(name: str, record: Record) -> str:
+    """Where ssh connects: the address the worker published, where its sshd listens.
+    DNS can still hold an earlier pod's address (found in the compose test: podman's
+    DNS answered with a previous run's address); the record is the worker's own word."""
+    return record.addresses[0] if record.addresses else name
+
+
+def peers(records: Mapping[str, Record], names: Mapping[str, tuple[str, ...]],
+          user_override: str | None) -> list[Peer]:
+    """ssh peers from records; `names[new]` lists every name mpirun may use for it."""
+    out = []
+    for new, rec in records.items():
+        out.append(Peer(names=names[new], hostname=endpoint(new, rec), port=rec.port,
+                        user=user_override or rec.user, host_key=rec.host_key))
+    return out

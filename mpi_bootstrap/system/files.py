@@ -1,0 +1,188 @@
+"""Files the agent writes: always atomically, never half-written, never through a symlink."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+
+from mpi_bootstrap.core.errors import ConfigError, WriteError
+
+
+def atomic_write(path: str, text: str, mode: int = 0o644) -> None:
+    """Write `text` to `path` so that readers see the old file or the new one, never half.
+
+    The temporary file lives in the same directory (same filesystem, so rename is atomic)
+    and is removed if anything fails (a full disk, a signal): no half-written file is
+    ever left behind. Failures are WriteError (exit 73) naming the path.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(directory, exist_ok=True)
+        # mkstemp: O_EXCL with a random name, so a planted file or symlink is never followed.
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                                   dir=directory)
+    except OSError as exc:
+        raise WriteError.of(path, exc) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError) and not isinstance(exc, WriteError):
+            raise WriteError.of(path, exc) from None
+        raise
+
+
+def state_dir(path: str, setting: str = "MPI_BOOTSTRAP_STATE_DIR", *,
+              sshd_home: str | None = None) -> None:
+    """The agent's private directory: created 0700, or an existing one made 0700 — only
+    if it is a real directory owned by this user, in a place nobody else can swap it.
+
+    Someone else's directory (or a symlink to one) is refused: its owner could swap the
+    ssh config the agent writes there, and ssh runs what that config says (ProxyCommand)
+    as this user. So is a directory with an unsafe ancestor (see `swappable`): an
+    unprivileged user who can rename it away can put their own `authorized_keys` and
+    host key in its place, and sshd reads both from the path (tests/test_security.py::
+    TestStateDirSwap). `sshd_home` (the worker: sshd's StrictModes will read its
+    `authorized_keys`): also refuse a path StrictModes would refuse, rather than start
+    an sshd that turns every login away.
+    """
+    uid = os.geteuid()
+    problem = swappable(path, uid)  # before anything is made there
+    if problem is not None:
+        raise ConfigError([f"{setting}: {path}: {problem}"])
+    try:
+        with contextlib.suppress(FileExistsError):  # not a directory: said below
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as exc:
+        raise WriteError(f"{setting}: cannot create {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConfigError([f"{setting}: {path} is not a directory"
+                           + (" (a symlink)" if stat.S_ISLNK(st.st_mode) else "")])
+    if st.st_uid != uid:
+        raise ConfigError([f"{setting}: {path} belongs to uid {st.st_uid}, not to this "
+                           f"user ({uid})"])
+    problem = swappable(path, uid)
+    if problem is None and sshd_home is not None:
+        problem = strict_modes_problem(path, uid, sshd_home)
+    if problem is not None:
+        raise ConfigError([f"{setting}: {path}: {problem}"])
+    try:
+        os.chmod(path, 0o700)
+    except OSError as exc:
+        raise WriteError(f"{setting}: cannot make {path} private: "
+                         f"{exc.strerror or exc}") from None
+
+
+# A Kubernetes emptyDir is 0777 without the sticky bit (kubernetes#110835).
+_EMPTYDIR_HINT = ("(a Kubernetes emptyDir is such a directory: mount it at the state "
+                  "directory itself, not at a parent of it, or choose another place)")
+
+
+def _ancestors(path: str) -> list[str]:
+    """Every directory above `path`, nearest first, both as written and as resolved:
+    a symlink on the way is only as safe as the directory it sits in, and its target's
+    directories must be safe too."""
+    out: list[str] = []
+    for start in dict.fromkeys([os.path.abspath(path), os.path.realpath(path)]):
+        here = os.path.dirname(start)
+        while True:
+            if here not in out:
+                out.append(here)
+            if here == "/":
+                break
+            here = os.path.dirname(here)
+    return out
+
+
+def swappable(path: str, uid: int) -> str | None:
+    """Why another user could replace `path` (rename it away and put their own directory
+    in its place), or None. That takes write access to a directory above it: one writable
+    by group or others without the sticky bit, or one owned by a uid other than root and
+    `uid` (its owner can always rename entries)."""
+    for directory in _ancestors(path):
+        try:
+            st = os.stat(directory)
+        except FileNotFoundError:
+            continue  # made by the agent itself, 0700
+        except OSError as exc:
+            return f"cannot check {directory}: {exc.strerror or exc}"
+        if st.st_uid not in (0, uid):
+            return (f"{directory} above it belongs to uid {st.st_uid}, who could replace "
+                    "the directory")
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            return (f"{directory} above it is writable by others (mode "
+                    f"{stat.S_IMODE(st.st_mode):04o}) without the sticky bit, so any user "
+                    f"could rename the directory away and put their own in its place "
+                    f"{_EMPTYDIR_HINT}")
+    return None
+
+
+def strict_modes_problem(path: str, uid: int, home: str) -> str | None:
+    """Why OpenSSH's StrictModes would refuse a file in `path`, or None: every directory
+    from it up to `home` (if `path` is below it) or `/` must be owned by root or `uid`
+    and writable by nobody else — sticky bit or not (OpenSSH auth_secure_path)."""
+    directory = os.path.realpath(path)
+    home = os.path.realpath(home) if home else ""
+    while True:
+        try:
+            st = os.stat(directory)
+        except OSError as exc:
+            return f"cannot check {directory}: {exc.strerror or exc}"
+        if st.st_uid not in (0, uid) or st.st_mode & 0o022:
+            return (f"sshd (StrictModes) refuses keys below {directory} (uid {st.st_uid}, "
+                    f"mode {stat.S_IMODE(st.st_mode):04o}): only root or this user may own "
+                    "or write the directories above the state directory; use one under "
+                    "/run or your home directory")
+        if directory in (home, "/"):
+            return None
+        directory = os.path.dirname(directory)
+
+
+class UnsafeFileError(OSError):
+    """A file that is not what the agent may read: not a regular file (a FIFO would block
+    the reader forever, a symlink could point anywhere), another user's, or too long."""
+
+
+def read_regular(path: str, limit: int, *, dir_fd: int | None = None,
+                 owner: int | None = None, private: bool = False) -> bytes:
+    """At most `limit` bytes of `path`, opened without following a symlink and without
+    blocking (a FIFO named like a record held the launcher forever), checked on the open
+    file (no race between the check and the read): a regular file, owned by `owner` if
+    given, writable by nobody else, not readable by others if `private`. More than `limit`
+    bytes is an error."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFileError(f"{path} is not a regular file")
+        if owner is not None and st.st_uid != owner:
+            raise UnsafeFileError(f"{path} belongs to uid {st.st_uid}, not {owner}")
+        if st.st_mode & 0o022:
+            raise UnsafeFileError(f"{path} is writable by others "
+                                  f"({stat.S_IMODE(st.st_mode):04o})")
+        if private and st.st_mode & 0o077:
+            raise UnsafeFileError(f"{path} is readable or writable by others "
+                                  f"({stat.S_IMODE(st.st_mode):04o})")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise UnsafeFileError(f"{path} is longer than {limit} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

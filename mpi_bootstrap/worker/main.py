@@ -1,0 +1,170 @@
+"""The worker role: keys, a private sshd, the record, then the resident supervisor.
+
+    state dir → keys → sshd_config → sshd answers → record published → hand-off
+    (the supervisor keeps sshd alive, serves the net exchange, exits 0 on SIGTERM or
+    when the launcher marks the job done)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pwd
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from mpi_bootstrap.core import records
+from mpi_bootstrap.core.config import Config
+from mpi_bootstrap.core.errors import ConfigError, ExitStatus, PeerUnavailableError
+from mpi_bootstrap.core.names import fingerprint
+from mpi_bootstrap.proc.handoff import handoff
+from mpi_bootstrap.ssh import dirx, keys, sshd
+from mpi_bootstrap.system import netif
+from mpi_bootstrap.system.files import atomic_write, read_regular, state_dir
+
+RECORD_FILE = "record.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    host_key_path: str
+    host_key_public: str
+    authorized: tuple[tuple[str, str], ...]  # (public key, where it came from)
+    job: str | None  # dir exchange: the job key's fingerprint (its `job-done` names it)
+
+
+def mounted_keys(config: Config) -> tuple[keys.KeyPair, list[tuple[str, str]]] | None:
+    """The key Secret at MPI_BOOTSTRAP_SSH_AUTH_DIR — read with `secret` and `none`, and
+    otherwise only when the directory was set explicitly. Its default (~/.ssh) may hold
+    keys baked into the image, which everyone who can pull the image has: `net` and
+    `dir` bring their own key and never authorise those silently."""
+    if config.exchange not in ("secret", "none") and \
+            config.source("ssh_auth_dir").kind == "default":
+        return None
+    return keys.from_secret(config.ssh_auth_dir, config.state_dir)
+
+
+def identity(config: Config, log: Any) -> Identity:
+    """Keys for this start: the host key, and the client keys sshd will authorise."""
+    state = config.state_dir
+    mounted = mounted_keys(config)
+    if config.exchange == "secret":
+        if mounted is None:
+            raise ConfigError([f"MPI_BOOTSTRAP_EXCHANGE: 'secret' but no key is mounted at "
+                               f"{config.ssh_auth_dir} (set MPI_BOOTSTRAP_SSH_AUTH_DIR to "
+                               "the MPIJob's sshAuthMountPath)"])
+        pair, from_mount = mounted
+        # The job's key is every sshd's host key, so clients can pin it with no exchange.
+        return Identity(pair.private_path, pair.public, tuple(from_mount), None)
+    host = keys.generate(os.path.join(state, "ssh_host_ed25519_key"),
+                         f"mpi-bootstrap host key of {socket.gethostname()}")
+    authorized: list[tuple[str, str]] = list(mounted[1]) if mounted else []
+    job = None
+    if config.exchange == "dir" and config.exchange_dir:  # Config ensures the dir is set
+        key = dirx.DirExchange(config.exchange_dir).job_key(keys.make_job_key, log)
+        authorized.append((key.public, f"{config.exchange_dir}/{records.KEY_DIR}"))
+        job = key.fingerprint
+    if config.exchange == "none" and not authorized:
+        raise ConfigError([f"no key to authorise: nothing mounted at {config.ssh_auth_dir} "
+                           "and MPI_BOOTSTRAP_EXCHANGE is none (use secret, dir or net)"])
+    unique = {k: origin for k, origin in reversed(authorized)}  # first origin wins
+    return Identity(host.private_path, host.public, tuple(reversed(unique.items())), job)
+
+
+def sshd_argv(config: Config, config_path: str) -> list[str]:
+    return [config.sshd, "-D", "-e", "-f", config_path]
+
+
+def start(config: Config, environ: Mapping[str, str], log: Any) -> int:
+    state = config.state_dir
+    account = pwd.getpwuid(os.geteuid())
+    state_dir(state, sshd_home=account.pw_dir)  # sshd's StrictModes reads keys there
+    ident = identity(config, log)
+    authorized_path = os.path.join(state, "authorized_keys")
+    atomic_write(authorized_path, "".join(k + "\n" for k, _ in ident.authorized), 0o600)
+    for key, origin in ident.authorized:  # every key that may log in, and why
+        log("key authorized", fingerprint=fingerprint(key), key_type=key.split()[0],
+            origin=origin)
+    user = account.pw_name
+    addresses = netif.addresses(config.control_iface, link_local=False)
+    if addresses:
+        listen, probe_addr, bind_addr = addresses, addresses[0], addresses[0]
+    else:
+        log("control interface missing", level="warning", iface=config.control_iface,
+            reason="sshd listens on all addresses")
+        listen, probe_addr, bind_addr = [], "127.0.0.1", "0.0.0.0"  # noqa: S104
+    if os.geteuid() == 0:
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # OpenSSH's privsep directory
+    config_path = os.path.join(state, "sshd_config")
+
+    def argv_for(port: int) -> list[str]:
+        text = sshd.config_text(port=port, listen=listen, host_key=ident.host_key_path,
+                                authorized_keys=authorized_path,
+                                pid_file=os.path.join(state, "sshd.pid"), user=user)
+        atomic_write(config_path, text, 0o600)
+        return sshd_argv(config, config_path)
+
+    env = {k: v for k, v in environ.items() if not k.startswith("MPI_BOOTSTRAP_")}
+    short = socket.gethostname().split(".")[0]
+    if config.exchange == "dir" and config.exchange_dir:
+        # A restarted worker's previous record names a port nobody listens on: withdraw
+        # it, so the launcher waits for the new one instead of a dead port.
+        dirx.DirExchange(config.exchange_dir).withdraw(short)
+    pid, port, argv = sshd.start(argv_for, env, fixed_port=config.sshd_port or 0,
+                                 probe_address=probe_addr, bind_address=bind_addr, log=log)
+    record = records.Record(host=short,
+                             addresses=tuple(addresses), port=port,
+                             host_key=ident.host_key_public, user=user)
+    extra: dict[str, Any] = {"adopt": pid}
+    listener: socket.socket | None = None
+    if config.exchange == "dir" and config.exchange_dir:
+        where = dirx.DirExchange(config.exchange_dir).publish(record)
+        extra["stop_file"] = os.path.join(config.exchange_dir, records.DONE_FILE)
+        extra["stop_text"] = records.done_text(ident.job or "")
+        log("record published", exchange="dir", path=where, port=port)
+    elif config.exchange == "net":
+        listener = socket.socket(socket.AF_INET6 if ":" in bind_addr else socket.AF_INET)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind((bind_addr, config.exchange_port))
+        except OSError as exc:
+            raise PeerUnavailableError(f"net exchange: cannot listen on {bind_addr}:"
+                                       f"{config.exchange_port} ({exc.strerror})") from None
+        listener.listen(64)
+        listener.set_inheritable(True)
+        extra["net"] = {"fd": listener.fileno(), "token": config.token,
+                        "record": record.to_dict(), "authorized_keys": authorized_path}
+        log("record published", exchange="net", port=port, exchange_port=config.exchange_port)
+    else:
+        log("record published", exchange=config.exchange, port=port)
+    # The local copy is what `mpi-bootstrap probe` checks (it is also the dir record).
+    atomic_write(os.path.join(state, RECORD_FILE), json.dumps(record.to_dict()) + "\n", 0o644)
+    handoff(argv, env, grace=config.grace_seconds, group=False, role="worker",
+                 log_level=config.log_level, log_format=config.log_format,
+                 restart={"limit": 5, "window": 60.0}, **extra)
+    raise AssertionError("unreachable: handoff replaces the process")
+
+
+def probe(config: Config) -> int:
+    """Readiness: 0 once this worker's record is published and its sshd listens (checked
+    without connecting: sshd logs every connection)."""
+    try:
+        raw = read_regular(os.path.join(config.state_dir, RECORD_FILE), records.MAX_MESSAGE)
+        record = records.decode(raw, RECORD_FILE)
+    except (OSError, records.RecordError) as exc:
+        print(f"not ready: no record yet ({exc})")
+        return int(ExitStatus.PEER_UNAVAILABLE)
+    if config.exchange == "dir" and config.exchange_dir and \
+            dirx.DirExchange(config.exchange_dir).read(record.host) != record:
+        print(f"not ready: record not in {config.exchange_dir}")
+        return int(ExitStatus.PEER_UNAVAILABLE)
+    address = record.addresses[0] if record.addresses else "127.0.0.1"
+    # (By port only: a probe may run in a PID namespace of its own, where sshd's PID is
+    # not to be seen.)
+    if not sshd.listening(record.port):
+        print(f"not ready: nothing listens on port {record.port}")
+        return int(ExitStatus.PEER_UNAVAILABLE)
+    print(f"ready: sshd on {address}:{record.port}")
+    return 0
