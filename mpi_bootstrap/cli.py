@@ -6,10 +6,10 @@ import os
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import BootstrapError, ConfigError, ExitStatus, signal_exit_status
+from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.proc import children
 
 
@@ -58,38 +58,43 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         # hands off or execs): what it started and did not hand off must not outlive it.
         stopped = children.end_pending()
         if stopped:
-            logger.info("stopped children", count=stopped)
+            logger("stopped children", count=stopped)
 
 
-def _role(config: Config, environ: Mapping[str, str], logger: Any) -> int:
-    from mpi_bootstrap.system import log
+def _dispatch(config: Config, environ: Mapping[str, str], logger: Log) -> int:
+    """The role's own entry point (imported lazily: `--explain` and the probe start fast)."""
+    if config.role == "launcher":
+        from mpi_bootstrap.launcher import main as launcher
 
+        return launcher.main(config, environ, logger)
+    if config.role == "doctor":
+        from mpi_bootstrap.doctor import diagnose
+
+        return diagnose.main(config, config.json)
+    from mpi_bootstrap.worker import main as worker
+
+    if config.role == "probe":
+        return worker.probe(config)
+    for note in config.notes:
+        logger("note", note=note)
+    return worker.start(config, environ, logger)
+
+
+def _role(config: Config, environ: Mapping[str, str], logger: Log) -> int:
+    """Run the role; every failure becomes its exit status (core/errors.py's table)."""
     try:
-        if config.role == "launcher":
-            from mpi_bootstrap.launcher import main as launcher
-
-            return launcher.main(config, environ, logger)
-        from mpi_bootstrap.worker import main as worker
-
-        if config.role == "probe":
-            return worker.probe(config)
-        if config.role == "doctor":
-            from mpi_bootstrap.doctor import diagnose
-
-            return diagnose.main(config, config.json)
-        for note in config.notes:
-            logger.info("note", note=note)
-        return worker.start(config, environ, log.events(logger))
+        return _dispatch(config, environ, logger)
     except BootstrapError as exc:
-        logger.error("failed", error=exc.message, exit_code=int(exc.status))
+        logger("failed", level="error", error=exc.message, exit_code=int(exc.status))
         _fail(exc.message, exc.details)
         return int(exc.status)
     except children.Interrupted as exc:
-        logger.warning("interrupted", signal=str(exc), exit_code=signal_exit_status(exc.signum))
+        logger("interrupted", level="warning", signal=str(exc),
+               exit_code=signal_exit_status(exc.signum))
         return signal_exit_status(exc.signum)
     except Exception as exc:
-        logger.error("internal error", error=repr(exc), exit_code=int(ExitStatus.INTERNAL),
-                     traceback=traceback.format_exc())
+        logger("internal error", level="error", error=repr(exc),
+               exit_code=int(ExitStatus.INTERNAL), traceback=traceback.format_exc())
         _fail(f"internal error: {exc!r} (a bug in mpi-bootstrap; please report it with the "
               "log above)")
         return int(ExitStatus.INTERNAL)

@@ -1,4 +1,5 @@
-"""Shared fixtures: the real MPIs, and a simulated one-node pod (a private netns)."""
+"""Shared fixtures: the real MPIs, a simulated one-node pod (a private netns), and a
+simulated cluster of pods (tests/support/cluster.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.cluster import Cluster
 from tests.support.netns import Netns, available
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +32,9 @@ RUN_TMP = "/run/mpi-bootstrap-tests"
 def pytest_configure(config: pytest.Config) -> None:
     if config.option.basetemp is None and os.geteuid() == 0:
         config.option.basetemp = RUN_TMP
+    config.addinivalue_line(
+        "markers", "workers(n): the `cluster` fixture builds n worker pods (default 2)"
+    )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -76,14 +81,22 @@ class Pod:
     netns: Netns
     tmp: Path
 
-    def agent(self, *args: str, env: dict[str, str] | None = None,
-              timeout: float = 120) -> tuple[int, str, str]:
+    def agent(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+    ) -> tuple[int, str, str]:
         # HOME as every container runtime sets it (Open MPI 5 refuses to start without).
-        base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(self.tmp),
-                "MPI_BOOTSTRAP_STATE_DIR": str(self.tmp / "state")}
+        base = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": str(self.tmp),
+            "MPI_BOOTSTRAP_STATE_DIR": str(self.tmp / "state"),
+        }
         base.update(env or {})
-        done = self.netns.run(["env", "-i", *(f"{k}={v}" for k, v in base.items()),
-                               AGENT, *args], capture_output=True, timeout=timeout)
+        done = self.netns.run(
+            ["env", "-i", *(f"{k}={v}" for k, v in base.items()), AGENT, *args],
+            capture_output=True,
+            timeout=timeout,
+        )
         return done.returncode, done.stdout, done.stderr
 
 
@@ -96,12 +109,28 @@ def pod(tmp_path: Path) -> Iterator[Pod]:
     # fails at once, and no lookup ever leaves the namespace.
     # node-a is a "remote" node for one-node runs through tests/support/fake-ssh; its
     # address is in the pod's own subnet and nothing ever connects to it.
-    hosts = (f"127.0.0.1 localhost {socket.gethostname()}\n::1 localhost ip6-localhost\n"
-             "10.250.0.9 node-a\n")
-    with Netns("mpib-pod", ifaces={"eth0": "10.250.0.1/24", "net1": "10.251.0.1/24"},
-               resolv_conf="nameserver 127.0.0.1\noptions ndots:5 timeout:1 attempts:1\n",
-               hosts=hosts) as ns:
+    hosts = (
+        f"127.0.0.1 localhost {socket.gethostname()}\n::1 localhost ip6-localhost\n"
+        "10.250.0.9 node-a\n"
+    )
+    with Netns(
+        "mpib-pod",
+        ifaces={"eth0": "10.250.0.1/24", "net1": "10.251.0.1/24"},
+        resolv_conf="nameserver 127.0.0.1\noptions ndots:5 timeout:1 attempts:1\n",
+        hosts=hosts,
+    ) as ns:
         yield Pod(ns, tmp_path)
+
+
+@pytest.fixture
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """A simulated cluster: pods job-launcher, job-worker-0 and job-worker-1 (no DNS
+    server: every hosts file knows every pod). `@pytest.mark.workers(1)` on a test, class
+    or module builds one worker pod. Removed after the test, whether it passed or not."""
+    marker = request.node.get_closest_marker("workers")
+    workers = marker.args[0] if marker else 2
+    with Cluster(["job-launcher", *(f"job-worker-{i}" for i in range(workers))]) as c:
+        yield c
 
 
 PROBE = """\

@@ -17,7 +17,6 @@ output and a summary, removes everything, and exits with the job's code.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -31,18 +30,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import AGENT, MPI_VENVS, REAL_MPIS
+from tests.conftest import MPI_VENVS, REAL_MPIS
+from tests.support import logs
 from tests.support.cluster import Cluster
+from tests.support.job import Job
 from tests.support.programs import LINE, compile_allreduce
-
-
-def events(stderr: str) -> list[dict[str, Any]]:
-    out = []
-    for line in stderr.splitlines():
-        if line.startswith("{"):
-            with contextlib.suppress(ValueError):
-                out.append(json.loads(line))
-    return out
 
 
 def needs(mpi: str) -> list[str]:
@@ -60,8 +52,9 @@ def needs(mpi: str) -> list[str]:
 def rank_lines(stdout: str) -> str:
     """The job's output as a person reads it: each rank's line says rank, host and
     result; the start time the program also prints (for the summary) is dropped."""
-    return "".join(m[0] + "\n" if (m := LINE.match(line)) else line + "\n"
-                   for line in stdout.splitlines())
+    return "".join(
+        m[0] + "\n" if (m := LINE.match(line)) else line + "\n" for line in stdout.splitlines()
+    )
 
 
 def stamp(event: dict[str, Any]) -> float:
@@ -70,8 +63,13 @@ def stamp(event: dict[str, Any]) -> float:
     return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
 
 
-def run_job(mpi: str = "openmpi4", workers: int = 2, slots: int = 2, rewrite: str = "none",
-            echo: bool = True) -> dict[str, Any]:
+def run_job(
+    mpi: str = "openmpi4",
+    workers: int = 2,
+    slots: int = 2,
+    rewrite: str = "none",
+    echo: bool = True,
+) -> dict[str, Any]:
     m = REAL_MPIS[mpi]
     if not os.access(m.mpirun, os.X_OK):
         raise SystemExit(f"{m.mpirun} missing: run `make demo` (it installs the MPI)")
@@ -82,45 +80,28 @@ def run_job(mpi: str = "openmpi4", workers: int = 2, slots: int = 2, rewrite: st
     names = ["demo-launcher", *(f"demo-worker-{i}" for i in range(workers))]
     try:
         exe = compile_allreduce(m, work)
-        xdir = work / "exchange"
-        xdir.mkdir()
         with Cluster(names, dns=True, pid1=True, job="demo") as c:
-
-            def env(pod_name: str, **extra: str) -> dict[str, str]:
-                home = work / pod_name
-                home.mkdir(exist_ok=True)
-                return {"PATH": f"{m.bindir}:/usr/local/bin:/usr/bin:/bin",
-                        "HOME": str(home), "LANG": "C.UTF-8",
-                        "MPI_BOOTSTRAP_STATE_DIR": str(home / "state"),
-                        "MPI_BOOTSTRAP_EXCHANGE_DIR": str(xdir),
-                        "MPI_BOOTSTRAP_LOG_FORMAT": "json", **extra}
-
-            for pod in c.pods[1:]:
-                c.start(pod, [AGENT, "worker"], env(pod.name))
+            # The dir exchange; the hostfile names the workers <pod>.demo.default.svc.
+            job = Job(c, work, m)
+            job.start_workers()
             pods_up = time.time()
-            hostfile = work / "hostfile"
-            form = "{}:{}" if m.vendor in ("mpich", "intel") else "{} slots={}"
-            hostfile.write_text("".join(form.format(c.svc(p.name), slots) + "\n"
-                                        for p in c.pods[1:]))
-            launcher = c.pods[0]
-            done = launcher.run(
-                [AGENT, "launcher", "--mpirun", m.mpirun, "--", str(exe)],
-                env(launcher.name, MPI_HOSTFILE=str(hostfile), MPI_BOOTSTRAP_REWRITE=rewrite,
-                    MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(work / "mpi-hostfile")), timeout=300)
-            written = (work / "mpi-hostfile").read_text() if done.returncode == 0 else ""
+            done = job.launch(
+                [str(exe)], slots=slots, names=names[1:], timeout=300, MPI_BOOTSTRAP_REWRITE=rewrite
+            )
+            written = job.output.read_text() if done.returncode == 0 else ""
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if echo:
         sys.stdout.write(rank_lines(done.stdout))
         if done.returncode != 0:
             sys.stderr.write(done.stderr)
-    ev = events(done.stderr)
+    ev = logs.events(done.stderr, partial=True)
     starts = [float(s) for s in re.findall(r" start (\d+\.\d+)", done.stdout)]
     by = {e["event"]: e for e in ev}
     ranks = [m_ for m_ in LINE.finditer(done.stdout)]
     summary: dict[str, Any] = {
         "mpi": f"{by.get('MPI', {}).get('vendor', m.vendor)} "
-               f"{by.get('MPI', {}).get('version', m.version)}",
+        f"{by.get('MPI', {}).get('version', m.version)}",
         "hosts": [line.split()[0].split(":")[0] for line in written.splitlines()],
         "rewrite": rewrite,
         "ranks_ok": sum(1 for r in ranks if r[6] == "OK"),
@@ -132,9 +113,15 @@ def run_job(mpi: str = "openmpi4", workers: int = 2, slots: int = 2, rewrite: st
         t0 = stamp(by["MPI"])
         summary["launcher_phases_s"] = {
             phase: round(stamp(by[name]) - t0, 3)
-            for phase, name in (("dns", "DNS done"), ("records", "records"),
-                                ("sshd_ready", "sshd ready"), ("preflight", "preflight ok"),
-                                ("mpirun_start", "mpirun start")) if name in by}
+            for phase, name in (
+                ("dns", "DNS done"),
+                ("records", "records"),
+                ("sshd_ready", "sshd ready"),
+                ("preflight", "preflight ok"),
+                ("mpirun_start", "mpirun start"),
+            )
+            if name in by
+        }
     return summary
 
 
@@ -145,8 +132,11 @@ def main() -> int:
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--rewrite", default="none", choices=("none", "fqdn", "ip"))
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-    parser.add_argument("--print-needs", action="store_true",
-                        help="print the MPI venvs this run needs, and run nothing")
+    parser.add_argument(
+        "--print-needs",
+        action="store_true",
+        help="print the MPI venvs this run needs, and run nothing",
+    )
     args = parser.parse_args()
     if args.print_needs:
         print(" ".join(needs(args.mpi)))
@@ -164,11 +154,15 @@ def main() -> int:
         print(f"rewrite:        {s['rewrite']}")
         print(f"ranks:          {s['ranks_ok']} of {s['ranks']} computed the right sum")
         if s["pods_up_to_first_rank_s"] is not None:
-            print(f"time to launch: {s['pods_up_to_first_rank_s']:.2f} s from pods up to the "
-                  "first rank running")
+            print(
+                f"time to launch: {s['pods_up_to_first_rank_s']:.2f} s from pods up to the "
+                "first rank running"
+            )
         if "launcher_phases_s" in s:
-            print("launcher:       " + ", ".join(f"{k} at {v:.2f} s" for k, v in
-                                                 s["launcher_phases_s"].items()))
+            print(
+                "launcher:       "
+                + ", ".join(f"{k} at {v:.2f} s" for k, v in s["launcher_phases_s"].items())
+            )
         print(f"job exit code:  {s['exit_code']}")
     return int(s["exit_code"])
 

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,13 +23,17 @@ from mpi_bootstrap.core import names
 from mpi_bootstrap.ssh import keys, sshd
 from mpi_bootstrap.ssh import netx as exchange
 from tests.conftest import AGENT
+from tests.support import logs
 from tests.support.cluster import Cluster, agent_env
-from tests.test_security import TOKEN, ask, launcher_env, wait_listening
-from tests.test_ssh import WORKERS, start_workers
+from tests.support.podnet import ask, wait_listening
+from tests.support.wait import holds_for, wait_until
+from tests.support.workers import TOKEN, WORKERS, launcher_env, start_workers
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
 
 ATTACKER = ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups"]
+# Long enough for the workers' look for job-done (once a second) to come round.
+JOB_DONE_POLLS_S = 1.5
 
 
 @pytest.fixture
@@ -44,16 +48,11 @@ def base(uid1000: str) -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture
-def cluster() -> Iterator[Cluster]:
-    with Cluster(["job-launcher", *WORKERS]) as c:
-        yield c
-
-
 def as_attacker(script: str) -> None:
     """Run `script` (sh) as uid 1000, the unprivileged user in the pod."""
-    done = subprocess.run([*ATTACKER, "sh", "-ec", script], capture_output=True, text=True,
-                          timeout=30, check=False)
+    done = subprocess.run(
+        [*ATTACKER, "sh", "-ec", script], capture_output=True, text=True, timeout=30, check=False
+    )
     assert done.returncode == 0, f"the attack's own steps failed: {done.stderr}"
 
 
@@ -68,44 +67,54 @@ def attacker_keys(base: Path) -> Path:
     return d / "id"
 
 
-def login(cluster: Cluster, address: str, port: int, key: Path, user: str = "root"
-          ) -> subprocess.CompletedProcess[str]:
+def login(
+    cluster: Cluster, address: str, port: int, key: Path, user: str = "root"
+) -> subprocess.CompletedProcess[str]:
     """The real ssh client, from the launcher pod, logging in with `key`; accepts any host
     key (the attacker does not care who answers)."""
     return cluster.pods[0].run(
-        ["ssh", "-F", "/dev/null", "-i", str(key), "-o", "IdentitiesOnly=yes",
-         "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
-         "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=5", "-p", str(port),
-         f"{user}@{address}", "id -u"], {"PATH": "/usr/bin:/bin"}, timeout=30)
+        [
+            "ssh",
+            "-F",
+            "/dev/null",
+            "-i",
+            str(key),
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "ConnectTimeout=5",
+            "-p",
+            str(port),
+            f"{user}@{address}",
+            "id -u",
+        ],
+        {"PATH": "/usr/bin:/bin"},
+        timeout=30,
+    )
 
 
 def assert_kept_out(done: subprocess.CompletedProcess[str]) -> None:
-    assert not (done.returncode == 0 and done.stdout.strip() == "0"), \
+    assert not (done.returncode == 0 and done.stdout.strip() == "0"), (
         "the attacker logged in as root"
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
-def stay_up(procs: list[subprocess.Popen[str]], seconds: float) -> bool:
-    """Do all of `procs` keep running for `seconds`?"""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if any(p.poll() is not None for p in procs):
-            return False
-        time.sleep(0.05)
-    return True
+    )
 
 
 def worker_up_or_gone(p: subprocess.Popen[str], record: Path) -> None:
-    wait_for(lambda: p.poll() is not None or record.exists(), 20, "the worker")
+    wait_until(
+        lambda: p.poll() is not None or record.exists(),
+        20,
+        "the worker to publish its record or exit",
+    )
 
 
 # ---------------------------------------------------------------- finding 1
+
 
 class TestStateDirSwap:
     """Finding 1: a state directory under a parent others may write (a Kubernetes
@@ -113,6 +122,8 @@ class TestStateDirSwap:
     swap in their own `authorized_keys` and host key; StrictModes stays on."""
 
     def test_worker(self, cluster: Cluster, base: Path) -> None:
+        """A worker whose state dir is under a 0777 non-sticky dir exits 64 before writing anything
+        there, so swapping in one's own authorized_keys and host key gets no login."""
         open_dir = base / "emptydir"
         open_dir.mkdir()
         open_dir.chmod(0o777)  # what kubelet makes of an emptyDir (kubernetes#110835)
@@ -120,21 +131,33 @@ class TestStateDirSwap:
         xdir = base / "exchange"
         xdir.mkdir()
         worker = cluster.pods[1]
-        p = cluster.start(worker, [AGENT, "worker"], agent_env(
-            base, worker, MPI_BOOTSTRAP_STATE_DIR=str(state),
-            MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir), MPI_BOOTSTRAP_SSHD_PORT="2222"))
+        p = cluster.start(
+            worker,
+            [AGENT, "worker"],
+            agent_env(
+                base,
+                worker,
+                MPI_BOOTSTRAP_STATE_DIR=str(state),
+                MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+                MPI_BOOTSTRAP_SSHD_PORT="2222",
+            ),
+        )
         worker_up_or_gone(p, xdir / f"{worker.name}.json")
         key = attacker_keys(base)
         if p.poll() is None:  # the attack: rename the directory away, put one's own there
-            as_attacker(f"mv {state} {open_dir}/taken; mkdir -m 700 {state}; "
-                        f"cp {key}.pub {state}/authorized_keys; "
-                        f"cp {base}/attacker/host {state}/ssh_host_ed25519_key; "
-                        f"chmod 600 {state}/authorized_keys {state}/ssh_host_ed25519_key")
+            as_attacker(
+                f"mv {state} {open_dir}/taken; mkdir -m 700 {state}; "
+                f"cp {key}.pub {state}/authorized_keys; "
+                f"cp {base}/attacker/host {state}/ssh_host_ed25519_key; "
+                f"chmod 600 {state}/authorized_keys {state}/ssh_host_ed25519_key"
+            )
         assert_kept_out(login(cluster, worker.address, 2222, key))
         assert p.wait(timeout=20) == 64
         err = p.stderr.read()  # type: ignore[union-attr]
-        assert f"MPI_BOOTSTRAP_STATE_DIR: {state}: {open_dir} above it is writable by " \
-               "others (mode 0777) without the sticky bit" in err
+        assert (
+            f"MPI_BOOTSTRAP_STATE_DIR: {state}: {open_dir} above it is writable by "
+            "others (mode 0777) without the sticky bit" in err
+        )
         assert list(open_dir.iterdir()) == []  # refused before anything was made there
 
     def test_launcher(self, cluster: Cluster, base: Path) -> None:
@@ -146,21 +169,29 @@ class TestStateDirSwap:
         xdir = base / "exchange"
         xdir.mkdir()
         start_workers(cluster, base, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
-        env = launcher_env(base, cluster, "".join(f"{w} slots=1\n" for w in WORKERS),
-                           MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
-                           MPI_BOOTSTRAP_STATE_DIR=str(state))
+        env = launcher_env(
+            base,
+            cluster,
+            "".join(f"{w} slots=1\n" for w in WORKERS),
+            MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+            MPI_BOOTSTRAP_STATE_DIR=str(state),
+        )
         done = cluster.pods[0].run([AGENT, "launcher", "--", "true"], env)
         assert done.returncode == 64, done.stderr
         assert f"{open_dir} above it is writable by others" in done.stderr
         assert not state.exists()
         assert "mpirun start" not in done.stderr
 
-    @pytest.mark.parametrize(("how", "why"), [
-        ("sticky", "sshd (StrictModes) refuses keys below"),
-        ("owned-by-1000", "above it belongs to uid 1000"),
-    ])
+    @pytest.mark.parametrize(
+        ("how", "why"),
+        [
+            ("sticky", "sshd (StrictModes) refuses keys below"),
+            ("owned-by-1000", "above it belongs to uid 1000"),
+        ],
+    )
     def test_worker_refuses_what_sshd_or_an_owner_would_not_trust(
-            self, cluster: Cluster, base: Path, how: str, why: str) -> None:
+        self, cluster: Cluster, base: Path, how: str, why: str
+    ) -> None:
         """A sticky 1777 parent (/tmp) cannot be swapped, but sshd's StrictModes would turn
         every login away there: said at once, not found out at mpirun. A parent another
         user owns can always be swapped by that user."""
@@ -171,14 +202,22 @@ class TestStateDirSwap:
         else:
             os.chown(parent, 1000, 1000)
         worker = cluster.pods[1]
-        p = cluster.start(worker, [AGENT, "worker"], agent_env(
-            base, worker, MPI_BOOTSTRAP_STATE_DIR=str(parent / "state"),
-            MPI_BOOTSTRAP_TOKEN=TOKEN))
+        p = cluster.start(
+            worker,
+            [AGENT, "worker"],
+            agent_env(
+                base,
+                worker,
+                MPI_BOOTSTRAP_STATE_DIR=str(parent / "state"),
+                MPI_BOOTSTRAP_TOKEN=TOKEN,
+            ),
+        )
         assert p.wait(timeout=20) == 64
         assert why in p.stderr.read()  # type: ignore[union-attr]
 
 
 # ---------------------------------------------------------------- finding 2
+
 
 class TestDirExchangeKeyPlanting:
     """Finding 2: a `job-key` in the exchange directory that is not this user's own 0700
@@ -187,19 +226,27 @@ class TestDirExchangeKeyPlanting:
 
     @pytest.mark.parametrize("form", ["directory", "symlink"])
     def test_planted_key_is_refused(self, cluster: Cluster, base: Path, form: str) -> None:
+        """A job-key dir planted by uid 1000 in a shared exchange dir, or a symlink to one, is
+        refused (64): the attacker's key never logs in nor reaches authorized_keys."""
         xdir = base / "exchange"
         xdir.mkdir()
         xdir.chmod(0o777)  # a shared volume every uid in the pod may write
         key = attacker_keys(base)
         planted = xdir / "job-key" if form == "directory" else base / "attacker" / "kd"
-        as_attacker(f"mkdir -m 700 {planted}; cp {key} {planted}/id; "
-                    f"cp {key}.pub {planted}/id.pub; chmod 600 {planted}/id")
+        as_attacker(
+            f"mkdir -m 700 {planted}; cp {key} {planted}/id; "
+            f"cp {key}.pub {planted}/id.pub; chmod 600 {planted}/id"
+        )
         if form == "symlink":
             as_attacker(f"ln -s {planted} {xdir}/job-key")
         worker = cluster.pods[1]
-        p = cluster.start(worker, [AGENT, "worker"], agent_env(
-            base, worker, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
-            MPI_BOOTSTRAP_SSHD_PORT="2222"))
+        p = cluster.start(
+            worker,
+            [AGENT, "worker"],
+            agent_env(
+                base, worker, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir), MPI_BOOTSTRAP_SSHD_PORT="2222"
+            ),
+        )
         worker_up_or_gone(p, xdir / f"{worker.name}.json")
         assert_kept_out(login(cluster, worker.address, 2222, key))
         assert p.wait(timeout=20) == 64
@@ -207,8 +254,10 @@ class TestDirExchangeKeyPlanting:
         assert f"refusing {xdir}/job-key" in err
         assert ("belongs to uid 1000" if form == "directory" else "not a directory") in err
         authorized = base / worker.name / "state" / "authorized_keys"
-        assert not authorized.exists() or key.with_suffix(".pub").read_text().split()[1] \
-            not in authorized.read_text()
+        assert (
+            not authorized.exists()
+            or key.with_suffix(".pub").read_text().split()[1] not in authorized.read_text()
+        )
 
 
 class TestDirExchangeReuse:
@@ -217,6 +266,8 @@ class TestDirExchangeReuse:
     the first pod of the new job clears the finished job's state and makes a new key."""
 
     def test_second_job(self, cluster: Cluster, base: Path) -> None:
+        """A second job in a reused exchange dir makes and authorises only its own new key, is not
+        stopped by the old job-done, and runs to completion."""
         xdir = base / "exchange"
         xdir.mkdir()
         fingerprints = []
@@ -225,14 +276,22 @@ class TestDirExchangeReuse:
             work.mkdir()
             procs = start_workers(cluster, work, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
             # the workers look for job-done each second
-            assert stay_up(procs, 1.5), "a worker stopped on the old job's job-done"
+            holds_for(
+                lambda ps=procs: all(p.poll() is None for p in ps),
+                JOB_DONE_POLLS_S,
+                "the workers running (a worker stopped on the old job's job-done?)",
+            )
             pub = (xdir / "job-key" / "id.pub").read_text()
             fingerprints.append(names.fingerprint(pub))
             for w in WORKERS:  # exactly this job's key may log in
                 authorized = (work / w / "state" / "authorized_keys").read_text()
                 assert authorized.split("\n")[0] == " ".join(pub.split()[:2])
-            env = launcher_env(work, cluster, "".join(f"{w} slots=1\n" for w in WORKERS),
-                               MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+            env = launcher_env(
+                work,
+                cluster,
+                "".join(f"{w} slots=1\n" for w in WORKERS),
+                MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+            )
             done = cluster.pods[0].run([AGENT, "launcher", "--", "hostname"], env)
             assert done.returncode == 0, done.stderr
             assert sorted(done.stdout.split()) == WORKERS
@@ -243,6 +302,7 @@ class TestDirExchangeReuse:
 
 # ---------------------------------------------------------------- finding 3
 
+
 class TestBakedKeys:
     """Finding 3: keys baked into the image at ~/.ssh are not authorised by the `net` and
     `dir` exchanges unless MPI_BOOTSTRAP_SSH_AUTH_DIR is set; every key that is
@@ -250,6 +310,8 @@ class TestBakedKeys:
 
     @pytest.mark.parametrize("mode", ["net", "dir"])
     def test_image_key_is_not_trusted(self, cluster: Cluster, base: Path, mode: str) -> None:
+        """Keys baked into the image's ~/.ssh cannot log in under the net or dir exchange; only the
+        job's key is logged as authorised (dir), and none at all (net)."""
         worker = cluster.pods[1]
         home = base / worker.name
         home.mkdir()
@@ -258,27 +320,34 @@ class TestBakedKeys:
         keys.generate(str(baked / "id_rsa"), "baked into the image")
         other = keys.generate(str(base / "other"), "another baked key")
         (baked / "authorized_keys").write_text(
-            (baked / "id_rsa.pub").read_text() + other.public + "\n")
-        extra = {"MPI_BOOTSTRAP_TOKEN": TOKEN} if mode == "net" else \
-            {"MPI_BOOTSTRAP_EXCHANGE_DIR": str(base / "exchange")}
+            (baked / "id_rsa.pub").read_text() + other.public + "\n"
+        )
+        extra = (
+            {"MPI_BOOTSTRAP_TOKEN": TOKEN}
+            if mode == "net"
+            else {"MPI_BOOTSTRAP_EXCHANGE_DIR": str(base / "exchange")}
+        )
         if mode == "dir":
             (base / "exchange").mkdir()
         env = agent_env(base, worker, MPI_BOOTSTRAP_SSHD_PORT="2222", **extra)
         p = cluster.start(worker, [AGENT, "worker"], env)
-        wait_for(lambda: (home / "state" / "record.json").exists() or p.poll() is not None,
-                 20, "the worker")
+        wait_until(
+            lambda: (home / "state" / "record.json").exists() or p.poll() is not None,
+            20,
+            "the worker to publish its record or exit",
+        )
         for key in (baked / "id_rsa", base / "other"):
             assert_kept_out(login(cluster, worker.address, 2222, key))
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=20)
-        events = [json.loads(ln) for ln in err.splitlines() if ln.startswith("{")]
-        authorized = [e for e in events if e["event"] == "key authorized"]
+        authorized = logs.named(err, "key authorized")
         if mode == "net":
             assert authorized == []
         else:
             job = (base / "exchange" / "job-key" / "id.pub").read_text()
-            assert [(e["fingerprint"], e["origin"]) for e in authorized] == \
-                [(names.fingerprint(job), f"{base}/exchange/job-key")]
+            assert [(e["fingerprint"], e["origin"]) for e in authorized] == [
+                (names.fingerprint(job), f"{base}/exchange/job-key")
+            ]
 
     def test_explicit_mount_is_trusted_and_logged(self, cluster: Cluster, base: Path) -> None:
         """Set explicitly, the directory is the job's Secret: its keys log in, and the log
@@ -289,19 +358,28 @@ class TestBakedKeys:
         pair = keys.generate(str(mount / "id_rsa"), "the job's key")
         other = keys.generate(str(base / "other"), "second key")
         (mount / "authorized_keys").write_text(pair.public + "\n" + other.public + "\n")
-        env = agent_env(base, worker, MPI_BOOTSTRAP_SSHD_PORT="2222", MPI_BOOTSTRAP_TOKEN=TOKEN,
-                        MPI_BOOTSTRAP_SSH_AUTH_DIR=str(mount))
+        env = agent_env(
+            base,
+            worker,
+            MPI_BOOTSTRAP_SSHD_PORT="2222",
+            MPI_BOOTSTRAP_TOKEN=TOKEN,
+            MPI_BOOTSTRAP_SSH_AUTH_DIR=str(mount),
+        )
         p = cluster.start(worker, [AGENT, "worker"], env)
-        wait_for((base / worker.name / "state" / "record.json").exists, 20, "the worker")
+        wait_until(
+            (base / worker.name / "state" / "record.json").exists,
+            20,
+            "the worker to publish its record",
+        )
         done = login(cluster, worker.address, 2222, base / "other")
         assert done.returncode == 0 and done.stdout.strip() == "0", done.stderr
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=20)
-        logged = [(e["fingerprint"], e["origin"]) for e in
-                  (json.loads(ln) for ln in err.splitlines() if ln.startswith("{"))
-                  if e["event"] == "key authorized"]
-        assert logged == [(names.fingerprint(pair.public), f"{mount}/id_rsa"),
-                          (names.fingerprint(other.public), f"{mount}/authorized_keys:2")]
+        logged = [(e["fingerprint"], e["origin"]) for e in logs.named(err, "key authorized")]
+        assert logged == [
+            (names.fingerprint(pair.public), f"{mount}/id_rsa"),
+            (names.fingerprint(other.public), f"{mount}/authorized_keys:2"),
+        ]
 
 
 # ---------------------------------------------------------------- finding 4
@@ -339,17 +417,31 @@ class TestNetExchangeRelay:
     rank runs anywhere."""
 
     def test_relayed_hello_is_refused(self, cluster: Cluster, base: Path) -> None:
+        """A pod relaying job-worker-0's exchange to job-worker-1 is denied: the launcher exits 69
+        with no rank run, and a hello for another worker authorises nothing."""
         relay_pod, real = cluster.pods[1], cluster.pods[2]
         env = agent_env(base, real, MPI_BOOTSTRAP_TOKEN=TOKEN)
         p = cluster.start(real, [AGENT, "worker"], env)
-        wait_for((base / real.name / "state" / "record.json").exists, 20, "job-worker-1")
-        relay = cluster.start(relay_pod, ["/usr/bin/python3", "-c", RELAY, relay_pod.address,
-                                          "2223", real.address], {"PATH": "/usr/bin:/bin"})
+        wait_until(
+            (base / real.name / "state" / "record.json").exists,
+            20,
+            "job-worker-1 to publish its record",
+        )
+        relay = cluster.start(
+            relay_pod,
+            ["/usr/bin/python3", "-c", RELAY, relay_pod.address, "2223", real.address],
+            {"PATH": "/usr/bin:/bin"},
+        )
         wait_listening(cluster.pods[0], relay_pod.address, 2223, relay)
         # The launcher asks job-worker-0 (the relay) and job-worker-1. (Before: both
         # ranks ran on job-worker-1, and the job "succeeded".)
-        env = launcher_env(base, cluster, "".join(f"{w} slots=1\n" for w in WORKERS),
-                           MPI_BOOTSTRAP_TOKEN=TOKEN, MPI_DNS_WAIT_SECONDS="20")
+        env = launcher_env(
+            base,
+            cluster,
+            "".join(f"{w} slots=1\n" for w in WORKERS),
+            MPI_BOOTSTRAP_TOKEN=TOKEN,
+            MPI_DNS_WAIT_SECONDS="20",
+        )
         done = cluster.pods[0].run([AGENT, "launcher", "--", "hostname"], env, timeout=60)
         assert done.returncode == 69, done.stdout + done.stderr
         assert "job-worker-0: exchange refused" in done.stderr
@@ -367,9 +459,12 @@ class TestNetExchangeRelay:
 
 # ---------------------------------------------------------------- finding 6
 
-# A peer that accepts and trickles one byte every 1.5 s, forever.
+# A peer that accepts and trickles one byte every TRICKLE_EVERY_S, forever (argv: address,
+# port, the pause): slow on purpose, each byte well inside any read timeout.
+TRICKLE_EVERY_S = 1.5
 TRICKLE = r"""
 import socket, sys, threading, time
+pause = float(sys.argv[3])
 srv = socket.socket()
 srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 srv.bind((sys.argv[1], int(sys.argv[2])))
@@ -378,7 +473,7 @@ def trickle(conn):
     try:
         while True:
             conn.sendall(b" ")
-            time.sleep(1.5)
+            time.sleep(pause)
     except OSError:
         pass
 while True:
@@ -392,12 +487,21 @@ class TestExchangeDeadline:
     trickles bytes, or a FIFO named like a record, ends in 69 by then, not hours later."""
 
     def test_trickling_peer(self, cluster: Cluster, base: Path) -> None:
+        """A peer trickling a byte every 1.5 s cannot hold the launcher past its deadline (69)."""
         pod = cluster.pods[1]
-        p = cluster.start(pod, ["/usr/bin/python3", "-c", TRICKLE, pod.address, "2223"],
-                          {"PATH": "/usr/bin:/bin"})
+        p = cluster.start(
+            pod,
+            ["/usr/bin/python3", "-c", TRICKLE, pod.address, "2223", str(TRICKLE_EVERY_S)],
+            {"PATH": "/usr/bin:/bin"},
+        )
         wait_listening(cluster.pods[0], pod.address, 2223, p)
-        env = launcher_env(base, cluster, "job-worker-0 slots=1\n", MPI_BOOTSTRAP_TOKEN=TOKEN,
-                           MPI_DNS_WAIT_SECONDS="5")
+        env = launcher_env(
+            base,
+            cluster,
+            "job-worker-0 slots=1\n",
+            MPI_BOOTSTRAP_TOKEN=TOKEN,
+            MPI_DNS_WAIT_SECONDS="5",
+        )
         t0 = time.monotonic()
         done = cluster.pods[0].run([AGENT, "launcher", "--", "true"], env, timeout=120)
         took = time.monotonic() - t0
@@ -406,11 +510,18 @@ class TestExchangeDeadline:
         assert took < 5 + 5, took  # the deadline, plus start-up (was: hours)
 
     def test_fifo_record(self, cluster: Cluster, base: Path) -> None:
+        """A FIFO named like a worker's record is refused as not a regular file (69) within the
+        deadline, instead of blocking the launcher."""
         xdir = base / "exchange"
         xdir.mkdir()
         os.mkfifo(xdir / "job-worker-0.json")
-        env = launcher_env(base, cluster, "job-worker-0 slots=1\n",
-                           MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir), MPI_DNS_WAIT_SECONDS="5")
+        env = launcher_env(
+            base,
+            cluster,
+            "job-worker-0 slots=1\n",
+            MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+            MPI_DNS_WAIT_SECONDS="5",
+        )
         t0 = time.monotonic()
         done = cluster.pods[0].run([AGENT, "launcher", "--", "true"], env, timeout=120)
         took = time.monotonic() - t0
@@ -421,8 +532,10 @@ class TestExchangeDeadline:
 
 # ---------------------------------------------------------------- finding 7
 
-# Each rank: whether the token is in PID 1's environment or its own, then a pause in
-# which the test reads /proc/<pid>/environ of every process in every pod.
+# Each rank (argv: the token's file, the pause): whether the token is in PID 1's
+# environment or its own, then a pause (RANK_STAYS_S) in which the test reads
+# /proc/<pid>/environ of every process in every pod, the ranks' own included.
+RANK_STAYS_S = 3
 RANK = r"""
 import os, sys, time
 token = open(sys.argv[1], "rb").read()
@@ -433,7 +546,7 @@ for path in ("/proc/1/environ", "/proc/self/environ"):
     except OSError as exc:
         seen.append(repr(exc))
 print("RANK", os.uname().nodename, seen, flush=True)
-time.sleep(3)
+time.sleep(float(sys.argv[2]))
 """
 
 
@@ -442,6 +555,8 @@ class TestTokenNotInEnviron:
     agent's (PID 1 of every pod), not its sshd's, not a rank's — while a job runs."""
 
     def test_no_process_has_it(self, base: Path) -> None:
+        """While a real job runs, no process in any pod (agent, sshd, ranks) has the token in its
+        /proc/<pid>/environ, and no rank sees it in PID 1's environment or its own."""
         with Cluster(["job-launcher", *WORKERS], pid1=True) as c:
             start_workers(c, base, MPI_BOOTSTRAP_TOKEN=TOKEN)
             script = base / "rank.py"
@@ -451,8 +566,19 @@ class TestTokenNotInEnviron:
             secret = base / "token"  # the ranks' reference, not on any command line
             secret.write_text(TOKEN)
             secret.chmod(0o600)
-            job = c.start(c.pods[0], [AGENT, "launcher", "--", "/usr/bin/python3",
-                                      str(script), str(secret)], env)
+            job = c.start(
+                c.pods[0],
+                [
+                    AGENT,
+                    "launcher",
+                    "--",
+                    "/usr/bin/python3",
+                    str(script),
+                    str(secret),
+                    str(RANK_STAYS_S),
+                ],
+                env,
+            )
             found: dict[str, str] = {}
             deadline = time.monotonic() + 60
             scanned = 0
@@ -482,22 +608,50 @@ class TestSshdDisablesForwarding:
     own reading of the config) says, not only what the file says."""
 
     def test_sshd_t(self, tmp_path: Path) -> None:
+        """sshd -T reads the generated config as every kind of forwarding off, StrictModes on, and
+        password and keyboard-interactive auth off."""
         host = keys.generate(str(tmp_path / "host"), "host")
         cfg = tmp_path / "sshd_config"
-        cfg.write_text(sshd.config_text(port=2222, listen=["127.0.0.1"],
-                                        host_key=host.private_path,
-                                        authorized_keys=str(tmp_path / "ak"),
-                                        pid_file=str(tmp_path / "pid"), user="root"))
-        done = subprocess.run(["/usr/sbin/sshd", "-T", "-f", str(cfg)], capture_output=True,
-                              text=True, timeout=30, check=False)
+        cfg.write_text(
+            sshd.config_text(
+                port=2222,
+                listen=["127.0.0.1"],
+                host_key=host.private_path,
+                authorized_keys=str(tmp_path / "ak"),
+                pid_file=str(tmp_path / "pid"),
+                user="root",
+            )
+        )
+        done = subprocess.run(
+            ["/usr/sbin/sshd", "-T", "-f", str(cfg)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
         effective = dict(ln.split(" ", 1) for ln in done.stdout.splitlines() if " " in ln)
-        assert {k: effective[k] for k in (
-            "disableforwarding", "allowtcpforwarding", "allowstreamlocalforwarding",
-            "allowagentforwarding", "x11forwarding", "permittunnel", "strictmodes",
-            "passwordauthentication", "kbdinteractiveauthentication")} == {
-            "disableforwarding": "yes", "allowtcpforwarding": "no",
-            "allowstreamlocalforwarding": "no", "allowagentforwarding": "no",
-            "x11forwarding": "no", "permittunnel": "no", "strictmodes": "yes",
-            "passwordauthentication": "no", "kbdinteractiveauthentication": "no"}
-
+        assert {
+            k: effective[k]
+            for k in (
+                "disableforwarding",
+                "allowtcpforwarding",
+                "allowstreamlocalforwarding",
+                "allowagentforwarding",
+                "x11forwarding",
+                "permittunnel",
+                "strictmodes",
+                "passwordauthentication",
+                "kbdinteractiveauthentication",
+            )
+        } == {
+            "disableforwarding": "yes",
+            "allowtcpforwarding": "no",
+            "allowstreamlocalforwarding": "no",
+            "allowagentforwarding": "no",
+            "x11forwarding": "no",
+            "permittunnel": "no",
+            "strictmodes": "yes",
+            "passwordauthentication": "no",
+            "kbdinteractiveauthentication": "no",
+        }

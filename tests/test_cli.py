@@ -3,7 +3,6 @@ never a traceback. Runs in a private pod namespace, so no lookup leaves this mac
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,39 +10,58 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import AGENT, Pod
+from tests.support import logs
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(120)]
 
 
-def launcher(pod: Pod, hostfile: Path | str, *extra: str, env: dict[str, str] | None = None
-             ) -> tuple[int, str, str]:
-    return pod.agent("--hostfile", str(hostfile), "--output-hostfile",
-                     str(pod.tmp / "out-hostfile"), "--dns-wait-seconds", "1",
-                     "--log-format", "json", *extra, "launcher", "--", "true", env=env)
+def launcher(
+    pod: Pod, hostfile: Path | str, *extra: str, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    return pod.agent(
+        "--hostfile",
+        str(hostfile),
+        "--output-hostfile",
+        str(pod.tmp / "out-hostfile"),
+        "--dns-wait-seconds",
+        "1",
+        "--log-format",
+        "json",
+        *extra,
+        "launcher",
+        "--",
+        "true",
+        env=env,
+    )
 
 
 def message_lines(stderr: str) -> list[str]:
     """The human lines (not JSON log events) the agent wrote to stderr."""
-    return [ln for ln in stderr.splitlines() if ln and not ln.startswith("{")]
+    return logs.messages(stderr)
 
 
 class TestHostfileErrors:
     """Missing, empty, binary and malformed hostfiles: exit 65, one line naming file:line."""
 
-    @pytest.mark.parametrize(("content", "expected"), [
-        (b"", "no hosts"),
-        (b"# nothing\n\n", "no hosts"),
-        (b"good slots=1\n\x00\x01\x02binary\n", ":2: binary data"),
-        (b"\xff\xfe\xfd\n", ":1: not UTF-8 text"),
-        (b"a;rm -rf / slots=1\n", ":1: 'a;rm' is not a valid hostname"),
-        (b"ok\n$(x) slots=1\n", ":2: '$(x)' is not a valid hostname"),
-        (b"has space:2 x\n", ":1: unexpected 'space:2'"),
-        (b"a slots=0\n", ":1: slots must be \u2265 1, not '0'"),
-        (b"a slots=-1\n", ":1: slots must be a whole number"),
-        (b"a slots=x\n", ":1: slots must be a whole number"),
-        (b"a\nb\na\n", ":3: duplicate host 'a' (first at line 1)"),
-    ])
+    @pytest.mark.parametrize(
+        ("content", "expected"),
+        [
+            (b"", "no hosts"),
+            (b"# nothing\n\n", "no hosts"),
+            (b"good slots=1\n\x00\x01\x02binary\n", ":2: binary data"),
+            (b"\xff\xfe\xfd\n", ":1: not UTF-8 text"),
+            (b"a;rm -rf / slots=1\n", ":1: 'a;rm' is not a valid hostname"),
+            (b"ok\n$(x) slots=1\n", ":2: '$(x)' is not a valid hostname"),
+            (b"has space:2 x\n", ":1: unexpected 'space:2'"),
+            (b"a slots=0\n", ":1: slots must be \u2265 1, not '0'"),
+            (b"a slots=-1\n", ":1: slots must be a whole number"),
+            (b"a slots=x\n", ":1: slots must be a whole number"),
+            (b"a\nb\na\n", ":3: duplicate host 'a' (first at line 1)"),
+        ],
+    )
     def test_bad(self, pod: Pod, content: bytes, expected: str) -> None:
+        """Each bad hostfile exits 65 with one stderr line naming the file and reason, no traceback,
+        nothing on stdout and no output hostfile written."""
         path = pod.tmp / "hostfile"
         path.write_bytes(content)
         code, out, err = launcher(pod, path)
@@ -57,6 +75,7 @@ class TestHostfileErrors:
         assert not (pod.tmp / "out-hostfile").exists()  # nothing half-written
 
     def test_missing(self, pod: Pod) -> None:
+        """A missing hostfile exits 65 with the one line '<path>: hostfile not found'."""
         code, _, err = launcher(pod, pod.tmp / "nope")
         assert code == 65
         assert message_lines(err) == [f"mpi-bootstrap: {pod.tmp / 'nope'}: hostfile not found"]
@@ -69,21 +88,42 @@ class TestHostfileErrors:
         path.write_text("a slots=1\n")
         path.chmod(0)
         done = pod.netns.run(
-            ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "env", "-i",
-             "PATH=/usr/bin:/bin", f"HOME={pod.tmp}", AGENT, "--hostfile", str(path),
-             "--output-hostfile", str(pod.tmp / "never"), "launcher", "--", "true"],
-            capture_output=True, timeout=60)
+            [
+                "setpriv",
+                "--bounding-set=-dac_override,-dac_read_search",
+                "env",
+                "-i",
+                "PATH=/usr/bin:/bin",
+                f"HOME={pod.tmp}",
+                AGENT,
+                "--hostfile",
+                str(path),
+                "--output-hostfile",
+                str(pod.tmp / "never"),
+                "launcher",
+                "--",
+                "true",
+            ],
+            capture_output=True,
+            timeout=60,
+        )
         assert done.returncode == 65, done.stderr
-        assert f"mpi-bootstrap: {path}: hostfile not readable (permission denied)" in \
-            message_lines(done.stderr)
+        assert f"mpi-bootstrap: {path}: hostfile not readable (permission denied)" in message_lines(
+            done.stderr
+        )
 
 
 class TestConfigErrors:
     """Bad settings: exit 64, every one named at once."""
 
     def test_all_reported(self, pod: Pod) -> None:
-        code, _, err = pod.agent("launcher", "--", "true", env={
-            "MPI_DNS_WAIT_SECONDS": "later", "MPI_BOOTSTRAP_REWRITE": "sed"})
+        """Two bad variables exit 64 with both problems reported at once and no traceback."""
+        code, _, err = pod.agent(
+            "launcher",
+            "--",
+            "true",
+            env={"MPI_DNS_WAIT_SECONDS": "later", "MPI_BOOTSTRAP_REWRITE": "sed"},
+        )
         assert code == 64
         assert "bad configuration (2 problems)" in err
         assert "MPI_DNS_WAIT_SECONDS: 'later' is not a number of seconds" in err
@@ -91,22 +131,26 @@ class TestConfigErrors:
         assert "Traceback" not in err
 
     def test_no_role(self, pod: Pod) -> None:
+        """Running with no role exits 64 saying 'no role'."""
         code, _, err = pod.agent("--", "true")
         assert code == 64
         assert "no role" in err
 
     def test_worker_without_any_key(self, pod: Pod) -> None:
+        """A worker with no key to authorise exits 64, naming the secret, dir and net exchanges."""
         code, _, err = pod.agent("worker")
         assert code == 64
         assert "no key to authorise" in err
         assert "use secret, dir or net" in err
 
     def test_net_needs_token(self, pod: Pod) -> None:
+        """The net exchange without MPI_BOOTSTRAP_TOKEN exits 64 saying it needs the token."""
         code, _, err = pod.agent("worker", env={"MPI_BOOTSTRAP_EXCHANGE": "net"})
         assert code == 64
         assert "'net' needs MPI_BOOTSTRAP_TOKEN" in err
 
     def test_short_token_value_not_shown(self, pod: Pod) -> None:
+        """A too-short token exits 64 stating the length rule, never echoing the token itself."""
         code, _, err = pod.agent("worker", env={"MPI_BOOTSTRAP_TOKEN": "tiny-secret"})
         assert code == 64
         assert "MPI_BOOTSTRAP_TOKEN: must be at least 16 characters" in err
@@ -117,17 +161,23 @@ class TestDNSTimeout:
     """A host that never resolves: exit 68 by the deadline, with the dump a person needs."""
 
     def test_dump(self, pod: Pod) -> None:
+        """An unresolvable host exits 68 naming it, with the hostfile, resolv.conf, /etc/hosts and
+        last-error dump and DNS OK / DNS WAIT log events."""
         path = pod.tmp / "hostfile"
         path.write_text("localhost slots=1\nghost-worker-0.job.default.svc slots=1\n")
         code, _, err = launcher(pod, path)
         assert code == 68, err
         assert "1 of 3 names did not resolve within 1 s: ghost-worker-0.job.default.svc" in err
-        for section in (f"--- hostfile {path}", "--- /etc/resolv.conf", "nameserver 127.0.0.1",
-                        "--- /etc/hosts", "--- unresolved names (last error)"):
+        for section in (
+            f"--- hostfile {path}",
+            "--- /etc/resolv.conf",
+            "nameserver 127.0.0.1",
+            "--- /etc/hosts",
+            "--- unresolved names (last error)",
+        ):
             assert section in err
-        events = [json.loads(ln) for ln in err.splitlines() if ln.startswith("{")]
-        assert any(e["event"] == "DNS OK" and e["host"] == "localhost" for e in events)
-        wait = [e for e in events if e["event"] == "DNS WAIT"]
+        assert logs.event(err, "DNS OK", host="localhost") is not None
+        wait = logs.named(err, "DNS WAIT")
         assert wait and wait[0]["host"] == "ghost-worker-0.job.default.svc"
         assert wait[0]["reason"] in ("temporary failure", "not found")
 
@@ -136,6 +186,7 @@ class TestExecErrors:
     """mpirun missing → 127; present but not executable → 126; each names the path."""
 
     def test_not_found(self, pod: Pod) -> None:
+        """A --mpirun path that does not exist exits 127 with '<path>: command not found'."""
         path = pod.tmp / "hostfile"
         path.write_text("localhost\n")
         code, _, err = launcher(pod, path, "--mpirun", str(pod.tmp / "no-mpirun"))
@@ -143,6 +194,7 @@ class TestExecErrors:
         assert f"{pod.tmp / 'no-mpirun'}: command not found" in err
 
     def test_not_executable(self, pod: Pod) -> None:
+        """A --mpirun file without execute permission exits 126 with '<path>: not executable'."""
         path = pod.tmp / "hostfile"
         path.write_text("localhost\n")
         fake = pod.tmp / "mpirun"
@@ -157,13 +209,20 @@ class TestExplain:
     """--explain shows the plan on stdout, writes nothing, and never shows a secret."""
 
     def test_no_secret_at_any_level(self, pod: Pod) -> None:
+        """--explain, text or JSON, at debug and info level shows forwarded names but never the
+        token's value, and writes no hostfile."""
         path = pod.tmp / "hostfile"
         path.write_text("localhost slots=2\n")
         for level in ("debug", "info"):
             for fmt in (("--explain",), ("--explain", "--json")):
-                code, out, err = launcher(pod, path, *fmt, "--log-level", level,
-                                          env={"MPI_BOOTSTRAP_TOKEN": "tok-3f9a-secret-0123456789",
-                                               "NCCL_DEBUG": "INFO"})
+                code, out, err = launcher(
+                    pod,
+                    path,
+                    *fmt,
+                    "--log-level",
+                    level,
+                    env={"MPI_BOOTSTRAP_TOKEN": "tok-3f9a-secret-0123456789", "NCCL_DEBUG": "INFO"},
+                )
                 assert code == 0, err
                 assert "tok-3f9a-secret-0123456789" not in out + err
                 assert "NCCL_DEBUG" in out
@@ -172,7 +231,11 @@ class TestExplain:
 
 def test_python_m_entrypoint() -> None:
     """`python -m mpi_bootstrap` is the same program."""
-    done = subprocess.run([str(Path(AGENT).parent / "python"), "-m", "mpi_bootstrap",
-                           "--version"], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [str(Path(AGENT).parent / "python"), "-m", "mpi_bootstrap", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0
     assert done.stdout.startswith("mpi-bootstrap ")

@@ -20,15 +20,25 @@ class TestPrecedence:
     """A flag beats its variable, which beats the default; each source is recorded."""
 
     def test_defaults(self) -> None:
+        """With no flags or variables each setting has its documented default, sourced 'default'."""
         c = cfg()
         assert (c.hostfile, c.dns_wait_seconds, c.dns_wait_interval, c.rewrite) == (
-            "/etc/mpi/hostfile", 120.0, 3.0, "none")
+            "/etc/mpi/hostfile",
+            120.0,
+            3.0,
+            "none",
+        )
         assert (c.cluster_domain, c.control_iface, c.data_iface, c.mpi) == (
-            "cluster.local", "eth0", None, "auto")
+            "cluster.local",
+            "eth0",
+            None,
+            "auto",
+        )
         assert c.output_hostfile == f"{c.state_dir}/hostfile"
         assert c.source("hostfile") == Source("default")
 
     def test_env_then_flag(self) -> None:
+        """A variable beats the default and a flag beats the variable; each source is recorded."""
         env = {"MPI_HOSTFILE": "/env/hf", "MPI_DNS_WAIT_SECONDS": "5"}
         c = cfg(env)
         assert c.hostfile == "/env/hf"
@@ -39,26 +49,31 @@ class TestPrecedence:
         assert c.dns_wait_seconds == 5.0
 
     def test_flags_after_role(self) -> None:
+        """Agent flags given after the role word are read, and the program after -- is kept."""
         c = cfg(argv=["launcher", "--rewrite", "ip", "--explain", *PROG])
         assert c.rewrite == "ip"
         assert c.explain
         assert c.program == ("python3", "train.py")
 
     def test_legacy_fqdn_switch(self) -> None:
+        """MPI Operator's REWRITE_MPI_HOSTFILE_FQDN=true selects fqdn, recorded as the source."""
         c = cfg({"REWRITE_MPI_HOSTFILE_FQDN": "true"})
         assert c.rewrite == "fqdn"
         assert str(c.source("rewrite")) == "env REWRITE_MPI_HOSTFILE_FQDN"
 
     def test_agent_setting_beats_legacy_switch(self) -> None:
+        """MPI_BOOTSTRAP_REWRITE beats the legacy REWRITE_MPI_HOSTFILE_FQDN, and a note says so."""
         c = cfg({"REWRITE_MPI_HOSTFILE_FQDN": "true", "MPI_BOOTSTRAP_REWRITE": "ip"})
         assert c.rewrite == "ip"
         assert any("REWRITE_MPI_HOSTFILE_FQDN ignored" in n for n in c.notes)
 
     def test_forward_env_patterns(self) -> None:
+        """MPI_BOOTSTRAP_FORWARD_ENV splits on commas, trims spaces, keeps the globs in order."""
         c = cfg({"MPI_BOOTSTRAP_FORWARD_ENV": "PYTHONPATH, HF_*,WANDB_API_BASE"})
         assert c.forward_env == ("PYTHONPATH", "HF_*", "WANDB_API_BASE")
 
     def test_frozen(self) -> None:
+        """A Config cannot be changed once built."""
         c = cfg()
         with pytest.raises(AttributeError):
             c.rewrite = "ip"  # type: ignore[misc]
@@ -68,24 +83,37 @@ class TestRole:
     """The role comes from the command, MPI_BOOTSTRAP_ROLE or MPI Operator's K_MPI_JOB_ROLE."""
 
     def test_entrypoint_with_user_command(self) -> None:
-        # ENTRYPOINT ["mpi-bootstrap"] + the MPIJob's command as arguments.
-        c = Config.from_env({"K_MPI_JOB_ROLE": "launcher"}, ["mpirun", "-np", "2", "a.out"], host=HOST)
+        """ENTRYPOINT ["mpi-bootstrap"] + the MPIJob's command as arguments: the role comes from
+        K_MPI_JOB_ROLE and the whole command, mpirun included, is the program."""
+        c = Config.from_env(
+            {"K_MPI_JOB_ROLE": "launcher"}, ["mpirun", "-np", "2", "a.out"], host=HOST
+        )
         assert c.role == "launcher"
         assert c.program == ("mpirun", "-np", "2", "a.out")
         assert str(c.source("role")) == "env K_MPI_JOB_ROLE"
 
     def test_bootstrap_role_beats_operator_role(self) -> None:
-        c = Config.from_env({"K_MPI_JOB_ROLE": "worker", "MPI_BOOTSTRAP_ROLE": "launcher"},
-                            ["--", "a.out"], host=HOST)
+        """MPI_BOOTSTRAP_ROLE beats MPI Operator's K_MPI_JOB_ROLE."""
+        c = Config.from_env(
+            {"K_MPI_JOB_ROLE": "worker", "MPI_BOOTSTRAP_ROLE": "launcher"},
+            ["--", "a.out"],
+            host=HOST,
+        )
         assert c.role == "launcher"
 
     def test_options_before_program(self) -> None:
-        c = Config.from_env({"K_MPI_JOB_ROLE": "launcher"},
-                            ["--explain", "--rewrite=fqdn", "mpirun", "--mca", "x", "y"], host=HOST)
+        """Agent options before a program given without -- are the agent's; everything from the
+        program on, its own --mca included, is the program's."""
+        c = Config.from_env(
+            {"K_MPI_JOB_ROLE": "launcher"},
+            ["--explain", "--rewrite=fqdn", "mpirun", "--mca", "x", "y"],
+            host=HOST,
+        )
         assert c.explain and c.rewrite == "fqdn"
         assert c.program == ("mpirun", "--mca", "x", "y")
 
     def test_no_role(self) -> None:
+        """No role from the command or the environment is a ConfigError saying 'no role'."""
         with pytest.raises(ConfigError, match="no role"):
             Config.from_env({}, ["--", "a.out"], host=HOST)
 
@@ -94,10 +122,17 @@ class TestErrors:
     """Every bad setting is reported at once, each naming its flag or variable."""
 
     def test_all_at_once(self) -> None:
-        env = {"MPI_DNS_WAIT_SECONDS": "soon", "MPI_DNS_WAIT_INTERVAL": "0",
-               "MPI_BOOTSTRAP_REWRITE": "dns", "MPI_BOOTSTRAP_CLUSTER_DOMAIN": "bad_domain",
-               "MPI_BOOTSTRAP_CONTROL_IFACE": "eth0; rm", "MPI_BOOTSTRAP_MPI": "lam",
-               "REWRITE_MPI_HOSTFILE_FQDN": "maybe", "MPI_BOOTSTRAP_NP": "-1"}
+        """Eight bad variables give one ConfigError of eight problems, each led by its variable."""
+        env = {
+            "MPI_DNS_WAIT_SECONDS": "soon",
+            "MPI_DNS_WAIT_INTERVAL": "0",
+            "MPI_BOOTSTRAP_REWRITE": "dns",
+            "MPI_BOOTSTRAP_CLUSTER_DOMAIN": "bad_domain",
+            "MPI_BOOTSTRAP_CONTROL_IFACE": "eth0; rm",
+            "MPI_BOOTSTRAP_MPI": "lam",
+            "REWRITE_MPI_HOSTFILE_FQDN": "maybe",
+            "MPI_BOOTSTRAP_NP": "-1",
+        }
         with pytest.raises(ConfigError) as err:
             cfg(env)
         problems = err.value.problems
@@ -106,22 +141,27 @@ class TestErrors:
             assert any(p.startswith(f"{var}: ") for p in problems), var
 
     def test_flag_named(self) -> None:
+        """A bad flag value is reported under the flag's name, with the rule it broke."""
         with pytest.raises(ConfigError) as err:
             cfg(argv=["--dns-wait-seconds", "-3", "launcher", *PROG])
         assert err.value.problems == ["--dns-wait-seconds: '-3' must be a finite number ≥ 0"]
 
     def test_unknown_flag(self) -> None:
+        """An unknown flag is a ConfigError naming it."""
         with pytest.raises(ConfigError, match="unrecognized arguments: --frobnicate"):
             cfg(argv=["--frobnicate", "launcher", *PROG])
 
     def test_launcher_needs_program(self) -> None:
+        """The launcher role without a program is refused with 'no program given'."""
         with pytest.raises(ConfigError, match="no program given"):
             cfg(argv=["launcher"])
 
     def test_output_must_differ_from_input(self) -> None:
+        """An output hostfile that is the input one once the path is normalised is refused."""
         with pytest.raises(ConfigError, match="must differ from the input hostfile"):
             cfg({"MPI_HOSTFILE": "/tmp/h", "MPI_BOOTSTRAP_OUTPUT_HOSTFILE": "/tmp/./h"})
 
     def test_json_needs_explain(self) -> None:
+        """--json is refused unless given with --explain or doctor."""
         with pytest.raises(ConfigError, match="--json: only valid with --explain or doctor"):
             cfg(argv=["--json", "launcher", *PROG])

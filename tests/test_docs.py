@@ -14,6 +14,7 @@ README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
 def test_setting_documented(setting: object) -> None:
+    """Every setting's variables and flag appear in backticks in the README."""
     for env in setting.envs:  # type: ignore[attr-defined]
         assert f"`{env}`" in README, env
     if setting.flag:  # type: ignore[attr-defined]
@@ -22,10 +23,12 @@ def test_setting_documented(setting: object) -> None:
 
 @pytest.mark.parametrize("status", [s for s in ExitStatus if s not in (0, 128)])
 def test_exit_code_documented(status: ExitStatus) -> None:
+    """Every exit status but 0 and 128 has a row in the README's exit code table."""
     assert f"| {int(status)} |" in README
 
 
 def test_first_lines_give_the_two_commands() -> None:
+    """The README's first six lines give `make demo` and `make test`."""
     head = README.splitlines()[:6]
     assert any(line.startswith("make demo") for line in head)
     assert any(line.startswith("make test") for line in head)
@@ -44,8 +47,9 @@ def _defined(path: Path) -> set[str]:
             names.add(node.name)
         elif isinstance(node, ast.ClassDef):
             names.add(node.name)
-            names.update(f"{node.name}::{f.name}" for f in node.body
-                         if isinstance(f, ast.FunctionDef))
+            names.update(
+                f"{node.name}::{f.name}" for f in node.body if isinstance(f, ast.FunctionDef)
+            )
     return names
 
 

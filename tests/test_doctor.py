@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import AGENT
+from tests.conftest import AGENT, REAL_MPIS
 from tests.support.cluster import Cluster
+from tests.support.job import Job
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.netns, pytest.mark.dnsmasq, pytest.mark.timeout(180)]
 
@@ -23,9 +25,14 @@ def doctor(c: Cluster, work: Path, **extra: str) -> dict[str, Any]:
     hf.write_text("".join(f"{c.svc(w)} slots=1\n" for w in PODS[1:]))
     xdir = work / "exchange"
     xdir.mkdir(exist_ok=True)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "MPI_HOSTFILE": str(hf),
-           "MPI_BOOTSTRAP_EXCHANGE_DIR": str(xdir), "MPI_BOOTSTRAP_LOG_FORMAT": "json",
-           **extra}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(work),
+        "MPI_HOSTFILE": str(hf),
+        "MPI_BOOTSTRAP_EXCHANGE_DIR": str(xdir),
+        "MPI_BOOTSTRAP_LOG_FORMAT": "json",
+        **extra,
+    }
     done = c.pods[0].run([AGENT, "doctor", "--json"], env, timeout=60)
     assert done.returncode in (0, 1), done.stderr
     out: dict[str, Any] = json.loads(done.stdout)
@@ -38,20 +45,18 @@ def about(report: dict[str, Any], host_part: str) -> list[dict[str, Any]]:
 
 
 def start_workers(c: Cluster, work: Path) -> None:
-    xdir = work / "exchange"
-    xdir.mkdir(exist_ok=True)
-    for pod in c.pods[1:]:
-        c.start(pod, [AGENT, "worker"], {
-            "PATH": "/usr/bin:/bin", "HOME": str(work),
-            "MPI_BOOTSTRAP_STATE_DIR": str(work / pod.name),
-            "MPI_BOOTSTRAP_EXCHANGE_DIR": str(xdir)})
-    deadline = time.monotonic() + 20
-    while len(list(xdir.glob("job-worker-*.json"))) < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    """Both workers, with the dir exchange in work/exchange (where `doctor` looks), up
+    once both have published their records."""
+    job = Job(c, work, REAL_MPIS["openmpi4"])
+    job.start_workers()
+    wait_until(
+        lambda: len(list(job.xdir.glob("job-worker-*.json"))) >= 2, 20, "both workers' records"
+    )
 
 
 def test_all_well(tmp_path: Path) -> None:
+    """With both workers up, doctor finds no problem (exit 0): ssh answers on both, and the
+    headless Service has 2 addresses."""
     tmp_path.chmod(0o755)
     with Cluster(PODS, dns=True) as c:
         start_workers(c, tmp_path)
@@ -65,6 +70,8 @@ def test_all_well(tmp_path: Path) -> None:
 
 
 def test_record_missing_then_late(tmp_path: Path) -> None:
+    """A missing record: doctor shows each search form's NXDOMAIN, the Service short of
+    addresses, and exits 1; once the record appears, that worker's checks pass."""
     with Cluster(PODS, dns=True, late=["job-worker-1"]) as c:
         report = doctor(c, tmp_path)
         bad = [f for f in about(report, "job-worker-1") if not f["ok"]]
@@ -80,15 +87,15 @@ def test_record_missing_then_late(tmp_path: Path) -> None:
         assert report["exit"] == 1
         c.add_record("job-worker-1")  # the late record appears
         report = doctor(c, tmp_path)
-        assert all(f["ok"] for f in about(report, "job-worker-1")
-                   if f["check"] != "record"), report
+        assert all(f["ok"] for f in about(report, "job-worker-1") if f["check"] != "record"), report
 
 
 def test_only_fqdn(tmp_path: Path) -> None:
+    """Where only FQDNs resolve, doctor shows the REFUSED short name and advises
+    MPI_BOOTSTRAP_REWRITE=fqdn, with which the checks pass."""
     with Cluster(PODS, dns=True, fqdn_only=True) as c:
         report = doctor(c, tmp_path)
-        ns = next(f for f in about(report, "job-worker-0") if f["check"].startswith(
-            "nameserver"))
+        ns = next(f for f in about(report, "job-worker-0") if f["check"].startswith("nameserver"))
         assert not ns["ok"]
         assert "job-worker-0.job.default.svc: REFUSED" in ns["detail"]
         assert "MPI_BOOTSTRAP_REWRITE=fqdn" in ns["advice"]
@@ -97,6 +104,8 @@ def test_only_fqdn(tmp_path: Path) -> None:
 
 
 def test_nameserver_down(tmp_path: Path) -> None:
+    """A nameserver down: doctor says `no answer` and `down or unreachable` in under 30 s (one
+    deadline, not hosts × timeout)."""
     with Cluster(PODS, dns=True) as c:
         assert c.dnsmasq is not None
         c.dnsmasq.close()
@@ -116,8 +125,7 @@ def test_wrong_address(tmp_path: Path) -> None:
         c.dnsmasq.add({c.fqdn("job-worker-0"): "10.250.0.77"})
         start_workers(c, tmp_path)
         report = doctor(c, tmp_path)
-        stale = next(f for f in about(report, "job-worker-0")
-                     if f["check"] == "published address")
+        stale = next(f for f in about(report, "job-worker-0") if f["check"] == "published address")
         assert not stale["ok"]
         assert "DNS says 10.250.0.77, the worker published 10.250.0.11" in stale["detail"]
         assert "stale record" in stale["advice"]
@@ -137,14 +145,22 @@ def test_negative_ttl_from_soa(mocker: Any) -> None:
     def reply(q: dns.message.Message, *_a: Any, **_k: Any) -> dns.message.Message:
         r = dns.message.make_response(q)
         r.set_rcode(dns.rcode.NXDOMAIN)
-        r.authority.append(dns.rrset.from_text(
-            "cluster.local.", 30, "IN", "SOA",
-            "ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 5"))
+        r.authority.append(
+            dns.rrset.from_text(
+                "cluster.local.",
+                30,
+                "IN",
+                "SOA",
+                "ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 5",
+            )
+        )
         return r
 
     mocker.patch("dns.query.udp", side_effect=reply)
-    mocker.patch("mpi_bootstrap.system.dns.SystemResolver.__call__",
-                 return_value=Answer("x", error_kind="not found"))
+    mocker.patch(
+        "mpi_bootstrap.system.dns.SystemResolver.__call__",
+        return_value=Answer("x", error_kind="not found"),
+    )
     conf = sysdns.ResolvConf(("10.96.0.10",), ("default.svc.cluster.local",), 5, 1.0)
     found = diagnose.dns_findings("w-0.job.default.svc", conf, time.monotonic() + 5)
     ns = next(f for f in found if f.check.startswith("nameserver"))

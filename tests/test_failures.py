@@ -27,6 +27,8 @@ def cases() -> list[Path]:
 
 @pytest.mark.parametrize("path", cases(), ids=lambda p: p.stem)
 def test_capture(path: Path) -> None:
+    """Each real mpirun failure capture gets its signature's explanation naming the culprit in
+    the exit-255 paragraph; an unrelated capture gets none."""
     mpi, _, case = path.stem.partition("-")
     if mpi == "openmpi":  # openmpi4-… / openmpi5-…
         mpi, _, case = path.stem.partition("-")[2].partition("-")
@@ -45,18 +47,23 @@ def test_capture(path: Path) -> None:
 
 
 def test_every_case_was_captured_for_two_mpis() -> None:
+    """Every explained failure has real captures from at least two MPIs."""
     for case in EXPECTED:
         assert len(list(CAPTURES.glob(f"*-{case}.txt"))) >= 2, case
 
 
-@pytest.mark.parametrize("text", [
-    "",
-    "Hello from rank 0\n",
-    "mpirun detected that one or more processes exited with non-zero status\n",
-    "Traceback (most recent call last):\n  File \"train.py\"\nValueError: bad batch\n",
-    "NCCL WARN Connect to 10.0.0.2<43333> failed : Connection refused\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "Hello from rank 0\n",
+        "mpirun detected that one or more processes exited with non-zero status\n",
+        'Traceback (most recent call last):\n  File "train.py"\nValueError: bad batch\n',
+        "NCCL WARN Connect to 10.0.0.2<43333> failed : Connection refused\n",
+    ],
+)
 def test_unrelated_output_gets_no_explanation(text: str) -> None:
+    """Ordinary rank output, a program's traceback and NCCL warnings get no explanation."""
     assert failures.explain(text) is None
 
 
@@ -84,6 +91,8 @@ class TestAdversarialInput:
 
     @pytest.mark.parametrize("sig", failures.SIGNATURES, ids=lambda s: s.name)
     def test_each_signature(self, sig: failures.Signature) -> None:
+        """Every signature's text, in 1 MiB of input built to make it backtrack, is explained
+        within the time budget."""
         import time
 
         needles = [*sig.needles, *([sig.detail[0]] if sig.detail else [])]

@@ -51,8 +51,8 @@ def alive(pid: int) -> bool:
 class TestAtomicWrite:
     """A failed or interrupted write leaves the old file whole and no temporary file."""
 
-    def test_interrupted_mid_write(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                   ) -> None:
+    def test_interrupted_mid_write(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A signal mid-write leaves the old ssh_config whole and no temporary file beside it."""
         target = tmp_path / "ssh_config"
         target.write_text("old\n")
 
@@ -65,8 +65,11 @@ class TestAtomicWrite:
         assert target.read_text() == "old\n"
         assert sorted(p.name for p in tmp_path.iterdir()) == ["ssh_config"]
 
-    def test_disk_full_is_73_naming_the_file(self, tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_disk_full_is_73_naming_the_file(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A full disk is exit 73 naming the file, still an OSError, and leaves no temp file."""
+
         def full(_fd: int) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -84,10 +87,12 @@ class TestStateDir:
     cannot make it (73)."""
 
     def test_created_private(self, tmp_path: Path) -> None:
+        """A new state directory is created 0700, so no other user can read the keys kept in it."""
         files.state_dir(str(tmp_path / "a" / "state"))
         assert (tmp_path / "a" / "state").stat().st_mode & 0o777 == 0o700
 
     def test_existing_open_one_made_private(self, tmp_path: Path) -> None:
+        """An existing 0755 state directory of ours is narrowed to 0700 before keys go into it."""
         d = tmp_path / "state"
         d.mkdir(mode=0o755)
         files.state_dir(str(d))
@@ -95,6 +100,8 @@ class TestStateDir:
 
     @pytest.mark.parametrize("kind", ["file", "symlink", "other-owner"])
     def test_refused(self, tmp_path: Path, kind: str) -> None:
+        """A state dir that is a file, a symlink or another user's directory is refused (64), naming
+        it, so nobody else decides where the agent's keys and ssh config land."""
         d = tmp_path / "state"
         if kind == "file":
             d.write_text("")
@@ -112,14 +119,18 @@ class TestStateDir:
         assert str(d) in exc.value.message
 
     def test_cannot_create_is_73(self, tmp_path: Path) -> None:
+        """A state directory that cannot be created (a file in its path) is exit 73, not a crash."""
         (tmp_path / "file").write_text("")
         with pytest.raises(WriteError) as exc:
             files.state_dir(str(tmp_path / "file" / "state"))
         assert exc.value.status == 73
 
-    @pytest.mark.parametrize("path", ["/tmp/a b", "relative/dir", "/x\nPasswordAuthentication",
-                                      "/x'y", ""])
+    @pytest.mark.parametrize(
+        "path", ["/tmp/a b", "relative/dir", "/x\nPasswordAuthentication", "/x'y", ""]
+    )
     def test_unsafe_paths_are_not_plain(self, path: str) -> None:
+        """Relative, empty, spaced, quoted or multi-line paths are not plain, so none can smuggle a
+        directive (e.g. PasswordAuthentication) into the ssh or sshd config written from it."""
         assert not is_plain_path(path)
 
 
@@ -128,6 +139,8 @@ class TestMapAll:
     interrupted agent wait for it."""
 
     def test_order_and_first_error(self) -> None:
+        """The fan-out returns results in input order, raises the failure of the earliest item, and
+        maps an empty list to an empty list."""
         assert parallel.map_all(lambda x: x * 2, list(range(50)), 4) == list(range(0, 100, 2))
 
         def fail(x: int) -> int:
@@ -140,6 +153,7 @@ class TestMapAll:
         assert parallel.map_all(fail, [], 3) == []
 
     def test_interrupted_wait_returns_at_once(self) -> None:
+        """A signal during the fan-out raises Interrupted within 2 s, not after slow tasks."""
         release = threading.Event()
 
         def slow(_x: int) -> None:
@@ -166,8 +180,11 @@ class TestEndPending:
     thread can start a new one afterwards."""
 
     def test_spawned_children_stopped(self) -> None:
-        pids = [children.spawn(["sleep", "60"], {"PATH": "/usr/bin:/bin"}, group=False)
-                for _ in range(3)]
+        """When the agent ends, every child it spawned is stopped and no new one can start."""
+        pids = [
+            children.spawn(["sleep", "60"], {"PATH": "/usr/bin:/bin"}, group=False)
+            for _ in range(3)
+        ]
         assert children.end_pending(grace=1.0) == 3
         assert not any(alive(p) for p in pids)
         with pytest.raises(children.Interrupted):
@@ -186,8 +203,7 @@ class TestEndPending:
             except BaseException as exc:  # the stop shows up here as Interrupted
                 errors.append(exc)
 
-        t = threading.Thread(target=parallel.map_all, args=(one, list(range(8)), 2),
-                             daemon=True)
+        t = threading.Thread(target=parallel.map_all, args=(one, list(range(8)), 2), daemon=True)
         t.start()
         deadline = time.monotonic() + 10
         while len(children._pending) < 2:
@@ -199,8 +215,9 @@ class TestEndPending:
         assert not t.is_alive()
         assert not any(alive(p) for p in started)
         me = str(os.getpid())
-        leftovers = subprocess.run(["pgrep", "-P", me, "sleep"], capture_output=True,
-                                   text=True, check=False).stdout.split()
+        leftovers = subprocess.run(
+            ["pgrep", "-P", me, "sleep"], capture_output=True, text=True, check=False
+        ).stdout.split()
         assert leftovers == []
 
 
@@ -208,6 +225,7 @@ class TestCapture:
     """capture's timeout holds even when the program's own child keeps the pipe open."""
 
     def test_timeout_with_grandchild(self) -> None:
+        """capture gives up at its timeout (124, output kept) though a grandchild holds the pipe."""
         t0 = time.monotonic()
         code, out = children.capture(["sh", "-c", "sleep 30 & echo started; wait"], timeout=0.5)
         assert code == 124
@@ -228,11 +246,10 @@ class NetLoop:
         self.port = self.listener.getsockname()[1]
         self.readers: dict[int, Callable[[], None]] = {}
         self.authorized: list[str] = []
-        record = records.Record("w", ("127.0.0.1",), 2222,
-                                 "ssh-ed25519 " + "A" * 68, "root")
-        server = netserver.NetServer(self.TOKEN, record,
-                                    lambda key, _peer: self.authorized.append(key),
-                                    lambda *a, **k: None)
+        record = records.Record("w", ("127.0.0.1",), 2222, "ssh-ed25519 " + "A" * 68, "root")
+        server = netserver.NetServer(
+            self.TOKEN, record, lambda key, _peer: self.authorized.append(key), lambda *a, **k: None
+        )
         netserver.Connections(server, self.listener, self.readers)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -270,10 +287,13 @@ class TestNetServer:
     KEY = "ssh-ed25519 " + "B" * 68
 
     def test_silent_peers_do_not_stall_a_real_hello(self, net: NetLoop) -> None:
+        """40 silent connections neither delay a real hello past 1 s nor stay open beyond
+        MAX_CONNECTIONS: idle peers cannot lock the launcher out of a worker."""
         silent = [net.connect() for _ in range(40)]
         t0 = time.monotonic()
-        record = exchange.fetch("127.0.0.1", net.port, net.TOKEN, self.KEY, target="w",
-                                deadline=time.monotonic() + 5)
+        record = exchange.fetch(
+            "127.0.0.1", net.port, net.TOKEN, self.KEY, target="w", deadline=time.monotonic() + 5
+        )
         assert record.host == "w"
         assert time.monotonic() - t0 < 1.0
         assert net.authorized == [self.KEY]
@@ -283,6 +303,7 @@ class TestNetServer:
             s.close()
 
     def test_hello_without_newline_then_eof(self, net: NetLoop) -> None:
+        """A hello ended by end of stream instead of a newline is still answered with the record."""
         hello, nonce = exchange.make_hello(net.TOKEN, self.KEY, "w")
         with net.connect() as s:
             s.sendall(hello.rstrip(b"\n"))
@@ -291,6 +312,7 @@ class TestNetServer:
         assert exchange.read_reply(reply, net.TOKEN, nonce, "w").port == 2222
 
     def test_oversized_message_denied(self, net: NetLoop) -> None:
+        """A message over MAX_MESSAGE is answered `denied` and authorises no key."""
         with net.connect() as s:
             s.sendall(b"x" * (records.MAX_MESSAGE + 4096))
             reply = s.recv(65536)
@@ -301,23 +323,36 @@ class TestNetServer:
 class TestPreflightRetry:
     """Only ssh's own failure to connect (exit 255) is worth another try."""
 
-    @pytest.mark.parametrize(("code", "output", "expected"), [
-        (255, "ssh: connect to host w port 22: Connection refused", True),
-        (255, "kex_exchange_identification: read: Connection reset by peer", True),
-        (255, "Connection closed by 10.0.0.1 port 2222", True),
-        (255, "Host key verification failed.", False),
-        (255, "w: Permission denied (publickey).", False),
-        (1, "my script printed: connection refused", False),
-    ])
+    @pytest.mark.parametrize(
+        ("code", "output", "expected"),
+        [
+            (255, "ssh: connect to host w port 22: Connection refused", True),
+            (255, "kex_exchange_identification: read: Connection reset by peer", True),
+            (255, "Connection closed by 10.0.0.1 port 2222", True),
+            (255, "Host key verification failed.", False),
+            (255, "w: Permission denied (publickey).", False),
+            (1, "my script printed: connection refused", False),
+        ],
+    )
     def test_transient(self, code: int, output: str, expected: bool) -> None:
+        """Only ssh's own connection failures (255: refused, reset, closed) are retried; a host key
+        mismatch, a denied key or the program's own exit code fail at once."""
         assert preflight.transient(code, output) is expected
+
+
+# How long the writer below rests between two rewrites of the hostfile: longer than the
+# quiet period the test sets (0.4 s), so whole versions are there to be read.
+WRITER_RESTS_S = 0.6
 
 
 class TestHostfileRewrittenWhileRead:
     """A hostfile rewritten in place, line by line, is never parsed half-written."""
 
-    def test_only_whole_versions_are_parsed(self, tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_only_whole_versions_are_parsed(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A hostfile rewritten in place while being read yields only whole versions, never a
+        half-written host list."""
         # A larger quiet period than the default 0.1 s: a loaded machine may pause the
         # writer mid-rewrite; the property tested is the same.
         monkeypatch.setattr(hostfiles, "QUIET_S", 0.4)
@@ -326,10 +361,15 @@ class TestHostfileRewrittenWhileRead:
         texts = ["".join(f"{h} slots=1\n" for h in v) for v in versions]
         path.write_text(texts[0])
         # Another process rewrites it in place (truncate, then a line at a time with
-        # small gaps), rests, and does it again with the other version.
-        writer = subprocess.Popen([sys.executable, "-c", """
+        # small gaps), rests (longer than QUIET_S, so that whole versions can be read),
+        # and does it again with the other version.
+        writer = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                """
 import sys, time
-path, texts = sys.argv[1], sys.argv[2:]
+path, rest, texts = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
 n = 0
 while True:
     with open(path, "r+") as fh:
@@ -339,8 +379,13 @@ while True:
             fh.flush()
             time.sleep(0.004)
     n += 1
-    time.sleep(0.6)
-""", str(path), *texts])
+    time.sleep(rest)
+""",
+                str(path),
+                str(WRITER_RESTS_S),
+                *texts,
+            ]
+        )
         try:
             seen = set()
             deadline = time.monotonic() + 8
@@ -357,6 +402,7 @@ while True:
             writer.wait()
 
     def test_never_settles(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A hostfile that never stops changing gives up after SETTLE_S with exit 65, not a hang."""
         path = tmp_path / "hostfile"
         path.write_text("a slots=1\n")
         monkeypatch.setattr(hostfiles, "SETTLE_S", 1.0)
@@ -381,6 +427,7 @@ while True:
             t.join()
 
     def test_old_file_read_at_once(self, tmp_path: Path) -> None:
+        """A hostfile not changed lately is read at once, with no quiet-period wait."""
         path = tmp_path / "hostfile"
         path.write_text("a slots=2\n")
         old = time.time() - 60

@@ -12,33 +12,38 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import AGENT, REAL_MPIS
+from tests.support import logs
 from tests.support.cluster import Cluster, agent_env
 from tests.support.job import PODS, WORKERS, Job, check_allreduce
 from tests.support.programs import DISTGRAPH, compile_allreduce, compile_program
 
-pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.dnsmasq,
-              pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.dnsmasq, pytest.mark.timeout(300)]
 
 # What an Ubuntu 24.04 CUDA/PyTorch image carries (its Open MPI 4.1.6), and the rest of
 # the single-node settings README's table lists.
-CUDA_IMAGE = {"OMPI_MCA_plm": "isolated", "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
-              "PMIX_MCA_gds": "hash"}
+CUDA_IMAGE = {
+    "OMPI_MCA_plm": "isolated",
+    "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+    "PMIX_MCA_gds": "hash",
+}
 OVERRIDDEN = [
-    pytest.param(("openmpi4", CUDA_IMAGE, "OMPI_MCA_plm", "--mca plm"),
-                 id="openmpi4-plm-isolated"),
-    pytest.param(("openmpi4", {"OMPI_MCA_btl": "self,vader"}, "OMPI_MCA_btl", "--mca btl"),
-                 id="openmpi4-btl-on-node"),
-    pytest.param(("openmpi5", {"PRTE_MCA_plm": "isolated"}, "PRTE_MCA_plm", "--prtemca plm"),
-                 id="openmpi5-plm-isolated"),
-    pytest.param(("mpich", {"HYDRA_LAUNCHER": "fork"}, "HYDRA_LAUNCHER", "-launcher"),
-                 id="mpich-fork"),
-    pytest.param(("intel", {"I_MPI_HYDRA_BOOTSTRAP": "fork"}, "I_MPI_HYDRA_BOOTSTRAP",
-                  "-bootstrap"), id="intel-fork"),
+    pytest.param(("openmpi4", CUDA_IMAGE, "OMPI_MCA_plm", "--mca plm"), id="openmpi4-plm-isolated"),
+    pytest.param(
+        ("openmpi4", {"OMPI_MCA_btl": "self,vader"}, "OMPI_MCA_btl", "--mca btl"),
+        id="openmpi4-btl-on-node",
+    ),
+    pytest.param(
+        ("openmpi5", {"PRTE_MCA_plm": "isolated"}, "PRTE_MCA_plm", "--prtemca plm"),
+        id="openmpi5-plm-isolated",
+    ),
+    pytest.param(
+        ("mpich", {"HYDRA_LAUNCHER": "fork"}, "HYDRA_LAUNCHER", "-launcher"), id="mpich-fork"
+    ),
+    pytest.param(
+        ("intel", {"I_MPI_HYDRA_BOOTSTRAP": "fork"}, "I_MPI_HYDRA_BOOTSTRAP", "-bootstrap"),
+        id="intel-fork",
+    ),
 ]
-
-
-def events(stderr: str) -> list[dict[str, object]]:
-    return [json.loads(ln) for ln in stderr.splitlines() if ln.startswith("{")]
 
 
 class TestImageSettings:
@@ -46,8 +51,11 @@ class TestImageSettings:
     shrink) a job across pods: the agent overrides it and says so."""
 
     @pytest.mark.parametrize("case", OVERRIDDEN)
-    def test_overridden(self, case: tuple[str, dict[str, str], str, str], work: Path,
-                        programs: Path) -> None:
+    def test_overridden(
+        self, case: tuple[str, dict[str, str], str, str], work: Path, programs: Path
+    ) -> None:
+        """Each single-node setting in the image's environment is overridden (--explain says
+        `overrides VAR=`), and the job runs with every rank on a worker."""
         mpi, env, var, setting = case
         m = REAL_MPIS[mpi]
         exe = compile_allreduce(m, programs)
@@ -55,9 +63,10 @@ class TestImageSettings:
             job = Job(c, work, m)
             job.start_workers()
             explain = c.pods[0].run(
-                [AGENT, "launcher", "--explain", "--json", "--mpirun", m.mpirun, "--",
-                 str(exe)],
-                job.env(c.pods[0], MPI_HOSTFILE=str(job.hostfile()), **env), timeout=120)
+                [AGENT, "launcher", "--explain", "--json", "--mpirun", m.mpirun, "--", str(exe)],
+                job.env(c.pods[0], MPI_HOSTFILE=str(job.hostfile()), **env),
+                timeout=120,
+            )
             assert explain.returncode == 0, explain.stderr
             decided = {d["setting"]: d for d in json.loads(explain.stdout)["decisions"]}
             assert decided[setting]["reason"].startswith(f"overrides {var}="), decided[setting]
@@ -83,6 +92,8 @@ class TestMPICHNetmod:
     pods, which hung with its default UCX netmod (mpi4py's topology tests), completes."""
 
     def test_distgraph_across_pods(self, work: Path, programs: Path) -> None:
+        """MPI_Dist_graph_create completes on all 4 ranks across pods, and the agent forwards
+        MPIR_CVAR_CH4_NETMOD."""
         m = REAL_MPIS["mpich"]
         exe = compile_program(m, programs, DISTGRAPH)
         with Cluster(PODS, dns=True, pid1=True) as c:
@@ -91,8 +102,9 @@ class TestMPICHNetmod:
             done = job.launch([str(exe)], timeout=120)
             assert done.returncode == 0, done.stdout + done.stderr
             assert done.stdout.count(": OK") == 4, done.stdout
-            start = next(e for e in events(done.stderr) if e["event"] == "mpirun start")
-            assert "MPIR_CVAR_CH4_NETMOD" in start["forwarded"]  # type: ignore[operator]
+            start = logs.event(done.stderr, "mpirun start")
+            assert start is not None, done.stderr
+            assert "MPIR_CVAR_CH4_NETMOD" in start["forwarded"]
 
 
 RANK_PATH = "import os; print('PATH', os.uname().nodename, os.environ['PATH'], flush=True)"
@@ -105,6 +117,8 @@ class TestProgramResolves:
 
     @pytest.mark.parametrize("mpi", ["openmpi4", "mpich"])
     def test_ranks_keep_the_forwarded_path(self, mpi: str, work: Path) -> None:
+        """Every rank's PATH is exactly the one the launcher forwards (the MPI's bindir first), not
+        reordered on the workers."""
         m = REAL_MPIS[mpi]
         with Cluster(PODS, dns=True, pid1=True) as c:
             job = Job(c, work, m)
@@ -131,12 +145,21 @@ class TestProgramResolves:
             path = f"/opt/venv:{common}:{m.bindir}:/usr/bin:/bin"
             env = job.env(launcher, MPI_HOSTFILE=str(job.hostfile(1)), PATH=path)
             # /opt/venv exists in the launcher pod's mount namespace only
-            done = launcher.run(["sh", "-c", f"mkdir -p /opt/venv && mount --bind {venv} "
-                                 f"/opt/venv && exec {AGENT} launcher -- myprog"], env,
-                                timeout=120)
+            done = launcher.run(
+                [
+                    "sh",
+                    "-c",
+                    f"mkdir -p /opt/venv && mount --bind {venv} "
+                    f"/opt/venv && exec {AGENT} launcher -- myprog",
+                ],
+                env,
+                timeout=120,
+            )
             assert done.returncode == 69, done.stdout + done.stderr
-            assert (f"the program 'myprog' is {common}/myprog there but /opt/venv/myprog "
-                    "on the launcher") in done.stderr
+            assert (
+                f"the program 'myprog' is {common}/myprog there but /opt/venv/myprog "
+                "on the launcher"
+            ) in done.stderr
             assert "mpirun start" not in done.stderr
 
 
@@ -146,12 +169,13 @@ class TestNoExchange:
     — not after the 120 s deadline; and every log line, from every thread, has a role."""
 
     def test_refused_is_named_at_once(self, work: Path) -> None:
+        """No exchange and no sshd: 69 within 20 s naming the refused port, why no exchange and
+        what to set, without the doctor; every log line has role launcher."""
         with Cluster(PODS, dns=True, pid1=True) as c:
             launcher = c.pods[0]
             hf = work / "hostfile"
             hf.write_text("".join(f"{c.svc(w)} slots=1\n" for w in WORKERS))
-            env = agent_env(work, launcher, MPI_HOSTFILE=str(hf),
-                            MPI_BOOTSTRAP_REWRITE="fqdn")
+            env = agent_env(work, launcher, MPI_HOSTFILE=str(hf), MPI_BOOTSTRAP_REWRITE="fqdn")
             t0 = time.monotonic()
             done = launcher.run([AGENT, "launcher", "--", "hostname"], env, timeout=180)
             took = time.monotonic() - t0
@@ -161,7 +185,7 @@ class TestNoExchange:
             assert "no exchange is set up (auto: no key at" in done.stderr
             assert "MPI_BOOTSTRAP_TOKEN (net) or MPI_BOOTSTRAP_EXCHANGE_DIR (dir)" in done.stderr
             assert "--- doctor" not in done.stderr  # DNS and the Service are beside the point
-            lines = events(done.stderr)
+            lines = logs.events(done.stderr)
             assert any(e["event"] == "preflight retry" for e in lines)
             assert all(e.get("role") == "launcher" for e in lines), lines
             assert any(e["event"] == "exchange" and e["mode"] == "none" for e in lines)
@@ -172,22 +196,26 @@ class TestQuietProbe:
     lines for every connection: the probe does not connect)."""
 
     def test_probes_add_no_log_line(self, work: Path) -> None:
+        """20 readiness probes add no sshd connection line to the worker's log."""
         m = REAL_MPIS["openmpi4"]
         with Cluster(PODS, dns=True, pid1=True) as c:
             job = Job(c, work, m)
             pod = c.pods[1]
             worker = job.start_workers([pod])[0]
-            deadline = time.monotonic() + 20
-            while pod.run([AGENT, "probe"], job.env(pod)).returncode != 0:
-                assert time.monotonic() < deadline, "the worker never became ready"
-                time.sleep(0.1)
+            job.wait_ready(worker)
             for _ in range(20):
                 done = pod.run([AGENT, "probe"], job.env(pod))
                 assert done.returncode == 0 and done.stdout.startswith("ready:"), done.stdout
-            c.signal(worker)  # SIGTERM: the worker ends, its log is complete
-            _, err = worker.communicate(timeout=20)
-            noise = [ln for ln in err.splitlines() if not ln.startswith("{") and (
-                "kex_exchange_identification" in ln or "Connection reset" in ln
-                or "Connection closed" in ln)]
+            worker.signal()  # SIGTERM: the worker ends, its log is complete
+            _, _, err = worker.finish(timeout=20)
+            noise = [
+                ln
+                for ln in logs.messages(err)
+                if (
+                    "kex_exchange_identification" in ln
+                    or "Connection reset" in ln
+                    or "Connection closed" in ln
+                )
+            ]
             assert noise == []
             assert "Server listening on" in err  # sshd's log was really collected

@@ -35,14 +35,19 @@ def mpijobs(path: Path) -> list[dict[str, Any]]:
 
 
 def errors(validator: jsonschema.protocols.Validator, job: dict[str, Any]) -> list[str]:
-    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-            for e in validator.iter_errors(job)]
+    return [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(job)
+    ]
 
 
 def test_every_manifest_is_checked() -> None:
     """The glob finds the four MPIJobs (a moved directory cannot make the suite vacuous)."""
-    assert {p.name for p in MANIFESTS} >= {"nccl-allreduce.yaml", "dranet-allreduce.yaml",
-                                           "intel-mpi.yaml", "mpich.yaml"}
+    assert {p.name for p in MANIFESTS} >= {
+        "nccl-allreduce.yaml",
+        "dranet-allreduce.yaml",
+        "intel-mpi.yaml",
+        "mpich.yaml",
+    }
 
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
@@ -70,42 +75,60 @@ def _worker(job: dict[str, Any]) -> dict[str, Any]:
 WRONG: dict[str, tuple[Callable[[dict[str, Any]], None], str, str]] = {
     "misspelled-spec-field": (
         lambda j: j["spec"].__setitem__("slotPerWorker", j["spec"].pop("slotsPerWorker")),
-        "spec", "'slotPerWorker' was unexpected"),
+        "spec",
+        "'slotPerWorker' was unexpected",
+    ),
     "misspelled-container-field": (
         lambda j: _worker(j)["containers"][0].__setitem__(
-            "readinesProbe", {"exec": {"command": ["true"]}}),
+            "readinesProbe", {"exec": {"command": ["true"]}}
+        ),
         "spec/mpiReplicaSpecs/Worker/template/spec/containers/0",
-        "'readinesProbe' was unexpected"),
+        "'readinesProbe' was unexpected",
+    ),
     "bad-enum": (
         lambda j: j["spec"].__setitem__("mpiImplementation", "OpenMPI5"),
-        "spec/mpiImplementation", "'OpenMPI5' is not one of"),
+        "spec/mpiImplementation",
+        "'OpenMPI5' is not one of",
+    ),
     "misspelled-replica": (
         lambda j: j["spec"]["mpiReplicaSpecs"].__setitem__(
-            "Workers", j["spec"]["mpiReplicaSpecs"].pop("Worker")),
-        "spec/mpiReplicaSpecs", "'Workers' was unexpected"),
+            "Workers", j["spec"]["mpiReplicaSpecs"].pop("Worker")
+        ),
+        "spec/mpiReplicaSpecs",
+        "'Workers' was unexpected",
+    ),
     "bad-launcher-policy": (
         lambda j: j["spec"].__setitem__("launcherCreationPolicy", "WaitForWorkers"),
-        "spec/launcherCreationPolicy", "is not one of"),
+        "spec/launcherCreationPolicy",
+        "is not one of",
+    ),
     "string-slots": (
         lambda j: j["spec"].__setitem__("slotsPerWorker", "1"),
-        "spec/slotsPerWorker", "is not of type 'integer'"),
+        "spec/slotsPerWorker",
+        "is not of type 'integer'",
+    ),
     "misspelled-probe-field": (
         lambda j: _worker(j)["containers"][0]["readinessProbe"].__setitem__("period", 2),
         "spec/mpiReplicaSpecs/Worker/template/spec/containers/0/readinessProbe",
-        "'period' was unexpected"),
+        "'period' was unexpected",
+    ),
     "misspelled-env-field": (
         lambda j: _worker(j)["containers"][0]["env"].append({"name": "X", "valeu": "1"}),
         "spec/mpiReplicaSpecs/Worker/template/spec/containers/0/env/1",
-        "'valeu' was unexpected"),
+        "'valeu' was unexpected",
+    ),
     "unknown-run-policy": (
         lambda j: j["spec"]["runPolicy"].__setitem__("cleanPodPolicy", "Sometimes"),
-        "spec/runPolicy/cleanPodPolicy", "is not one of"),
+        "spec/runPolicy/cleanPodPolicy",
+        "is not one of",
+    ),
 }
 
 
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_a_wrong_manifest_fails_for_its_reason(
-        name: str, validator: jsonschema.protocols.Validator) -> None:
+    name: str, validator: jsonschema.protocols.Validator
+) -> None:
     """Each deliberate mistake is refused, at its own path and for its own reason (not
     for some other error the mutation happened to cause)."""
     mutate, path, words = WRONG[name]
@@ -127,6 +150,9 @@ def test_dranet_names_the_interface_nccl_uses() -> None:
     assert iface["name"] == "dranet0"
     job = next(d for d in docs if d["kind"] == "MPIJob")
     for spec in job["spec"]["mpiReplicaSpecs"].values():
-        env = {e["name"]: e["value"] for c in spec["template"]["spec"]["containers"]
-               for e in c.get("env", [])}
+        env = {
+            e["name"]: e["value"]
+            for c in spec["template"]["spec"]["containers"]
+            for e in c.get("env", [])
+        }
         assert env["MPI_BOOTSTRAP_DATA_IFACE"] == "dranet0"

@@ -3,7 +3,6 @@ exit codes, signal forwarding, reaping, leftovers, and the race against other ch
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -15,14 +14,17 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import AGENT, Pod
+from tests.support import logs
 from tests.support.pid1 import CHILD, PY, agent_argv, agent_pid, run
 
 pytestmark = [pytest.mark.timeout(180)]
+
 
 class TestExitCodes:
     """The child's code passes through; a death by signal N is 128+N."""
 
     def test_all_codes(self) -> None:
+        """Every exit code 0-255 of the child becomes PID 1's own exit code unchanged."""
         wrong = {}
         for code in range(256):
             done = run("sh", "-c", f"exit {code}")
@@ -32,15 +34,18 @@ class TestExitCodes:
 
     @pytest.mark.parametrize("sig", ["TERM", "INT", "HUP", "QUIT", "KILL", "USR1"])
     def test_death_by_signal(self, sig: str) -> None:
+        """A child killed by signal N (TERM, INT, HUP, QUIT, KILL, USR1) makes PID 1 exit 128+N."""
         done = run("sh", "-c", f"kill -{sig} $$")
         assert done.returncode == 128 + signal.Signals[f"SIG{sig}"], done.stderr
 
     def test_not_found(self) -> None:
+        """A program that does not exist is exit 127 with 'command not found', as in a shell."""
         done = run("no-such-program-here")
         assert done.returncode == 127
         assert "no-such-program-here: command not found" in done.stderr
 
     def test_not_executable(self, tmp_path: Path) -> None:
+        """A program file that is not executable is exit 126, saying so."""
         script = tmp_path / "script"
         script.write_text("#!/bin/sh\n")
         script.chmod(0o644)
@@ -54,6 +59,7 @@ class TestSignals:
 
     @pytest.mark.parametrize("group", [False, True])
     def test_forwarded(self, started: list[subprocess.Popen[str]], group: bool) -> None:
+        """TERM, INT, HUP, QUIT, USR1 and USR2 sent to PID 1 reach the child, also with --group."""
         argv = agent_argv(PY, CHILD, "report")
         if group:
             argv.insert(argv.index("--"), "--group")
@@ -68,12 +74,18 @@ class TestSignals:
         assert p.wait(timeout=10) == 0
 
     def test_own_code_after_sigterm_reported_as_143(
-            self, started: list[subprocess.Popen[str]]) -> None:
+        self, started: list[subprocess.Popen[str]]
+    ) -> None:
         """A launcher told to stop exits 128+N even if mpirun picks its own code (MPICH
         exits 255 after SIGTERM), so the orchestrator sees why the job ended."""
-        p = subprocess.Popen(agent_argv("sh", "-c", "trap 'exit 255' TERM; echo READY; "
-                                        "while :; do sleep 0.05; done"),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            agent_argv(
+                "sh", "-c", "trap 'exit 255' TERM; echo READY; while :; do sleep 0.05; done"
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         started.append(p)
         assert p.stdout is not None
         assert p.stdout.readline().strip() == "READY"
@@ -88,8 +100,10 @@ class TestSignals:
         started.append(p)
         pid = agent_pid(p)
         deadline = time.monotonic() + 10
-        while "sleep" not in Path(f"/proc/{pid}/task/{pid}/children").read_text() and \
-                time.monotonic() < deadline:
+        while (
+            "sleep" not in Path(f"/proc/{pid}/task/{pid}/children").read_text()
+            and time.monotonic() < deadline
+        ):
             kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
             if kids and Path(f"/proc/{kids[0]}/comm").read_text().strip() == "sleep":
                 break
@@ -104,22 +118,25 @@ class TestReaping:
     """Orphans are reaped; leftovers are ended; the main status is never lost."""
 
     def test_200_orphans(self) -> None:
+        """200 orphaned grandchildren are all reaped by PID 1: no zombie is left behind."""
         done = run(PY, CHILD, "orphans", "200")
         assert "ZOMBIES 0" in done.stdout, done.stdout + done.stderr
         assert done.returncode == 0
 
     def test_leftover_ignoring_term_is_killed(self) -> None:
+        """A leftover grandchild that ignores SIGTERM is killed after the grace period, and the exit
+        code is still the main child's."""
         t0 = time.monotonic()
         done = run(PY, CHILD, "leftover", "7", grace=1.0)
         elapsed = time.monotonic() - t0
         assert done.returncode == 7, done.stderr
         assert 1.0 <= elapsed < 10
-        events = [json.loads(ln)["event"] for ln in done.stderr.splitlines()
-                  if ln.startswith("{")]
+        events = [e["event"] for e in logs.events(done.stderr)]
         assert "terminating leftovers" in events
         assert "killing leftovers" in events
 
     def test_main_status_survives_racing_children(self) -> None:
+        """The main child's exit code is kept when other children exit at the same moment."""
         codes = [run(PY, CHILD, "race", "42", "20").returncode for _ in range(30)]
         assert codes == [42] * 30
 
@@ -128,32 +145,56 @@ class TestSubreaper:
     """Not PID 1: the agent becomes a child subreaper, says so, and reaps orphans."""
 
     def test_subreaper(self) -> None:
-        p = subprocess.Popen(agent_argv(PY, CHILD, "orphan-ppid", pid1=False),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        """Not PID 1, the agent becomes a subreaper, logs it, adopts an orphan and reaps it."""
+        p = subprocess.Popen(
+            agent_argv(PY, CHILD, "orphan-ppid", pid1=False),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         out, err = p.communicate(timeout=30)
         assert p.returncode == 0, err
         assert f"PPID {p.pid}" in out  # the orphan re-parented to the agent
-        events = [json.loads(ln) for ln in err.splitlines() if ln.startswith("{")]
-        assert any(e["event"] == "subreaper" for e in events)
+        assert logs.named(err, "subreaper")
         # the orphan finished after the main child: it was waited for and reaped
-        assert any(e["event"] == "reaped others" and e["count"] >= 1 for e in events)
+        assert any(e["count"] >= 1 for e in logs.named(err, "reaped others"))
 
 
 @pytest.mark.netns
 class TestLauncherPhases:
     """The full agent: SIGTERM while it waits for DNS ends it within a second, exit 143."""
 
-    def test_sigterm_during_dns_wait(self, pod: Pod, started: list[subprocess.Popen[str]]
-                                     ) -> None:
+    def test_sigterm_during_dns_wait(self, pod: Pod, started: list[subprocess.Popen[str]]) -> None:
+        """SIGTERM during the launcher's DNS wait exits 143 within 1 s, writing no hostfile."""
         hostfile = pod.tmp / "hostfile"
         hostfile.write_text("ghost-worker-0.job.default.svc slots=1\n")
         env = {"PATH": "/usr/bin:/bin", "HOME": str(pod.tmp)}
         p = subprocess.Popen(
-            [*pod.netns.prefix(), "unshare", "--pid", "--fork", "--mount-proc", "env", "-i",
-             *(f"{k}={v}" for k, v in env.items()), AGENT, "--hostfile", str(hostfile),
-             "--output-hostfile", str(pod.tmp / "out"), "--dns-wait-seconds", "60",
-             "--log-format", "json", "launcher", "--", "true"],
-            stderr=subprocess.PIPE, text=True)
+            [
+                *pod.netns.prefix(),
+                "unshare",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                "env",
+                "-i",
+                *(f"{k}={v}" for k, v in env.items()),
+                AGENT,
+                "--hostfile",
+                str(hostfile),
+                "--output-hostfile",
+                str(pod.tmp / "out"),
+                "--dns-wait-seconds",
+                "60",
+                "--log-format",
+                "json",
+                "launcher",
+                "--",
+                "true",
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         started.append(p)
         assert p.stderr is not None
         for line in p.stderr:
@@ -168,13 +209,16 @@ class TestLauncherPhases:
 
 
 def test_supervisor_imports_no_heavy_modules() -> None:
-    """The resident supervisor loads only the standard library (footprint, issue 3)."""
+    """The resident supervisor loads only the standard library (its footprint)."""
     root = str(Path(__file__).parent.parent)
-    code = (f"import sys; sys.path.insert(0, {root!r}); import mpi_bootstrap.pid1.resident; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('structlog','dns','paramiko','psutil')))")
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
-                         text=True, check=True).stdout
+    code = (
+        f"import sys; sys.path.insert(0, {root!r}); import mpi_bootstrap.pid1.resident; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('structlog','dns','paramiko','psutil')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"
 
 
@@ -185,15 +229,16 @@ def sshd_argv(tmp_path: Path) -> tuple[list[str], int]:
     if not os.access(sshd, os.X_OK):
         pytest.fail("OpenSSH sshd missing: `make system-deps` installs openssh-server")
     key = tmp_path / "host_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
-                   check=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     config = tmp_path / "sshd_config"
-    config.write_text(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {key}\n"
-                      f"PidFile {tmp_path / 'sshd.pid'}\nPasswordAuthentication no\n"
-                      "KbdInteractiveAuthentication no\nUsePAM no\n")
+    config.write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {key}\n"
+        f"PidFile {tmp_path / 'sshd.pid'}\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nUsePAM no\n"
+    )
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # Debian's privsep directory
     return [sshd, "-D", "-e", "-f", str(config)], port
 
@@ -223,11 +268,16 @@ def sshd_child(agent: int) -> int:
 class TestServiceRestart:
     """A supervised sshd (the worker's) is restarted when it dies, within limits."""
 
-    def test_restarted_and_accepts_again(self, sshd_argv: tuple[list[str], int],
-                                         started: list[subprocess.Popen[str]]) -> None:
+    def test_restarted_and_accepts_again(
+        self, sshd_argv: tuple[list[str], int], started: list[subprocess.Popen[str]]
+    ) -> None:
+        """A killed sshd is restarted and serves again; SIGTERM to PID 1 stops it, exit 0."""
         argv, port = sshd_argv
-        p = subprocess.Popen([PY, "-m", "mpi_bootstrap.pid1", "--restart", "3/60", "--",
-                              *argv], stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [PY, "-m", "mpi_bootstrap.pid1", "--restart", "3/60", "--", *argv],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         started.append(p)
         assert banner(port)
         first = sshd_child(p.pid)
@@ -241,11 +291,17 @@ class TestServiceRestart:
         assert p.wait(timeout=15) == 0
         assert not banner(port, timeout=0.5)
 
-    def test_gives_up(self, sshd_argv: tuple[list[str], int],
-                      started: list[subprocess.Popen[str]]) -> None:
+    def test_gives_up(
+        self, sshd_argv: tuple[list[str], int], started: list[subprocess.Popen[str]]
+    ) -> None:
+        """An sshd that dies more often than --restart allows ends the supervisor with 69,
+        saying why, so Kubernetes restarts the pod."""
         argv, port = sshd_argv
-        p = subprocess.Popen([PY, "-m", "mpi_bootstrap.pid1", "--restart", "3/60", "--",
-                              *argv], stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [PY, "-m", "mpi_bootstrap.pid1", "--restart", "3/60", "--", *argv],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         started.append(p)
         for _ in range(4):
             assert banner(port)

@@ -56,9 +56,14 @@ class TestEverySignal:
 
     @pytest.mark.parametrize("group", [False, True])
     def test_forwarded(self, started: list[subprocess.Popen[str]], group: bool) -> None:
-        p = subprocess.Popen(agent_argv(PY, CHILD, "report-all",
-                                        options=("--group",) if group else ()),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        """Each of the 50-odd forwardable signals, standard and real-time, reaches the child, alone
+        or with --group."""
+        p = subprocess.Popen(
+            agent_argv(PY, CHILD, "report-all", options=("--group",) if group else ()),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         started.append(p)
         assert p.stdout is not None
         expect_line(p.stdout, "READY")
@@ -72,8 +77,12 @@ class TestEverySignal:
 
     def test_burst(self, started: list[subprocess.Popen[str]]) -> None:
         """300 signals as fast as they can be sent: the agent keeps up and keeps forwarding."""
-        p = subprocess.Popen(agent_argv(PY, CHILD, "burst"), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            agent_argv(PY, CHILD, "burst"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         started.append(p)
         assert p.stdout is not None
         expect_line(p.stdout, "READY")
@@ -93,17 +102,21 @@ class TestOutput:
     """mpirun's stderr is copied through whole, in every ending, and a reader that stops
     reading PID 1's stderr never stalls signal forwarding."""
 
-    @pytest.mark.parametrize(("ending", "code"), [
-        ("ok", 0), ("fail", 3), ("term", 143), ("leftover", 0)])
+    @pytest.mark.parametrize(
+        ("ending", "code"), [("ok", 0), ("fail", 3), ("term", 143), ("leftover", 0)]
+    )
     @pytest.mark.parametrize("reader", ["fast", "slow"])
-    def test_last_words_kept(self, started: list[subprocess.Popen[bytes]], ending: str,
-                             code: int, reader: str) -> None:
+    def test_last_words_kept(
+        self, started: list[subprocess.Popen[bytes]], ending: str, code: int, reader: str
+    ) -> None:
         """The job's last 339,000 bytes of stderr all reach PID 1's stderr — after success,
         failure, a forwarded SIGTERM, and from a leftover killed after the grace period —
         also when PID 1's stderr is read slowly. (Before: up to 64 KiB lost.)"""
-        p = subprocess.Popen(agent_argv(PY, CHILD, "flood", str(FLOOD), ending,
-                                        options=("--explain",)),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p = subprocess.Popen(
+            agent_argv(PY, CHILD, "flood", str(FLOOD), ending, options=("--explain",)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         started.append(p)
         assert p.stdout is not None and p.stderr is not None
         if ending == "term":
@@ -121,16 +134,18 @@ class TestOutput:
         assert len(numbers) * 55 >= FLOOD, len(numbers)
         assert b"\nEND\n" in err
 
-    def test_stalled_reader_does_not_stall_pid1(self, started: list[subprocess.Popen[str]]
-                                                ) -> None:
+    def test_stalled_reader_does_not_stall_pid1(self, started: list[subprocess.Popen[str]]) -> None:
         """Nobody reads PID 1's stderr (a full container log pipe) while the job writes
         4 MiB to its stderr: signals are still forwarded at once. (Before: the copy
         blocked PID 1's loop; the job never even got past its own writes.)"""
         r, w = os.pipe()
         try:
-            p = subprocess.Popen(agent_argv(PY, CHILD, "flood-report", str(4 << 20),
-                                            options=("--explain",)),
-                                 stdout=subprocess.PIPE, stderr=w, text=True)
+            p = subprocess.Popen(
+                agent_argv(PY, CHILD, "flood-report", str(4 << 20), options=("--explain",)),
+                stdout=subprocess.PIPE,
+                stderr=w,
+                text=True,
+            )
             started.append(p)
             assert p.stdout is not None
             expect_line(p.stdout, "READY", timeout=30)
@@ -161,6 +176,7 @@ class TestChildStartsClean:
     PID 1 itself was started with ignored (as tini keeps them)."""
 
     def test_default_dispositions(self) -> None:
+        """The child starts with no signal ignored (but glibc's internal ones) and none blocked."""
         done = run("sh", "-c", "grep -E '^Sig(Ign|Blk):' /proc/self/status")
         assert done.returncode == 0, done.stderr
         masks = dict(re.findall(r"Sig(Ign|Blk):\s+(\S+)", done.stdout))
@@ -178,14 +194,21 @@ class TestChildStartsClean:
     def test_inherited_ignore_is_kept(self) -> None:
         """Started with SIGUSR1 and SIGHUP ignored (nohup-style), the child has them
         ignored too — and only them."""
-        code = ("import os, signal, sys; signal.signal(signal.SIGUSR1, signal.SIG_IGN); "
-                "signal.signal(signal.SIGHUP, signal.SIG_IGN); "
-                "signal.signal(signal.SIGPIPE, signal.SIG_DFL); os.execv(sys.argv[1], "
-                "sys.argv[1:])")
+        code = (
+            "import os, signal, sys; signal.signal(signal.SIGUSR1, signal.SIG_IGN); "
+            "signal.signal(signal.SIGHUP, signal.SIG_IGN); "
+            "signal.signal(signal.SIGPIPE, signal.SIG_DFL); os.execv(sys.argv[1], "
+            "sys.argv[1:])"
+        )
         argv = agent_argv("sh", "-c", "grep '^SigIgn:' /proc/self/status")
         unshare = argv.index(PY)
-        done = subprocess.run([*argv[:unshare], sys.executable, "-c", code, *argv[unshare:]],
-                              capture_output=True, text=True, timeout=30, check=False)
+        done = subprocess.run(
+            [*argv[:unshare], sys.executable, "-c", code, *argv[unshare:]],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
         mask = int(done.stdout.split()[1], 16) & ~GLIBC_INTERNAL
         assert mask == (1 << (signal.SIGUSR1 - 1)) | (1 << (signal.SIGHUP - 1))
@@ -198,10 +221,21 @@ def on_a_terminal(argv: list[str]) -> tuple[subprocess.Popen[bytes], int]:
     def controlling_tty() -> None:
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
-    p = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave,
-                         start_new_session=True, preexec_fn=controlling_tty)  # noqa: PLW1509 - tests only
+    p = subprocess.Popen(
+        argv,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        preexec_fn=controlling_tty,  # noqa: PLW1509 - tests only: the child gets a terminal
+    )
     os.close(slave)
     return p, master
+
+
+# How long a second copy of a terminal's ^C (sent on by PID 1 as well as by the
+# terminal) would take to reach the child at most; the test waits that long for none.
+SECOND_COPY_WITHIN_S = 0.5
 
 
 def read_until(master: int, wanted: bytes, timeout: float = 10.0) -> bytes:
@@ -223,14 +257,16 @@ class TestTerminal:
     """On a terminal (`kubectl run -it`), the child's group holds it: ^C reaches the child
     once, and a child reading it is not stopped by SIGTTIN, also with --group."""
 
-    def test_ctrl_c_reaches_the_child_once(self, started: list[subprocess.Popen[bytes]]
-                                           ) -> None:
+    def test_ctrl_c_reaches_the_child_once(self, started: list[subprocess.Popen[bytes]]) -> None:
+        """On a terminal, one ^C reaches the child once, not a second time through PID 1."""
         p, master = on_a_terminal(agent_argv(PY, CHILD, "tty-int"))
         started.append(p)
         try:
             read_until(master, b"READY")
             os.write(master, b"\x03")
-            time.sleep(0.5)  # a second copy (through PID 1) would come within this
+            # The child counts what arrives and says so only when told to: a fixed window
+            # in which a second copy (through PID 1) would come.
+            time.sleep(SECOND_COPY_WITHIN_S)
             os.write(master, b"go\n")
             out = read_until(master, b"INTS ")
             out += read_until(master, b"\n")
@@ -240,10 +276,13 @@ class TestTerminal:
             os.close(master)
 
     @pytest.mark.parametrize("group", [False, True])
-    def test_child_reads_the_terminal(self, started: list[subprocess.Popen[bytes]],
-                                      group: bool) -> None:
-        p, master = on_a_terminal(agent_argv(PY, CHILD, "tty-read",
-                                             options=("--group",) if group else ()))
+    def test_child_reads_the_terminal(
+        self, started: list[subprocess.Popen[bytes]], group: bool
+    ) -> None:
+        """A child reading the terminal is not stopped by SIGTTIN, also with --group."""
+        p, master = on_a_terminal(
+            agent_argv(PY, CHILD, "tty-read", options=("--group",) if group else ())
+        )
         started.append(p)
         try:
             read_until(master, b"READY")
@@ -271,6 +310,8 @@ class TestRestartPolicy:
 
     @pytest.mark.parametrize(("deaths", "delays"), RESTARTS)
     def test_table(self, deaths: list[float], delays: list[float | None]) -> None:
+        """Restart delays double from 0.2 s, deaths older than 60 s are forgotten, and a sixth death
+        within the window gives up (None)."""
         policy = RestartPolicy()
         seen: tuple[float, ...] = ()
         got = []
@@ -280,6 +321,7 @@ class TestRestartPolicy:
         assert got == delays
 
     def test_backoff_is_capped(self) -> None:
+        """However many restarts a policy allows, the delay before one never exceeds 5 s."""
         policy = RestartPolicy(limit=20)
         seen: tuple[float, ...] = ()
         delay = None
@@ -294,19 +336,30 @@ def test_resident_imports_only_the_standard_library(tmp_path: Path) -> None:
     imports included."""
     root = str(Path(__file__).resolve().parent.parent)
     out = tmp_path / "modules"
-    code = (f"import atexit, json, sys; sys.path.insert(0, {root!r}); "
-            f"atexit.register(lambda: open({str(out)!r}, 'w').write("
-            "json.dumps(sorted(sys.modules)))); "
-            "from mpi_bootstrap.pid1.resident import main; sys.exit(main())")
+    code = (
+        f"import atexit, json, sys; sys.path.insert(0, {root!r}); "
+        f"atexit.register(lambda: open({str(out)!r}, 'w').write("
+        "json.dumps(sorted(sys.modules)))); "
+        "from mpi_bootstrap.pid1.resident import main; sys.exit(main())"
+    )
     for options, program in (
-            (["--explain"], ["sh", "-c", "echo 'Host key verification failed.' >&2; exit 255"]),
-            (["--restart", "1/60"], ["sh", "-c", "exit 1"])):
-        done = subprocess.run([sys.executable, "-I", "-S", "-c", code, *options, "--",
-                               *program], capture_output=True, text=True, timeout=60,
-                              check=False)
+        (["--explain"], ["sh", "-c", "echo 'Host key verification failed.' >&2; exit 255"]),
+        (["--restart", "1/60"], ["sh", "-c", "exit 1"]),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", code, *options, "--", *program],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert done.returncode in (255, 69), done.stderr
         modules = __import__("json").loads(out.read_text())
-        foreign = [m for m in modules if m.split(".")[0] not in sys.stdlib_module_names
-                   and m.split(".")[0] not in ("mpi_bootstrap", "__main__", "_sitebuiltins")]
+        foreign = [
+            m
+            for m in modules
+            if m.split(".")[0] not in sys.stdlib_module_names
+            and m.split(".")[0] not in ("mpi_bootstrap", "__main__", "_sitebuiltins")
+        ]
         assert foreign == []
         assert "mpi_bootstrap.core.failures" in modules or options != ["--explain"]

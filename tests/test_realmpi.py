@@ -22,8 +22,11 @@ pytestmark = [pytest.mark.realmpi, pytest.mark.netns, pytest.mark.timeout(180)]
 
 
 def probes(stdout: str) -> list[dict[str, object]]:
-    return [json.loads(line[len("PROBE "):]) for line in stdout.splitlines()
-            if line.startswith("PROBE ")]
+    return [
+        json.loads(line[len("PROBE ") :])
+        for line in stdout.splitlines()
+        if line.startswith("PROBE ")
+    ]
 
 
 def user_env(m: RealMPI, tmp: Path) -> dict[str, str]:
@@ -46,11 +49,23 @@ class TestDetection:
     """--explain --json names the vendor and version each real mpirun reports."""
 
     def test_detect(self, real_mpi: RealMPI, pod: Pod, tmp_path: Path) -> None:
+        """--explain --json reports each real mpirun's vendor and version as detected, and writes no
+        hostfile or state directory."""
         hostfile = tmp_path / "hostfile"
         hostfile.write_text("localhost slots=2\n")
         code, out, err = pod.agent(
-            "--explain", "--json", "--hostfile", str(hostfile), "--output-hostfile",
-            str(tmp_path / "out"), "--mpirun", real_mpi.mpirun, "launcher", "--", "true")
+            "--explain",
+            "--json",
+            "--hostfile",
+            str(hostfile),
+            "--output-hostfile",
+            str(tmp_path / "out"),
+            "--mpirun",
+            real_mpi.mpirun,
+            "launcher",
+            "--",
+            "true",
+        )
         assert code == 0, err
         plan = json.loads(out)
         assert plan["mpi"]["vendor"] == real_mpi.vendor
@@ -82,8 +97,11 @@ class TestOneNodeRun:
                 assert "MPI_BOOTSTRAP_TOKEN" not in env
                 assert "MPI_BOOTSTRAP_FORWARD_ENV" not in env
 
-    def test_agent_builds_mpirun(self, real_mpi: RealMPI, pod: Pod, tmp_path: Path,
-                                 probe: list[str], fake_ssh_path: str) -> None:
+    def test_agent_builds_mpirun(
+        self, real_mpi: RealMPI, pod: Pod, tmp_path: Path, probe: list[str], fake_ssh_path: str
+    ) -> None:
+        """Each real MPI accepts the agent's argv: ranks on a 'remote' node get the forwarded
+        variables but not OLDPWD or the token, and the hostfile is written in the MPI's form."""
         hostfile = tmp_path / "hostfile"
         hostfile.write_text("# one node\nnode-a slots=2\n")
         env = user_env(real_mpi, tmp_path)
@@ -93,9 +111,19 @@ class TestOneNodeRun:
             env["OMPI_MCA_orte_default_hostfile"] = str(hostfile)
         output = tmp_path / "mpi-hostfile"
         code, out, err = pod.agent(
-            "--hostfile", str(hostfile), "--output-hostfile", str(output),
-            "--mpirun", real_mpi.mpirun, "--log-format", "json",
-            "launcher", "--", *probe, env=env)
+            "--hostfile",
+            str(hostfile),
+            "--output-hostfile",
+            str(output),
+            "--mpirun",
+            real_mpi.mpirun,
+            "--log-format",
+            "json",
+            "launcher",
+            "--",
+            *probe,
+            env=env,
+        )
         assert code == 0, f"stdout:\n{out}\nstderr:\n{err}"
         self._check_ranks(out, "/opt/probe-lib", remote=True)
         form = "node-a:2\n" if real_mpi.vendor in ("mpich", "intel") else "node-a slots=2\n"
@@ -104,8 +132,9 @@ class TestOneNodeRun:
         assert hostfile.read_text() == "# one node\nnode-a slots=2\n"  # input untouched
         assert "never-forwarded-token" not in err
 
-    def test_wrap_user_mpirun(self, real_mpi: RealMPI, pod: Pod, tmp_path: Path,
-                              probe: list[str]) -> None:
+    def test_wrap_user_mpirun(
+        self, real_mpi: RealMPI, pod: Pod, tmp_path: Path, probe: list[str]
+    ) -> None:
         """An existing MPIJob command adopts the agent by changing only the entrypoint."""
         hostfile = tmp_path / "hostfile"
         hostfile.write_text("localhost slots=2\n")
@@ -119,13 +148,23 @@ class TestOneNodeRun:
         assert code == 0, f"stdout:\n{out}\nstderr:\n{err}"
         self._check_ranks(out, "/opt/probe-lib", remote=False)
 
-    def test_exit_code_passes_through(self, real_mpi: RealMPI, pod: Pod,
-                                      tmp_path: Path) -> None:
+    def test_exit_code_passes_through(self, real_mpi: RealMPI, pod: Pod, tmp_path: Path) -> None:
+        """The program's exit status comes back as the agent's through each real mpirun."""
         hostfile = tmp_path / "hostfile"
         hostfile.write_text("localhost slots=1\n")
         code, out, err = pod.agent(
-            "--hostfile", str(hostfile), "--output-hostfile", str(tmp_path / "out"),
-            "--mpirun", real_mpi.mpirun, "launcher", "--", "sh", "-c", "exit 3")
+            "--hostfile",
+            str(hostfile),
+            "--output-hostfile",
+            str(tmp_path / "out"),
+            "--mpirun",
+            real_mpi.mpirun,
+            "launcher",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        )
         assert code == 3, f"stdout:\n{out}\nstderr:\n{err}"
 
 
@@ -133,8 +172,15 @@ def test_no_traceback_anywhere(pod: Pod, tmp_path: Path) -> None:
     """A missing mpirun is exit 127 with one line naming it."""
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("localhost\n")
-    code, _, err = pod.agent("--hostfile", str(hostfile), "--mpirun",
-                             os.path.join(str(tmp_path), "no-mpirun"), "launcher", "--", "x")
+    code, _, err = pod.agent(
+        "--hostfile",
+        str(hostfile),
+        "--mpirun",
+        os.path.join(str(tmp_path), "no-mpirun"),
+        "launcher",
+        "--",
+        "x",
+    )
     assert code == 127
     assert "no-mpirun: command not found" in err
     assert "Traceback" not in err

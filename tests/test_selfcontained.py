@@ -17,10 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # Ways a path can leave the clone: a relative climb to a sibling, the repository root's
 # parent in Python, or an absolute path of the machine it was written on.
 OUTSIDE = [
-    re.compile(r"\.\./(?!\.\.)[A-Za-z_.]"),           # ../shared, ../.library, ../x
-    re.compile(r"ROOT\.parent\b"),                     # ROOT.parent / "shared"
-    re.compile(r"parent\.parent\.parent"),             # three levels up from tests/x.py
-    re.compile(r"(?<![\w/])/work/"),                   # this machine's checkout location
+    re.compile(r"\.\./(?!\.\.)[A-Za-z_.]"),  # ../shared, ../.library, ../x
+    re.compile(r"ROOT\.parent\b"),  # ROOT.parent / "shared"
+    re.compile(r"parent\.parent\.parent"),  # three levels up from tests/x.py
+    re.compile(r"(?<![\w/])/work/"),  # this machine's checkout location
 ]
 # Text that may legitimately contain `../`: a relative path inside the clone.
 INSIDE = re.compile(r"\.\./(?:mpi_bootstrap|tests|container|README|SECURITY)\b")
@@ -30,8 +30,9 @@ def tracked() -> list[Path]:
     """Every file git tracks, or every file below the root when this is not a checkout
     (a source tarball)."""
     try:
-        out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], check=True,
-                             capture_output=True).stdout
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "ls-files", "-z"], check=True, capture_output=True
+        ).stdout
         files = [ROOT / p for p in out.decode().split("\0") if p]
     except (OSError, subprocess.CalledProcessError):
         files = [p for p in ROOT.rglob("*") if p.is_file() and ".venv" not in p.parts]
@@ -41,8 +42,13 @@ def tracked() -> list[Path]:
 def test_the_file_list_is_the_repository() -> None:
     """The scan sees the code, the tests, the Makefile and the README."""
     names = {str(p.relative_to(ROOT)) for p in tracked()}
-    assert {"Makefile", "README.md", ".ci/run", "mpi_bootstrap/cli.py",
-            "tests/test_manifests.py"} <= names
+    assert {
+        "Makefile",
+        "README.md",
+        ".ci/run",
+        "mpi_bootstrap/cli.py",
+        "tests/test_manifests.py",
+    } <= names
 
 
 @pytest.mark.parametrize("pattern", OUTSIDE, ids=lambda p: p.pattern)
@@ -62,3 +68,40 @@ def test_nothing_reads_outside_the_clone(pattern: re.Pattern[str]) -> None:
             if pattern.search(INSIDE.sub("", line)):
                 found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
     assert found == []
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every module `path` imports, by its absolute name (`from . import x` in tests/support
+    is tests.support.x)."""
+    import ast
+
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    """Test modules share code through tests/support/ and conftest.py only: a test module
+    that imports another runs (and breaks) with it, and pytest may collect its tests twice.
+    Nothing else under tests/ imports one either."""
+    test_module = re.compile(r"^tests\.test_\w+$")
+    found = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        found += [
+            f"{path.relative_to(ROOT)}: {name}"
+            for name in sorted(_imported_modules(path))
+            if test_module.match(name)
+        ]
+    assert found == []
+    # (the scan does see imports: test_ssh.py takes its workers from tests/support)
+    assert "tests.support.workers" in _imported_modules(ROOT / "tests" / "test_ssh.py")

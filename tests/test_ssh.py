@@ -18,67 +18,42 @@ import pytest
 from mpi_bootstrap.ssh import keys, sshd
 from mpi_bootstrap.ssh import netx as exchange
 from tests.conftest import AGENT
-from tests.support.cluster import Cluster, Pod, agent_env
+from tests.support import logs
+from tests.support.cluster import Cluster
+from tests.support.wait import wait_until
+from tests.support.workers import WORKERS, launcher_env, make_mount, record_of, start_workers
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
 
-WORKERS = ["job-worker-0", "job-worker-1"]
 
-
-@pytest.fixture
-def cluster() -> Iterator[Cluster]:
-    with Cluster(["job-launcher", *WORKERS]) as c:
-        yield c
-
-
-def wait_ready(pod: Pod, env: dict[str, str], proc: subprocess.Popen[str],
-               timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"worker exited {proc.returncode}: {proc.stderr.read()}")  # type: ignore[union-attr]
-        if pod.run([AGENT, "probe"], env, timeout=10).returncode == 0:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{pod.name} not ready")
-
-
-def record_of(tmp: Path, pod: Pod) -> dict[str, object]:
-    return json.loads((tmp / pod.name / "state" / "record.json").read_text())
-
-
-def start_workers(cluster: Cluster, tmp: Path, **extra: str) -> list[subprocess.Popen[str]]:
-    procs = []
-    for pod in cluster.pods[1:]:
-        env = agent_env(tmp, pod, **extra)
-        p = cluster.start(pod, [AGENT, "worker"], env)
-        wait_ready(pod, env, p)
-        procs.append(p)
-    return procs
-
-
-def launch(cluster: Cluster, tmp: Path, program: list[str], *, hostfile: str | None = None,
-           timeout: float = 120, **extra: str) -> subprocess.CompletedProcess[str]:
-    launcher = cluster.pods[0]
-    hf = tmp / "hostfile"
-    hf.write_text(hostfile or "".join(f"{w} slots=1\n" for w in WORKERS))
-    env = agent_env(tmp, launcher, MPI_HOSTFILE=str(hf),
-                   MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(tmp / "mpi-hostfile"), **extra)
-    return launcher.run([AGENT, "launcher", "--", *program], env, timeout=timeout)
+def launch(
+    cluster: Cluster,
+    tmp: Path,
+    program: list[str],
+    *,
+    hostfile: str | None = None,
+    timeout: float = 120,
+    **extra: str,
+) -> subprocess.CompletedProcess[str]:
+    env = launcher_env(
+        tmp, cluster, hostfile or "".join(f"{w} slots=1\n" for w in WORKERS), **extra
+    )
+    return cluster.pods[0].run([AGENT, "launcher", "--", *program], env, timeout=timeout)
 
 
 class TestDirExchange:
     """A real Open MPI job over real ssh, trust set up through a shared directory."""
 
     def test_job_runs_and_workers_end(self, cluster: Cluster, tmp_path: Path) -> None:
+        """A dir-exchange job runs on both workers, which then exit 0; the launcher's ssh_config is
+        0600 with strict host key checking, and known_hosts pins each published host key."""
         xdir = tmp_path / "exchange"
         xdir.mkdir()
         procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
         done = launch(cluster, tmp_path, ["hostname"], MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
         assert done.returncode == 0, done.stderr
         assert sorted(done.stdout.split()) == WORKERS
-        events = [json.loads(ln) for ln in done.stderr.splitlines() if ln.startswith("{")]
-        assert any(e["event"] == "preflight ok" and e["workers"] == 2 for e in events)
+        assert logs.event(done.stderr, "preflight ok", workers=2) is not None
         # the launcher marks the job done; the workers stop their sshd and exit 0
         for p in procs:
             assert p.wait(timeout=15) == 0
@@ -105,41 +80,61 @@ class TestDirExchange:
         rogue = tmp_path / "rogue"
         rogue.mkdir()
         keys.generate(str(rogue / "host_key"), "rogue")
-        (rogue / "authorized_keys").write_text(
-            (xdir / "job-key" / "id.pub").read_text())
+        (rogue / "authorized_keys").write_text((xdir / "job-key" / "id.pub").read_text())
         os.chmod(rogue / "authorized_keys", 0o600)
-        (rogue / "sshd_config").write_text(sshd.config_text(
-            port=port, listen=[victim.address], host_key=str(rogue / "host_key"),
-            authorized_keys=str(rogue / "authorized_keys"), pid_file=str(rogue / "pid"),
-            user="root"))
+        (rogue / "sshd_config").write_text(
+            sshd.config_text(
+                port=port,
+                listen=[victim.address],
+                host_key=str(rogue / "host_key"),
+                authorized_keys=str(rogue / "authorized_keys"),
+                pid_file=str(rogue / "pid"),
+                user="root",
+            )
+        )
         # (the launcher's own wait for the sshd banner covers its start-up)
         cluster.start(victim, ["/usr/sbin/sshd", "-D", "-e", "-f", str(rogue / "sshd_config")])
-        done = launch(cluster, tmp_path, ["hostname"], MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
-                      MPI_DNS_WAIT_SECONDS="20")
+        done = launch(
+            cluster,
+            tmp_path,
+            ["hostname"],
+            MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+            MPI_DNS_WAIT_SECONDS="20",
+        )
         assert done.returncode == 69, done.stderr
         assert "host key mismatch for job-worker-1" in done.stderr
         assert "mpirun start" not in done.stderr
         # Without preflight, mpirun itself meets the impostor; its output stays, and the
-        # agent explains it after (issue 7: mpirun's stderr is teed, not swallowed).
-        done = launch(cluster, tmp_path, ["hostname"], MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
-                      MPI_DNS_WAIT_SECONDS="20", MPI_BOOTSTRAP_PREFLIGHT="false")
+        # agent explains it after (mpirun's stderr is teed, not swallowed).
+        done = launch(
+            cluster,
+            tmp_path,
+            ["hostname"],
+            MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+            MPI_DNS_WAIT_SECONDS="20",
+            MPI_BOOTSTRAP_PREFLIGHT="false",
+        )
         assert done.returncode != 0
         assert "Host key verification failed." in done.stderr
-        tail = done.stderr[done.stderr.index("Host key verification failed."):]
+        tail = done.stderr[done.stderr.index("Host key verification failed.") :]
         assert "mpi-bootstrap: mpirun exited" in tail
-        assert "Likely cause: the sshd that answered for job-worker-1 presented a host key" \
-            in tail
+        assert "Likely cause: the sshd that answered for job-worker-1 presented a host key" in tail
 
-    def test_sshd_down_is_exit_69_before_mpirun(self, cluster: Cluster, tmp_path: Path
-                                               ) -> None:
+    def test_sshd_down_is_exit_69_before_mpirun(self, cluster: Cluster, tmp_path: Path) -> None:
+        """A worker whose sshd is gone: 69 naming its address within 15 s, before mpirun starts."""
         xdir = tmp_path / "exchange"
         xdir.mkdir()
         procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
         procs[0].send_signal(signal.SIGTERM)
         assert procs[0].wait(timeout=15) == 0
         t0 = time.monotonic()
-        done = launch(cluster, tmp_path, ["hostname"], MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
-                      MPI_DNS_WAIT_SECONDS="3")
+        done = launch(
+            cluster,
+            tmp_path,
+            ["hostname"],
+            MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+            MPI_DNS_WAIT_SECONDS="3",
+        )
         assert done.returncode == 69, done.stderr
         assert "job-worker-0: no sshd answers on 10.250.0.11:" in done.stderr
         assert "mpirun start" not in done.stderr
@@ -154,36 +149,34 @@ class TestDirExchange:
         # launcher: the workers' sessions cannot find it.
         fake = tmp_path / "mpich" / "bin"
         fake.mkdir(parents=True)
-        (fake / "mpirun").write_text("#!/bin/sh\necho 'HYDRA build details:'\n"
-                                     "echo '    Version:   5.0.2'\n")
+        (fake / "mpirun").write_text(
+            "#!/bin/sh\necho 'HYDRA build details:'\necho '    Version:   5.0.2'\n"
+        )
         (fake / "mpirun").chmod(0o755)
-        done = launch(cluster, tmp_path, ["hostname"], MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
-                      MPI_BOOTSTRAP_MPIRUN=str(fake / "mpirun"))
+        done = launch(
+            cluster,
+            tmp_path,
+            ["hostname"],
+            MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+            MPI_BOOTSTRAP_MPIRUN=str(fake / "mpirun"),
+        )
         assert done.returncode == 69, done.stderr
-        assert "preflight: job-worker-0: hydra_pmi_proxy not found by a non-interactive " \
-               "ssh session" in done.stderr
+        assert (
+            "preflight: job-worker-0: hydra_pmi_proxy not found by a non-interactive "
+            "ssh session" in done.stderr
+        )
         assert "--- doctor" in done.stderr  # the doctor runs on a preflight failure
         assert "mpirun start" not in done.stderr
-
-
-def make_mount(tmp: Path) -> Path:
-    """MPI Operator's Secret: one ECDSA P-521 key, mounted 0644 as a Secret mounted
-    outside /root/.ssh is (mpi-operator #429)."""
-    mount = tmp / "secret"
-    mount.mkdir()
-    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-b", "521", "-N", "", "-f",
-                    str(mount / "id_rsa")], check=True)
-    (mount / "authorized_keys").write_text((mount / "id_rsa.pub").read_text())
-    for f in mount.iterdir():
-        f.chmod(0o644)
-    return mount
 
 
 class TestSecretExchange:
     """MPI Operator's Secret: one key, mounted 0644; the agent copies it 0600 and pins it."""
 
-    def test_mounted_0644_key_works_and_is_untouched(self, cluster: Cluster,
-                                                     tmp_path: Path) -> None:
+    def test_mounted_0644_key_works_and_is_untouched(
+        self, cluster: Cluster, tmp_path: Path
+    ) -> None:
+        """A Secret mounted 0644 works: the job runs, the mount is left unchanged, the launcher's
+        copy is 0600, and the private key never shows in the output."""
         mount = make_mount(tmp_path)
         before = {f.name: f.read_bytes() for f in mount.iterdir()}
         extra = {"MPI_BOOTSTRAP_SSH_AUTH_DIR": str(mount)}
@@ -206,6 +199,7 @@ class TestNetExchange:
     TOKEN = "s3cret-token-for-tests-0123456789"  # noqa: S105 - a test token
 
     def test_job_runs_over_net_exchange(self, cluster: Cluster, tmp_path: Path) -> None:
+        """A job runs over the token exchange; neither the token nor a private key is in any log."""
         procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_TOKEN=self.TOKEN)
         done = launch(cluster, tmp_path, ["hostname"], MPI_BOOTSTRAP_TOKEN=self.TOKEN)
         assert done.returncode == 0, done.stderr
@@ -216,8 +210,9 @@ class TestNetExchange:
         assert self.TOKEN not in logs
         assert "PRIVATE KEY" not in logs
 
-    def test_bad_token_and_replay_change_nothing(self, cluster: Cluster, tmp_path: Path
-                                                 ) -> None:
+    def test_bad_token_and_replay_change_nothing(self, cluster: Cluster, tmp_path: Path) -> None:
+        """No token, a wrong token, a replay and a stale hello are each denied, leave
+        authorized_keys unchanged and are logged with their reason (the token never)."""
         procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_TOKEN=self.TOKEN)
         worker = cluster.pods[1]
         authorized = tmp_path / worker.name / "state" / "authorized_keys"
@@ -225,12 +220,19 @@ class TestNetExchange:
         mallory = keys.generate(str(tmp_path / "mallory"), "mallory").public
 
         def send(raw: bytes) -> bytes:
-            code = ("import socket,sys; s=socket.create_connection((sys.argv[1],2223),5); "
-                    "s.sendall(sys.stdin.buffer.read()); "
-                    "sys.stdout.buffer.write(s.recv(65536))")
-            done = subprocess.run(cluster.pods[0].argv(
-                ["/usr/bin/python3", "-c", code, worker.address]),
-                input=raw.decode(), capture_output=True, text=True, timeout=20, check=False)
+            code = (
+                "import socket,sys; s=socket.create_connection((sys.argv[1],2223),5); "
+                "s.sendall(sys.stdin.buffer.read()); "
+                "sys.stdout.buffer.write(s.recv(65536))"
+            )
+            done = subprocess.run(
+                cluster.pods[0].argv(["/usr/bin/python3", "-c", code, worker.address]),
+                input=raw.decode(),
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=False,
+            )
             return done.stdout.encode()
 
         # no token at all
@@ -253,11 +255,13 @@ class TestNetExchange:
         assert authorized.read_text() == original
         procs[0].send_signal(signal.SIGTERM)
         _, err = procs[0].communicate(timeout=15)
-        reasons = [json.loads(ln).get("reason") for ln in err.splitlines()
-                   if ln.startswith("{") and json.loads(ln)["event"] == "exchange refused"]
-        assert reasons == ["not a hello message (of protocol version 2)",
-                           "bad mac (wrong or missing token)",
-                           "replayed nonce", "stale or future timestamp (replay or clock skew)"]
+        reasons = [e.get("reason") for e in logs.named(err, "exchange refused")]
+        assert reasons == [
+            "not a hello message (of protocol version 2)",
+            "bad mac (wrong or missing token)",
+            "replayed nonce",
+            "stale or future timestamp (replay or clock skew)",
+        ]
         assert self.TOKEN not in err
         assert "PRIVATE KEY" not in err
 
@@ -274,19 +278,30 @@ def test_free_port_race_retries(tmp_path: Path) -> None:
 
     def argv_for(port: int) -> list[str]:
         cfg = tmp_path / f"sshd_config.{port}"
-        cfg.write_text(sshd.config_text(port=port, listen=["127.0.0.1"],
-                                        host_key=key.private_path,
-                                        authorized_keys=str(tmp_path / "ak"),
-                                        pid_file=str(tmp_path / "pid"), user="root"))
+        cfg.write_text(
+            sshd.config_text(
+                port=port,
+                listen=["127.0.0.1"],
+                host_key=key.private_path,
+                authorized_keys=str(tmp_path / "ak"),
+                pid_file=str(tmp_path / "pid"),
+                user="root",
+            )
+        )
         return ["/usr/sbin/sshd", "-D", "-e", "-f", str(cfg)]
 
     original = sshd.free_port
     sshd.free_port = lambda address: next(ports, None) or original(address)  # type: ignore[assignment]
     logs: list[tuple[str, dict[str, object]]] = []
     try:
-        pid, port, _ = sshd.start(argv_for, {"PATH": "/usr/bin:/bin"}, fixed_port=0,
-                                  probe_address="127.0.0.1", bind_address="127.0.0.1",
-                                  log=lambda e, **kw: logs.append((e, kw)))
+        pid, port, _ = sshd.start(
+            argv_for,
+            {"PATH": "/usr/bin:/bin"},
+            fixed_port=0,
+            probe_address="127.0.0.1",
+            bind_address="127.0.0.1",
+            log=lambda e, **kw: logs.append((e, kw)),
+        )
     finally:
         sshd.free_port = original  # type: ignore[assignment]
         taker.close()
@@ -326,8 +341,9 @@ def runtime_for_others() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_non_root_job_on_a_high_port(cluster: Cluster, uid1000: str,
-                                     runtime_for_others: Path) -> None:
+def test_non_root_job_on_a_high_port(
+    cluster: Cluster, uid1000: str, runtime_for_others: Path
+) -> None:
     """A job running as uid 1000 throughout (no privilege at all, as MPI Operator's
     non-root images run): the worker serves the job's key on a high port from its default
     state directory (~/.mpi-bootstrap, which sshd's StrictModes accepts), and the
@@ -346,17 +362,34 @@ def test_non_root_job_on_a_high_port(cluster: Cluster, uid1000: str,
         worker, launcher = cluster.pods[1], cluster.pods[0]
 
         def env(home: str, **extra: str) -> dict[str, str]:
-            return {"PATH": "/usr/bin:/bin", "HOME": str(tmp / home), "LANG": "C.UTF-8",
-                    "MPI_BOOTSTRAP_EXCHANGE_DIR": str(xdir), "MPI_BOOTSTRAP_LOG_FORMAT": "json",
-                    "PYTHONPATH": str(runtime_for_others), **extra}
+            return {
+                "PATH": "/usr/bin:/bin",
+                "HOME": str(tmp / home),
+                "LANG": "C.UTF-8",
+                "MPI_BOOTSTRAP_EXCHANGE_DIR": str(xdir),
+                "MPI_BOOTSTRAP_LOG_FORMAT": "json",
+                "PYTHONPATH": str(runtime_for_others),
+                **extra,
+            }
 
-        agent = ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups",
-                 "/usr/bin/python3", "-m", "mpi_bootstrap"]
+        agent = [
+            "setpriv",
+            "--reuid=1000",
+            "--regid=1000",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-m",
+            "mpi_bootstrap",
+        ]
         p = cluster.start(worker, [*agent, "worker"], env("home-worker"))
-        deadline = time.monotonic() + 20
-        while not (xdir / f"{worker.name}.json").exists() and time.monotonic() < deadline:
+
+        def published() -> bool:
+            if (xdir / f"{worker.name}.json").exists():
+                return True
             assert p.poll() is None, p.stderr.read()  # type: ignore[union-attr]
-            time.sleep(0.1)
+            return False
+
+        wait_until(published, 20, f"{worker.name}'s record")
         rec = json.loads((xdir / f"{worker.name}.json").read_text())
         assert rec["user"] == uid1000
         assert rec["port"] >= 1024
@@ -365,9 +398,15 @@ def test_non_root_job_on_a_high_port(cluster: Cluster, uid1000: str,
         assert stat.S_IMODE(state.stat().st_mode) == 0o700
         hf = tmp / "hostfile"
         hf.write_text(f"{worker.name} slots=1\n")
-        done = launcher.run([*agent, "launcher", "--", "id", "-u"], env(
-            "home-launcher", MPI_HOSTFILE=str(hf),
-            MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(tmp / "home-launcher" / "out")), timeout=120)
+        done = launcher.run(
+            [*agent, "launcher", "--", "id", "-u"],
+            env(
+                "home-launcher",
+                MPI_HOSTFILE=str(hf),
+                MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(tmp / "home-launcher" / "out"),
+            ),
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == ["1000"]  # the rank ran as the worker's user
         assert p.wait(timeout=15) == 0  # job-done, written by the launcher as uid 1000

@@ -13,6 +13,7 @@ class ExitStatus(enum.IntEnum):
     """Exit codes of the agent. mpirun's own code and 128+N pass through unchanged."""
 
     OK = 0
+    PROBLEMS_FOUND = 1  # doctor: at least one check failed (each finding says what to do)
     CONFIG = 64  # EX_USAGE: a flag or variable is wrong
     HOSTFILE = 65  # EX_DATAERR: the hostfile cannot be used
     DNS_TIMEOUT = 68  # EX_NOHOST: a host did not resolve before the deadline
@@ -69,6 +70,11 @@ class PeerUnavailableError(BootstrapError):
     status = ExitStatus.PEER_UNAVAILABLE
 
 
+class NotSetUpError(PeerUnavailableError):
+    """Every worker refused ssh and no exchange is set up: nothing started the workers'
+    sshd. The message says what to do; DNS and the Service are beside the point."""
+
+
 class WriteError(BootstrapError, OSError):
     """A file or directory cannot be written (read-only, full, not ours). Also an OSError,
     so code that tolerates a failed write (the supervisor's bookkeeping) still does."""
@@ -92,3 +98,9 @@ class ExecError(BootstrapError):
 def signal_exit_status(signum: int) -> int:
     """The shell convention for a process ended by signal `signum`."""
     return int(ExitStatus.SIGNAL_BASE) + signum
+
+
+def some(items: list[str], shown: int = 1) -> str:
+    """`a, b and 3 more`: the first `shown` items, and how many are not shown."""
+    head = ", ".join(items[:shown])
+    return head + (f" and {len(items) - shown} more" if len(items) > shown else "")

@@ -37,6 +37,9 @@ class Signature:
     fields: Callable[[str], Fields | None] = lambda _line: {}  # None: not this one
     # Fields found on another line: (its fixed text, how to read them).
     detail: tuple[str, Callable[[str], Fields | None]] | None = None
+    # For ssh's failures: the one line preflight prints for `ssh HOST` (may use {host} and
+    # {last}, ssh's last line).
+    brief: str = ""
 
 
 def _pattern(regex: str, how: str = "search") -> Callable[[str], Fields | None]:
@@ -95,7 +98,9 @@ SIGNATURES = (
         "check that the worker pod is running `mpi-bootstrap worker` and has published "
         "a fresh record, then start the launcher again (it re-reads the records); never "
         "switch StrictHostKeyChecking off to get past this",
-        detail=("Host key for ", _pattern(r"Host key for (?P<host>\S{1,253}) has changed"))),
+        detail=("Host key for ", _pattern(r"Host key for (?P<host>\S{1,253}) has changed")),
+        brief="host key mismatch for {host}: the sshd answering there is not the one the "
+              "worker published (a stale address, or someone else's sshd)"),
     Signature(
         "permission-denied", (": Permission denied (publickey",),
         "{host} refused the job's ssh key",
@@ -103,14 +108,16 @@ SIGNATURES = (
         "(MPI_BOOTSTRAP_SSH_AUTH_DIR), or the same exchange (MPI_BOOTSTRAP_EXCHANGE_DIR or "
         "MPI_BOOTSTRAP_TOKEN) on the launcher and the workers",
         fields=_pattern(r"(?:[^\s@]{1,64}@)?" + _HOST + r": Permission denied \(publickey",
-                        "match")),
+                        "match"),
+        brief="{host}: the worker's sshd refused the job's key (Permission denied)"),
     Signature(
         "could-not-resolve", ("Could not resolve hostname ",),
         "ssh could not resolve {host}",
         "use names that resolve in the pods: MPI_BOOTSTRAP_REWRITE=fqdn for MPI "
         "Operator's `.svc` names (or ip), and keep MPI_DNS_WAIT_SECONDS long enough for "
         "the headless Service's records to appear",
-        fields=_pattern(r"Could not resolve hostname (?P<host>[^\s:]{1,253})")),
+        fields=_pattern(r"Could not resolve hostname (?P<host>[^\s:]{1,253})"),
+        brief="{host}: ssh could not resolve the name"),
     Signature(
         "no-route", ("No route to host", "Connection timed out", "Network is unreachable"),
         "the launcher has no route to {host} on the control network",
@@ -118,14 +125,16 @@ SIGNATURES = (
         "stays in stale DNS for a while) and that MPI_BOOTSTRAP_CONTROL_IFACE is the pod "
         "network; `mpi-bootstrap doctor` checks both",
         fields=_pattern(r"ssh: connect to host (?P<host>\S{1,253}) port \d{1,5}: "
-                        r"(?:No route to host|Connection timed out|Network is unreachable)")),
+                        r"(?:No route to host|Connection timed out|Network is unreachable)"),
+        brief="{host}: ssh could not connect ({last})"),
     Signature(
         "connection-refused", ("Connection refused",),
         "nothing listens for ssh on {host}",
         "the worker's sshd is not running or listens on another port: start the worker "
         "pods with `mpi-bootstrap worker` and a readinessProbe `mpi-bootstrap probe`",
         fields=_pattern(r"ssh: connect to host (?P<host>\S{1,253}) port (?P<port>\d{1,5}): "
-                        r"Connection refused")),
+                        r"Connection refused"),
+        brief="{host}: connection refused: no sshd on that port"),
     Signature(
         "daemon-not-found", DAEMONS,
         "the MPI's remote daemon ({path}) is not where mpirun starts it on the workers",
@@ -174,6 +183,13 @@ SIGNATURES = (
 )
 
 
+# ssh's own failures: the launcher's preflight explains a failed `ssh HOST` with these
+# rows, the doctor its paramiko errors, the supervisor mpirun's output.
+SSH_FAILURES = ("host-key-mismatch", "permission-denied", "could-not-resolve", "no-route",
+                "connection-refused")
+BY_NAME = {s.name: s for s in SIGNATURES}
+
+
 @dataclasses.dataclass(frozen=True)
 class Explanation:
     signature: str
@@ -219,3 +235,14 @@ def explain(output: str, stop: Callable[[], bool] = lambda: False) -> Explanatio
         fields.setdefault("path", "orted/prted/hydra proxy")
         return Explanation(sig.name, sig.cause.format(**fields), sig.fix)
     return None
+
+
+def explain_ssh(host: str, output: str, code: int) -> str:
+    """ssh's own words for a failed `ssh HOST …` → the table's one line (preflight)."""
+    lines = _lines(output)
+    last = _lines(output.strip())[-1] if output.strip() else f"ssh exited {code}"
+    for name in SSH_FAILURES:
+        sig = BY_NAME[name]
+        if any(needle in line for line in lines for needle in sig.needles):
+            return sig.brief.format(host=host, last=last)
+    return f"{host}: ssh failed: {last}"

@@ -35,7 +35,7 @@ class ClientKey:
 
 
 # Error kinds. "Not yet" kinds are expected while pods start; the others mean the
-# resolver itself is broken and waiting is unlikely to help (STYLE §6).
+# resolver itself is broken and waiting is unlikely to help.
 NOT_FOUND = "not found"
 TEMPORARY = "temporary failure"
 NO_NAMESERVER = "no nameserver"

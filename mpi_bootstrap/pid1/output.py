@@ -25,6 +25,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from mpi_bootstrap.core.log import LEVELS, Log, redact
+
 LIMIT = 1 << 20
 FLUSH_SECONDS = 5.0
 
@@ -36,7 +38,6 @@ class Output:
         self._chunks: collections.deque[bytes] = collections.deque()
         self._size = 0
         self._dropped = 0  # not yet reported
-        self.dropped_total = 0
         self._busy = False
         self._broken = False
         self._cond = threading.Condition()
@@ -56,7 +57,6 @@ class Output:
                 old = self._chunks.popleft()
                 self._size -= len(old)
                 self._dropped += len(old)
-                self.dropped_total += len(old)
             self._cond.notify()
 
     def flush(self, timeout: float = FLUSH_SECONDS,
@@ -152,19 +152,19 @@ class Tee:
 
 
 def line_logger(role: str, output: Output, level: str = "info", fmt: str = "json"
-                ) -> Callable[..., None]:
+                ) -> Log:
     """`log(event, level="info", **keys)` for the resident process: the keys structlog's
     lines have (event, role, level, timestamp), as JSON lines or (`console`, or `auto`
     on a TTY) one readable line per event, queued on `output`."""
     import json
 
-    order = {"debug": 10, "info": 20, "warning": 30, "error": 40}
-    floor = order.get(level, 20)
+    floor = LEVELS.get(level, 20)
     console = fmt == "console" or (fmt == "auto" and _isatty(output.fd))
 
-    def log(event: str, level: str = "info", **kw: object) -> None:
-        if order.get(level, 20) < floor:
+    def log(event: str, /, level: str = "info", **kw: object) -> None:
+        if LEVELS.get(level, 20) < floor:
             return
+        redact(kw)
         now = time.time()
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + \
             f".{int(now % 1 * 1e6):06d}Z"

@@ -27,15 +27,16 @@ import select
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from mpi_bootstrap.core.errors import ExitStatus, signal_exit_status
+from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.pid1 import terminal
 from mpi_bootstrap.pid1.output import Output, Tee
 from mpi_bootstrap.pid1.restart import RestartPolicy
 from mpi_bootstrap.proc import signals
 from mpi_bootstrap.proc.spawn import exit_code, start
 
-Log = Callable[..., None]
 DRAIN_SECONDS = 1.0  # after the last child: how long to wait for the stderr pipe's end
 STOP_CHECK_SECONDS = 1.0
 
@@ -121,7 +122,7 @@ class Supervisor:
                 return 0 if self.settings.restart else signal_exit_status(signum)
         return None
 
-    def start_main(self, **note: object) -> None:
+    def start_main(self, **note: Any) -> None:
         pipe = None
         if self.settings.explain:
             pipe = os.pipe2(os.O_CLOEXEC)

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from mpi_bootstrap.proc import signals
 from mpi_bootstrap.proc.spawn import exec_error, exit_code, shell_code, start
+from mpi_bootstrap.system.retry import LOCAL, retry_until
 
 # PID → whether it leads its own process group.
 _pending: dict[int, bool] = {}
@@ -108,10 +109,13 @@ def end_pending(grace: float = 1.0) -> int:
         batch = dict(_pending)
         alive = {pid: g for pid, g in batch.items() if _signal(pid, g, signal.SIGTERM)}
         count += len(alive)
-        while alive and time.monotonic() < deadline:
+
+        def all_gone() -> bool | None:
+            nonlocal alive
             alive = {pid: g for pid, g in alive.items() if not _gone(pid)}
-            if alive:
-                time.sleep(0.01)
+            return None if alive else True
+
+        retry_until(deadline, all_gone, every=LOCAL)
         for pid, g in alive.items():
             _signal(pid, g, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):

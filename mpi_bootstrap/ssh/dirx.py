@@ -35,16 +35,11 @@ import time
 from collections.abc import Callable, Iterator
 
 from mpi_bootstrap.core.errors import ConfigError, WriteError
+from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import fingerprint, is_dns_name, is_public_key
-from mpi_bootstrap.core.records import (
-    DONE_FILE,
-    KEY_DIR,
-    MAX_MESSAGE,
-    Record,
-    RecordError,
-    decode,
-)
+from mpi_bootstrap.core.records import DONE_FILE, KEY_DIR, MAX_MESSAGE, Record, RecordError, decode
 from mpi_bootstrap.system.files import atomic_write, read_regular
+from mpi_bootstrap.system.retry import LOCAL, retry_until
 
 LOCK_FILE = ".lock"
 LOCK_SECONDS = 10.0
@@ -116,7 +111,7 @@ class DirExchange:
 
     # ------------------------------------------------------------ the job's key
 
-    def job_key(self, make: Callable[[str], str], log: Callable[..., None]) -> JobKey:
+    def job_key(self, make: Callable[[str], str], log: Log) -> JobKey:
         """The job's key, made now if there is none (or only a finished job's).
 
         `make(path)` writes a new private key at `path` (and path.pub) and returns the
@@ -256,16 +251,15 @@ class DirExchange:
             if not stat.S_ISREG(st.st_mode) or st.st_uid != self.uid:
                 raise self._refuse(path, f"it is not a regular file of this user's (uid "
                                          f"{st.st_uid})")
-            deadline = time.monotonic() + LOCK_SECONDS
-            while True:
+            def take() -> bool | None:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
                 except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise WriteError(f"{SETTING}: {path} stayed locked for "
-                                         f"{LOCK_SECONDS:g} s") from None
-                    time.sleep(0.02)
+                    return None
+                return True
+
+            if not retry_until(time.monotonic() + LOCK_SECONDS, take, every=LOCAL):
+                raise WriteError(f"{SETTING}: {path} stayed locked for {LOCK_SECONDS:g} s")
             yield
         finally:
             os.close(fd)  # releases the lock

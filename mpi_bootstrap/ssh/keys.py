@@ -13,9 +13,9 @@ from mpi_bootstrap.core.errors import ConfigError
 from mpi_bootstrap.core.names import is_public_key
 from mpi_bootstrap.system.files import atomic_write
 
-# MPI Operator mounts the job's key under these names at sshAuthMountPath (FIELD-NOTES §1).
+# MPI Operator mounts the job's key under these names at sshAuthMountPath (and the
+# public half as id_rsa.pub, which the agent derives from the private key instead).
 MOUNT_PRIVATE = "id_rsa"
-MOUNT_PUBLIC = "id_rsa.pub"
 MOUNT_AUTHORIZED = "authorized_keys"
 
 

@@ -48,47 +48,58 @@ class NetServer:
 
     def answer(self, raw: bytes, peer: str) -> bytes:
         """The reply to one request line. Never raises on bad input."""
-        def deny(reason: str) -> bytes:
-            self.log("exchange refused", level="warning", peer=peer, reason=reason)
+        message, refused = self._hello(raw)
+        if message is not None:
+            refused = self._fresh(message)
+        if message is not None and refused is None:
+            self._seen[message["nonce"]] = self.clock()
+            try:
+                self.authorize(message["client_key"], peer)
+            except OSError as exc:  # a full or read-only state dir: say so, do not crash
+                refused = f"cannot authorise the key: {exc}"
+        if message is None or refused is not None:
+            self.log("exchange refused", level="warning", peer=peer, reason=refused)
             return b'{"type":"denied"}\n'
+        self.log("exchange answered", peer=peer)
+        return signed(self._key, {"v": PROTOCOL, "type": "record",
+                                  "nonce": message["nonce"], "record": self.record.to_dict()})
 
+    def _hello(self, raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
+        """(the hello, None), or (None, why it is not one with a valid MAC)."""
         if len(raw) > MAX_MESSAGE:
-            return deny("message too long")
+            return None, "message too long"
         try:
             message = json.loads(raw)
         except (ValueError, RecursionError):
-            return deny("not JSON")
+            return None, "not JSON"
         if not isinstance(message, dict) or message.get("type") != "hello" or \
                 not is_version(message.get("v"), PROTOCOL) or set(message) != {
                     "v", "type", "nonce", "time", "client_key", "target", "mac"}:
-            return deny("not a hello message (of protocol version 2)")
+            return None, "not a hello message (of protocol version 2)"
         if not valid_mac(self._key, message):
-            return deny("bad mac (wrong or missing token)")
+            return None, "bad mac (wrong or missing token)"
+        return message, None
+
+    def _fresh(self, message: dict[str, Any]) -> str | None:
+        """Why an authentic hello is still refused (a replay, a bad key, another target)."""
         nonce, stamp, client_key = message["nonce"], message["time"], message["client_key"]
         if not isinstance(nonce, str) or not NONCE.fullmatch(nonce):
-            return deny("bad nonce")
+            return "bad nonce"
         now = self.clock()
         if type(stamp) is not int or not 0 <= stamp < MAX_TIME or \
                 abs(stamp - now) > CLOCK_SKEW:
-            return deny("stale or future timestamp (replay or clock skew)")
+            return "stale or future timestamp (replay or clock skew)"
         self._seen = {n: t for n, t in self._seen.items() if now - t < NONCE_TTL}
         if nonce in self._seen:
-            return deny("replayed nonce")
+            return "replayed nonce"
         if not isinstance(client_key, str) or not is_public_key(client_key):
-            return deny("client_key is not one OpenSSH public key")
+            return "client_key is not one OpenSSH public key"
         target = message["target"]
         if not isinstance(target, str) or not is_target(target, self.record):
             # A hello for another worker, relayed here by whoever holds that worker's
             # (stale) address: answering would pin this worker's key for the other.
-            return deny(f"addressed to {str(target)[:64]!r}, not to this worker")
-        self._seen[nonce] = now
-        try:
-            self.authorize(client_key, peer)
-        except OSError as exc:  # a full or read-only state dir: say so, do not crash
-            return deny(f"cannot authorise the key: {exc}")
-        self.log("exchange answered", peer=peer)
-        return signed(self._key, {"v": PROTOCOL, "type": "record", "nonce": nonce,
-                                   "record": self.record.to_dict()})
+            return f"addressed to {str(target)[:64]!r}, not to this worker"
+        return None
 
 
 class Connections:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import ipaddress
 import os
 import pwd
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from mpi_bootstrap.core.config import Config
-from mpi_bootstrap.core.errors import ConfigError, PeerUnavailableError
+from mpi_bootstrap.core.errors import ConfigError, PeerUnavailableError, some
+from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.model import ClientKey, PlannedFile
 from mpi_bootstrap.core.names import is_ip_literal
 from mpi_bootstrap.core.records import Record, RecordError
@@ -22,6 +22,7 @@ from mpi_bootstrap.ssh import dirx, keys
 from mpi_bootstrap.ssh import netx as exchange
 from mpi_bootstrap.system import parallel
 from mpi_bootstrap.system.files import state_dir
+from mpi_bootstrap.system.retry import NETWORK, PEER, retry_until
 
 
 def is_local(name: str, address: str | None, own_name: str, own: frozenset[str]) -> bool:
@@ -37,7 +38,7 @@ def is_local(name: str, address: str | None, own_name: str, own: frozenset[str])
     return address in own
 
 
-def client_key(config: Config, *, write: bool, log: Callable[..., None]
+def client_key(config: Config, *, write: bool, log: Log
                ) -> ClientKey | None:
     """The key the launcher's ssh presents. `write=False` (explain) creates nothing."""
     state = config.state_dir
@@ -75,7 +76,7 @@ def client_key(config: Config, *, write: bool, log: Callable[..., None]
 
 
 def collect(config: Config, hosts: Sequence[tuple[str, str, str | None]],
-            key: ClientKey | None, deadline: float, log: Callable[..., None], *, fetch: bool
+            key: ClientKey | None, deadline: float, log: Log, *, fetch: bool
             ) -> dict[str, Record]:
     """Each remote host's record, by its rewritten name, before `deadline`.
 
@@ -103,9 +104,8 @@ def collect(config: Config, hosts: Sequence[tuple[str, str, str | None]],
             where = (f"in {config.exchange_dir}" if config.exchange == "dir"
                      else f"on port {config.exchange_port}")
             raise PeerUnavailableError(
-                f"no record from {missing[0]}" + (f" and {len(missing) - 1} more" if
-                                                  len(missing) > 1 else "") +
-                f" {where} before the deadline: is the worker running `mpi-bootstrap worker`?",
+                f"no record from {some(missing)} {where} before the deadline: is the worker "
+                "running `mpi-bootstrap worker`?",
                 details="\n".join(f"last attempt: {last[m]}" for m in missing if m in last))
     return records
 
@@ -120,7 +120,8 @@ def _collect_dir(ex: dirx.DirExchange, hosts: Sequence[tuple[str, str, str | Non
                  deadline: float, last: dict[str, str], *, fetch: bool
                  ) -> dict[str, Record]:
     records: dict[str, Record] = {}
-    while True:
+
+    def attempt() -> bool | None:
         for orig, new, addr in hosts:
             if new in records:
                 continue
@@ -133,9 +134,10 @@ def _collect_dir(ex: dirx.DirExchange, hosts: Sequence[tuple[str, str, str | Non
                 continue
             if rec is not None:
                 records[new] = rec
-        if len(records) == len(hosts) or not fetch or time.monotonic() >= deadline:
-            return records
-        time.sleep(0.1)
+        return True if len(records) == len(hosts) or not fetch else None
+
+    retry_until(deadline, attempt, every=PEER)
+    return records
 
 
 def _collect_net(token: str, port: int, public: str,
@@ -143,7 +145,8 @@ def _collect_net(token: str, port: int, public: str,
                  last: dict[str, str]) -> dict[str, Record]:
     def one(host: tuple[str, str, str | None]) -> Record | None:
         orig, new, _ = host
-        while True:
+
+        def attempt() -> Record | None:
             try:
                 return exchange.fetch(new, port, token, public, target=target_of(orig),
                                       deadline=deadline)
@@ -155,9 +158,9 @@ def _collect_net(token: str, port: int, public: str,
                 last.setdefault(new, f"{new}: {exc}")
             except OSError as exc:
                 last[new] = f"{new}: {exc.strerror or exc}"
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.2)
+            return None
+
+        return retry_until(deadline, attempt, every=NETWORK)
 
     found = parallel.map_all(one, list(hosts), 32)
     return {new: rec for (_, new, _), rec in zip(hosts, found, strict=True)

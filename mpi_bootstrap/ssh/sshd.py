@@ -9,9 +9,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from mpi_bootstrap.core.errors import PeerUnavailableError
+from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import is_ip_literal, is_plain_path, is_user_name
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.ssh.sshconfig import UnsafeValue
+from mpi_bootstrap.system.retry import LOCAL, retry_until
 
 # Variables a session may receive from the launcher (SendEnv on the client side).
 ACCEPT_ENV = ("LD_LIBRARY_PATH", "NCCL_*", "UCX_*", "OMPI_*", "PRTE_*", "PMIX_*", "FI_*",
@@ -129,7 +131,7 @@ def answers(address: str, port: int, timeout: float = 1.0) -> bool:
 
 
 def start(argv_for_port: Callable[[int], list[str]], env: Mapping[str, str], *,
-          fixed_port: int, probe_address: str, bind_address: str, log: Callable[..., None],
+          fixed_port: int, probe_address: str, bind_address: str, log: Log,
           timeout: float = 10.0) -> tuple[int, int, list[str]]:
     """Start sshd and wait for its banner. Returns (pid, port, argv).
 
@@ -140,27 +142,34 @@ def start(argv_for_port: Callable[[int], list[str]], env: Mapping[str, str], *,
         port = fixed_port or free_port(bind_address)
         argv = argv_for_port(port)
         pid = children.spawn(argv, env, group=False)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if listening(port, pid):  # its own socket: no connection for sshd to log
-                log("sshd ready", port=port, pid=pid, attempt=attempt)
-                return pid, port, argv
+
+        def up(pid: int = pid, port: int = port) -> str | None:
+            """`ready` (its own socket: no connection for sshd to log), `lost` (its port
+            was taken first), None (not yet); raises when sshd failed for good."""
+            if listening(port, pid):
+                return "ready"
             code = children.exited(pid)
-            if code is not None:
-                taken = port_in_use(bind_address, port)
-                if taken and not fixed_port:
-                    log("sshd lost its port", level="warning", port=port, attempt=attempt,
-                        reason="another process bound it first; trying a new port")
-                    break
-                why = (f"port {port} is already in use (a system sshd, or hostNetwork "
-                       "pods on one node: mpi-operator #593)") if taken else \
-                    f"sshd exited with {code} (its messages are above)"
-                raise PeerUnavailableError(f"worker sshd did not start: {why}")
-            time.sleep(0.01)
-        else:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, 9)
-            children.exited(pid, wait=True)
-            raise PeerUnavailableError(
-                f"worker sshd did not answer on {probe_address}:{port} within {timeout:g} s")
+            if code is None:
+                return None
+            taken = port_in_use(bind_address, port)
+            if taken and not fixed_port:
+                return "lost"
+            why = (f"port {port} is already in use (a system sshd, or hostNetwork "
+                   "pods on one node: mpi-operator #593)") if taken else \
+                f"sshd exited with {code} (its messages are above)"
+            raise PeerUnavailableError(f"worker sshd did not start: {why}")
+
+        outcome = retry_until(time.monotonic() + timeout, up, every=LOCAL)
+        if outcome == "ready":
+            log("sshd ready", port=port, pid=pid, attempt=attempt)
+            return pid, port, argv
+        if outcome == "lost":
+            log("sshd lost its port", level="warning", port=port, attempt=attempt,
+                reason="another process bound it first; trying a new port")
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+        children.exited(pid, wait=True)
+        raise PeerUnavailableError(
+            f"worker sshd did not answer on {probe_address}:{port} within {timeout:g} s")
     raise PeerUnavailableError(f"worker sshd lost the race for a free port {PORT_TRIES} times")

@@ -18,7 +18,6 @@ import collections
 import dataclasses
 import queue
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 
@@ -30,6 +29,7 @@ from mpi_bootstrap.core.model import (  # the answer's type and kinds: pure valu
     TEMPORARY,
     Answer,
 )
+from mpi_bootstrap.system.parallel import Workers
 
 MIN_LOOKUP_RATE = 20.0  # lookups per second a small job may always use
 
@@ -133,38 +133,11 @@ class _TokenBucket:
         return (1 - self.tokens) / self.rate
 
 
-class _Pool:
-    """Daemon worker threads: a lookup stuck in the resolver never delays the exit."""
-
-    def __init__(self, lookup: Lookup, size: int) -> None:
-        self.lookup = lookup
-        self.size = size
-        self.tasks: queue.SimpleQueue[str | None] = queue.SimpleQueue()
-        self.results: queue.SimpleQueue[Answer] = queue.SimpleQueue()
-        self.threads: list[threading.Thread] = []
-
-    def submit(self, name: str) -> None:
-        if len(self.threads) < self.size:
-            t = threading.Thread(target=self._work, name="dns", daemon=True)
-            t.start()
-            self.threads.append(t)
-        self.tasks.put(name)
-
-    def close(self) -> None:
-        """Let idle threads end; one stuck in the resolver ends when its lookup returns."""
-        for _ in self.threads:
-            self.tasks.put(None)
-
-    def _work(self) -> None:
-        while True:
-            name = self.tasks.get()
-            if name is None:
-                return
-            try:
-                answer = self.lookup(name)
-            except Exception as exc:  # a lookup must never kill the wait
-                answer = Answer(name, error_kind=OTHER, detail=repr(exc))
-            self.results.put(answer)
+def _answer(name: str, answer: Answer | None, exc: BaseException | None) -> Answer:
+    """A lookup that raised is an answer too: it must never kill the wait."""
+    if answer is None:
+        return Answer(name, error_kind=OTHER, detail=repr(exc))
+    return answer
 
 
 def lookup_rate(hosts: int, interval: float) -> float:
@@ -189,53 +162,71 @@ def wait_for(
     """
     todo = list(dict.fromkeys(names))
     start = clock()
-    one_round = deadline <= 0
+    w = _Wait(todo, Workers(lookup, min(concurrency, max(1, len(todo))), "dns"),
+              _TokenBucket(max(1, len(todo)), lookup_rate(len(todo), interval), start),
+              retry=deadline > 0, on_answer=on_answer)
     end = start + deadline
-    bucket = _TokenBucket(max(1, len(todo)), lookup_rate(len(todo), interval), start)
-    pending = collections.deque(todo)
-    in_flight: set[str] = set()
-    answers: dict[str, Answer] = {}
-    pool = _Pool(lookup, min(concurrency, max(1, len(todo))))
-    lookups = 0
-
-    while pending or in_flight:
-        now = clock()
-        if not one_round and now >= end:
+    while w.pending or w.in_flight:
+        if w.retry and clock() >= end:
             break
+        wait_token = w.feed(clock())
+        # Sleep until the next token when one is needed; else only answers wake us up.
+        timeout = wait_token if not w.in_flight or (w.pending and wait_token > 0) else 0.5
+        if w.retry:
+            timeout = min(timeout, max(0.0, end - clock()))
+        w.drain(timeout)
+    w.pool.close()
+    for name in todo:  # names never answered before the deadline
+        if name not in w.answers:
+            w.answers[name] = Answer(name, error_kind=TEMPORARY,
+                                     detail="no answer before the deadline (resolver slow)")
+    ordered = {name: w.answers[name] for name in todo}
+    return WaitResult(answers=ordered, lookups=w.lookups, elapsed=clock() - start)
+
+
+class _Wait:
+    """The state of one DNS wait: what to ask, what is being asked, what came back."""
+
+    def __init__(self, todo: list[str], pool: Workers[str, Answer], bucket: _TokenBucket, *,
+                 retry: bool, on_answer: Callable[[Answer, Answer | None], None] | None
+                 ) -> None:
+        self.pool, self.bucket, self.retry, self.on_answer = pool, bucket, retry, on_answer
+        self.pending = collections.deque(todo)
+        self.in_flight: set[str] = set()
+        self.answers: dict[str, Answer] = {}
+        self.lookups = 0
+
+    def feed(self, now: float) -> float:
+        """Submit what the rate allows; the seconds until the next token (0: none needed)."""
         wait_token = 0.0
-        while pending and len(in_flight) < pool.size:
-            wait_token = bucket.take(now)
+        while self.pending and len(self.in_flight) < self.pool.size:
+            wait_token = self.bucket.take(now)
             if wait_token > 0:
                 break
-            name = pending.popleft()
-            in_flight.add(name)
-            pool.submit(name)
-            lookups += 1
-        # Sleep until the next token when one is needed; else only answers wake us up.
-        timeout = wait_token if not in_flight or (pending and wait_token > 0) else 0.5
-        if not one_round:
-            timeout = min(timeout, max(0.0, end - clock()))
-        try:
-            answer = pool.results.get(timeout=timeout) if timeout > 0 else pool.results.get_nowait()
-        except queue.Empty:
-            continue
-        while True:
-            in_flight.discard(answer.name)
-            previous = answers.get(answer.name)
-            answers[answer.name] = answer
-            if on_answer is not None:
-                on_answer(answer, previous)
-            if not answer.ok and not one_round:
-                pending.append(answer.name)
-            try:
-                answer = pool.results.get_nowait()
-            except queue.Empty:
-                break
+            name = self.pending.popleft()
+            self.in_flight.add(name)
+            self.pool.submit(name)
+            self.lookups += 1
+        return wait_token
 
-    pool.close()
-    for name in todo:  # names never answered before the deadline
-        if name not in answers:
-            answers[name] = Answer(name, error_kind=TEMPORARY,
-                                   detail="no answer before the deadline (resolver slow)")
-    ordered = {name: answers[name] for name in todo}
-    return WaitResult(answers=ordered, lookups=lookups, elapsed=clock() - start)
+    def drain(self, timeout: float) -> None:
+        """Take every answer that arrives within `timeout` s (at once if 0); failed names
+        go back in the queue unless this is one round."""
+        try:
+            outcome = self.pool.results.get(timeout=timeout) if timeout > 0 else \
+                self.pool.results.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            answer = _answer(*outcome)
+            self.in_flight.discard(answer.name)
+            previous = self.answers.get(answer.name)
+            self.answers[answer.name] = answer
+            if self.on_answer is not None:
+                self.on_answer(answer, previous)
+            if not answer.ok and self.retry:
+                self.pending.append(answer.name)
+            try:
+                outcome = self.pool.results.get_nowait()
+            except queue.Empty:
+                return

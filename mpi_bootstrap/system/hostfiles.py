@@ -12,6 +12,7 @@ import time
 
 from mpi_bootstrap.core.errors import HostfileError
 from mpi_bootstrap.core.hostfile import MAX_BYTES, Hostfile, parse
+from mpi_bootstrap.system.retry import FILE, retry_until
 
 # A hostfile someone is rewriting in place (`cat > hostfile`, a script appending line by
 # line) must not be read half-written: a truncated name is still a valid name, and the
@@ -27,32 +28,36 @@ def read(path: str) -> Hostfile:
     The bytes parsed are a state the file was in for at least QUIET_S: the file is read
     again if it changed while being read or was changed just before.
     """
-    give_up = time.monotonic() + SETTLE_S
     looked_twice = False
-    while True:
+
+    def settled() -> bytes | None:
+        nonlocal looked_twice
         data, before, after = _read_once(path)
         if len(data) > MAX_BYTES:
             raise HostfileError(f"{path}: larger than {MAX_BYTES // (1024 * 1024)} MiB; "
                                 "not a hostfile")
         if not stat.S_ISREG(before.st_mode):
-            break  # a pipe or a device has no size or mtime to compare
+            return data  # a pipe or a device has no size or mtime to compare
         age = time.time() - after.st_mtime
-        if _same(before, after) and len(data) == after.st_size:
-            if not data and not looked_twice:
-                # truncate(2) sets the size before the mtime: an empty file with an old
-                # mtime may be one being rewritten this instant. Look again.
-                looked_twice = True
-            elif not 0 <= age < QUIET_S:
-                break
-            else:
-                time.sleep(QUIET_S - age)
-                with contextlib.suppress(OSError):
-                    if _same(after, os.stat(path)):
-                        break
-        if time.monotonic() >= give_up:
-            raise HostfileError(f"{path}: kept changing while being read for {SETTLE_S:g} s "
-                                "(write it to a temporary file, then rename it into place)")
-        time.sleep(0.05)
+        if not _same(before, after) or len(data) != after.st_size:
+            return None
+        if not data and not looked_twice:
+            # truncate(2) sets the size before the mtime: an empty file with an old
+            # mtime may be one being rewritten this instant. Look again.
+            looked_twice = True
+            return None
+        if not 0 <= age < QUIET_S:
+            return data
+        time.sleep(QUIET_S - age)  # until it has been quiet for QUIET_S
+        with contextlib.suppress(OSError):
+            if _same(after, os.stat(path)):
+                return data
+        return None
+
+    data = retry_until(time.monotonic() + SETTLE_S, settled, every=FILE)
+    if data is None:
+        raise HostfileError(f"{path}: kept changing while being read for {SETTLE_S:g} s "
+                            "(write it to a temporary file, then rename it into place)")
     return parse(data, path)
 
 

@@ -7,25 +7,18 @@ or tokens as values under other names.
 
 from __future__ import annotations
 
-import logging
 import sys
-from collections.abc import Callable, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any, TextIO
 
 import structlog
 
-_SECRET_WORDS = ("token", "secret", "password", "private_key", "privkey")
-LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-          "error": logging.ERROR}
+from mpi_bootstrap.core.log import LEVELS, Log, redact
 
 
-def redact(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]
-           ) -> MutableMapping[str, Any]:
-    """Replace the value of every key that names a secret."""
-    for key in list(event_dict):
-        if any(word in key.lower() for word in _SECRET_WORDS):
-            event_dict[key] = "[redacted]"
-    return event_dict
+def _redact(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+            ) -> MutableMapping[str, Any]:
+    return redact(event_dict)
 
 
 def configure(fmt: str = "auto", level: str = "info", role: str = "launcher",
@@ -47,7 +40,7 @@ def configure(fmt: str = "auto", level: str = "info", role: str = "launcher",
             add_role,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            redact,
+            _redact,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]),
@@ -56,14 +49,11 @@ def configure(fmt: str = "auto", level: str = "info", role: str = "launcher",
     )
 
 
-def get() -> Any:
-    return structlog.get_logger("mpi_bootstrap")
+def get() -> Log:
+    """The agent's Log (core/log.py's call shape), written by structlog."""
+    logger = structlog.get_logger("mpi_bootstrap")
 
-
-def events(logger: Any) -> Callable[..., None]:
-    """`log(event, level="info", **keys)`: the call shape proc's loggers share, so code
-    that runs both before and after the hand-off logs the same way."""
-    def log(event: str, level: str = "info", **kw: Any) -> None:
-        getattr(logger, level)(event, **kw)
+    def log(event: str, /, level: str = "info", **keys: Any) -> None:
+        getattr(logger, level)(event, **keys)
 
     return log

@@ -18,6 +18,7 @@ from typing import Any
 from mpi_bootstrap.core import records
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import ConfigError, ExitStatus, PeerUnavailableError
+from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import fingerprint
 from mpi_bootstrap.proc.handoff import handoff
 from mpi_bootstrap.ssh import dirx, keys, sshd
@@ -46,7 +47,7 @@ def mounted_keys(config: Config) -> tuple[keys.KeyPair, list[tuple[str, str]]] |
     return keys.from_secret(config.ssh_auth_dir, config.state_dir)
 
 
-def identity(config: Config, log: Any) -> Identity:
+def identity(config: Config, log: Log) -> Identity:
     """Keys for this start: the host key, and the client keys sshd will authorise."""
     state = config.state_dir
     mounted = mounted_keys(config)
@@ -77,24 +78,72 @@ def sshd_argv(config: Config, config_path: str) -> list[str]:
     return [config.sshd, "-D", "-e", "-f", config_path]
 
 
-def start(config: Config, environ: Mapping[str, str], log: Any) -> int:
+def _authorize(state: str, ident: Identity, log: Log) -> str:
+    """Write authorized_keys; log every key that may log in, and why."""
+    path = os.path.join(state, "authorized_keys")
+    atomic_write(path, "".join(k + "\n" for k, _ in ident.authorized), 0o600)
+    for key, origin in ident.authorized:
+        log("key authorized", fingerprint=fingerprint(key), key_type=key.split()[0],
+            origin=origin)
+    return path
+
+
+def _listen(config: Config, log: Log) -> tuple[list[str], str, str]:
+    """(addresses sshd listens on, address to probe, address to bind the exchange to)."""
+    addresses = netif.addresses(config.control_iface, link_local=False)
+    if addresses:
+        return addresses, addresses[0], addresses[0]
+    log("control interface missing", level="warning", iface=config.control_iface,
+        reason="sshd listens on all addresses")
+    return [], "127.0.0.1", "0.0.0.0"  # noqa: S104 - no control interface: listen on all
+
+
+def _net_listener(config: Config, bind_addr: str) -> socket.socket:
+    """The net exchange's listening socket, inherited by the resident PID 1."""
+    listener = socket.socket(socket.AF_INET6 if ":" in bind_addr else socket.AF_INET)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((bind_addr, config.exchange_port))
+    except OSError as exc:
+        raise PeerUnavailableError(f"net exchange: cannot listen on {bind_addr}:"
+                                   f"{config.exchange_port} ({exc.strerror})") from None
+    listener.listen(64)
+    listener.set_inheritable(True)
+    return listener
+
+
+def _publish(config: Config, record: records.Record, ident: Identity, bind_addr: str, *,
+             authorized_path: str, log: Log) -> dict[str, Any]:
+    """Make the record known to the launcher; what the resident PID 1 must keep doing."""
+    extra: dict[str, Any] = {}
+    if config.exchange == "dir" and config.exchange_dir:
+        where = dirx.DirExchange(config.exchange_dir).publish(record)
+        extra["stop_file"] = os.path.join(config.exchange_dir, records.DONE_FILE)
+        extra["stop_text"] = records.done_text(ident.job or "")
+        log("record published", exchange="dir", path=where, port=record.port)
+    elif config.exchange == "net":
+        # detach(): the fd outlives this socket object (else its collection closes the
+        # fd before the resident PID 1 inherits it).
+        listener = _net_listener(config, bind_addr)
+        extra["net"] = {"fd": listener.detach(), "token": config.token,
+                        "record": record.to_dict(), "authorized_keys": authorized_path}
+        log("record published", exchange="net", port=record.port,
+            exchange_port=config.exchange_port)
+    else:
+        log("record published", exchange=config.exchange, port=record.port)
+    # The local copy is what `mpi-bootstrap probe` checks (it is also the dir record).
+    atomic_write(os.path.join(config.state_dir, RECORD_FILE),
+                 json.dumps(record.to_dict()) + "\n", 0o644)
+    return extra
+
+
+def start(config: Config, environ: Mapping[str, str], log: Log) -> int:
     state = config.state_dir
     account = pwd.getpwuid(os.geteuid())
     state_dir(state, sshd_home=account.pw_dir)  # sshd's StrictModes reads keys there
     ident = identity(config, log)
-    authorized_path = os.path.join(state, "authorized_keys")
-    atomic_write(authorized_path, "".join(k + "\n" for k, _ in ident.authorized), 0o600)
-    for key, origin in ident.authorized:  # every key that may log in, and why
-        log("key authorized", fingerprint=fingerprint(key), key_type=key.split()[0],
-            origin=origin)
-    user = account.pw_name
-    addresses = netif.addresses(config.control_iface, link_local=False)
-    if addresses:
-        listen, probe_addr, bind_addr = addresses, addresses[0], addresses[0]
-    else:
-        log("control interface missing", level="warning", iface=config.control_iface,
-            reason="sshd listens on all addresses")
-        listen, probe_addr, bind_addr = [], "127.0.0.1", "0.0.0.0"  # noqa: S104
+    authorized_path = _authorize(state, ident, log)
+    listen, probe_addr, bind_addr = _listen(config, log)
     if os.geteuid() == 0:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # OpenSSH's privsep directory
     config_path = os.path.join(state, "sshd_config")
@@ -102,7 +151,7 @@ def start(config: Config, environ: Mapping[str, str], log: Any) -> int:
     def argv_for(port: int) -> list[str]:
         text = sshd.config_text(port=port, listen=listen, host_key=ident.host_key_path,
                                 authorized_keys=authorized_path,
-                                pid_file=os.path.join(state, "sshd.pid"), user=user)
+                                pid_file=os.path.join(state, "sshd.pid"), user=account.pw_name)
         atomic_write(config_path, text, 0o600)
         return sshd_argv(config, config_path)
 
@@ -114,36 +163,12 @@ def start(config: Config, environ: Mapping[str, str], log: Any) -> int:
         dirx.DirExchange(config.exchange_dir).withdraw(short)
     pid, port, argv = sshd.start(argv_for, env, fixed_port=config.sshd_port or 0,
                                  probe_address=probe_addr, bind_address=bind_addr, log=log)
-    record = records.Record(host=short,
-                             addresses=tuple(addresses), port=port,
-                             host_key=ident.host_key_public, user=user)
-    extra: dict[str, Any] = {"adopt": pid}
-    listener: socket.socket | None = None
-    if config.exchange == "dir" and config.exchange_dir:
-        where = dirx.DirExchange(config.exchange_dir).publish(record)
-        extra["stop_file"] = os.path.join(config.exchange_dir, records.DONE_FILE)
-        extra["stop_text"] = records.done_text(ident.job or "")
-        log("record published", exchange="dir", path=where, port=port)
-    elif config.exchange == "net":
-        listener = socket.socket(socket.AF_INET6 if ":" in bind_addr else socket.AF_INET)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            listener.bind((bind_addr, config.exchange_port))
-        except OSError as exc:
-            raise PeerUnavailableError(f"net exchange: cannot listen on {bind_addr}:"
-                                       f"{config.exchange_port} ({exc.strerror})") from None
-        listener.listen(64)
-        listener.set_inheritable(True)
-        extra["net"] = {"fd": listener.fileno(), "token": config.token,
-                        "record": record.to_dict(), "authorized_keys": authorized_path}
-        log("record published", exchange="net", port=port, exchange_port=config.exchange_port)
-    else:
-        log("record published", exchange=config.exchange, port=port)
-    # The local copy is what `mpi-bootstrap probe` checks (it is also the dir record).
-    atomic_write(os.path.join(state, RECORD_FILE), json.dumps(record.to_dict()) + "\n", 0o644)
+    record = records.Record(host=short, addresses=tuple(listen), port=port,
+                            host_key=ident.host_key_public, user=account.pw_name)
+    extra = _publish(config, record, ident, bind_addr, authorized_path=authorized_path, log=log)
     handoff(argv, env, grace=config.grace_seconds, group=False, role="worker",
-                 log_level=config.log_level, log_format=config.log_format,
-                 restart={"limit": 5, "window": 60.0}, **extra)
+            log_level=config.log_level, log_format=config.log_format,
+            restart={"limit": 5, "window": 60.0}, adopt=pid, **extra)
     raise AssertionError("unreachable: handoff replaces the process")
 
 

@@ -33,12 +33,16 @@ from mpi_bootstrap.system import dns
 from tests.support.dnsmasq import write_hosts_file
 
 # The shell loop people put in front of mpirun today (one round).
-BASH_ROUND = ('fails=0; for h in $(cat "$1"); do getent hosts "$h" >/dev/null '
-              '|| fails=$((fails+1)); done; echo "$fails"')
+BASH_ROUND = (
+    'fails=0; for h in $(cat "$1"); do getent hosts "$h" >/dev/null '
+    '|| fails=$((fails+1)); done; echo "$fails"'
+)
 # The same, repeated with a fixed sleep until every name resolves (at most $3 rounds).
-BASH_WAIT = ('r=0; while :; do ok=1; for h in $(cat "$1"); do getent hosts "$h" >/dev/null '
-             '|| ok=0; done; [ "$ok" = 1 ] && exit 0; r=$((r+1)); '
-             '[ "$r" -ge "$3" ] && exit 1; sleep "$2"; done')
+BASH_WAIT = (
+    'r=0; while :; do ok=1; for h in $(cat "$1"); do getent hosts "$h" >/dev/null '
+    '|| ok=0; done; [ "$ok" = 1 ] && exit 0; r=$((r+1)); '
+    '[ "$r" -ge "$3" ] && exit 1; sleep "$2"; done'
+)
 
 
 def read_names(path: str) -> list[str]:
@@ -53,6 +57,7 @@ def warm_up(names: list[str]) -> None:
 
 # ---------------------------------------------------------------- benchmark 1
 
+
 def udp_rcvbuf_errors() -> int:
     """This namespace's count of UDP datagrams dropped on a full receive buffer."""
     with open("/proc/net/snmp", encoding="ascii") as fh:
@@ -65,27 +70,48 @@ def cmd_round(a: argparse.Namespace) -> dict[str, object]:
     warm_up(names)
     drops = udp_rcvbuf_errors()
     start = time.perf_counter()
-    result = dns.wait_for(names, lookup=dns.SystemResolver(), deadline=a.deadline,
-                          interval=a.interval, concurrency=a.concurrency)
+    result = dns.wait_for(
+        names,
+        lookup=dns.SystemResolver(),
+        deadline=a.deadline,
+        interval=a.interval,
+        concurrency=a.concurrency,
+    )
     wall = time.perf_counter() - start
-    return {"hosts": len(names), "concurrency": a.concurrency, "seconds": wall,
-            "reported_elapsed": result.elapsed, "lookups": result.lookups,
-            "ok": result.ok, "unresolved": len(result.unresolved),
-            "udp_rcvbuf_drops": udp_rcvbuf_errors() - drops}
+    return {
+        "hosts": len(names),
+        "concurrency": a.concurrency,
+        "seconds": wall,
+        "reported_elapsed": result.elapsed,
+        "lookups": result.lookups,
+        "ok": result.ok,
+        "unresolved": len(result.unresolved),
+        "udp_rcvbuf_drops": udp_rcvbuf_errors() - drops,
+    }
 
 
 def cmd_bash_round(a: argparse.Namespace) -> dict[str, object]:
     names = read_names(a.names)
     start = time.perf_counter()
-    done = subprocess.run(["bash", "-c", BASH_ROUND, "bash", a.names], capture_output=True,
-                          text=True, timeout=a.timeout, check=False)
+    done = subprocess.run(
+        ["bash", "-c", BASH_ROUND, "bash", a.names],
+        capture_output=True,
+        text=True,
+        timeout=a.timeout,
+        check=False,
+    )
     wall = time.perf_counter() - start
     fails = int(done.stdout.strip() or -1)
-    return {"hosts": len(names), "seconds": wall, "failed": fails,
-            "ok": done.returncode == 0 and fails == 0}
+    return {
+        "hosts": len(names),
+        "seconds": wall,
+        "failed": fails,
+        "ok": done.returncode == 0 and fails == 0,
+    }
 
 
 # ---------------------------------------------------------------- benchmark 2
+
 
 def _qname(name: str) -> bytes:
     return b"".join(bytes([len(p)]) + p.encode("ascii") for p in name.split(".")) + b"\0"
@@ -102,8 +128,11 @@ class Probe:
 
     def answers(self, name: str) -> bool:
         self.qid = (self.qid + 1) & 0xFFFF
-        self.sock.send(struct.pack("!HHHHHH", self.qid, 0x0100, 1, 0, 0, 0)
-                       + _qname(name) + struct.pack("!HH", 1, 1))
+        self.sock.send(
+            struct.pack("!HHHHHH", self.qid, 0x0100, 1, 0, 0, 0)
+            + _qname(name)
+            + struct.pack("!HH", 1, 1)
+        )
         try:
             while True:
                 data = self.sock.recv(512)
@@ -119,8 +148,9 @@ class Probe:
         self.sock.close()
 
 
-def _late_writer(hostsdir: str, filename: str, record: tuple[str, str], at: float,
-                 marks: dict[str, float]) -> None:
+def _late_writer(
+    hostsdir: str, filename: str, record: tuple[str, str], at: float, marks: dict[str, float]
+) -> None:
     """At monotonic time `at`, write the late record; then note when dnsmasq answers it."""
     time.sleep(max(0.0, at - time.monotonic()))
     name = record[0]
@@ -168,43 +198,51 @@ def cmd_latency(a: argparse.Namespace) -> dict[str, object]:
         # Jitter (0-50 ms, one re-poll period at 20 lookups/s) so the record does not
         # always land at the same phase of the re-poll clock.
         at = start + a.delay + rng.uniform(0.0, 0.05)
-        writer = threading.Thread(target=_late_writer, daemon=True,
-                                  args=(a.hostsdir, f"late-lat{k}", (late, f"198.19.1.{k + 1}"),
-                                        at, marks))
+        writer = threading.Thread(
+            target=_late_writer,
+            daemon=True,
+            args=(a.hostsdir, f"late-lat{k}", (late, f"198.19.1.{k + 1}"), at, marks),
+        )
         writer.start()
-        result = dns.wait_for(names, lookup=lookup, deadline=a.deadline, interval=a.interval,
-                              concurrency=64)
+        result = dns.wait_for(
+            names, lookup=lookup, deadline=a.deadline, interval=a.interval, concurrency=64
+        )
         returned = time.monotonic()
         writer.join(timeout=6)
         stamps = sorted(calls)
         first_round_end = stamps[a.hosts - 1] if len(stamps) >= a.hosts else start
-        later = stamps[a.hosts:]
+        later = stamps[a.hosts :]
         span = returned - first_round_end
         # Re-poll rate: intervals between re-polls (no fencepost: n lookups, n-1 gaps).
         gaps = later[-1] - later[0] if len(later) > 1 else 0.0
-        trials.append({
-            "ok": result.ok and "visible" in marks,
-            "lookups": result.lookups,
-            "write_after_start": marks.get("write", float("nan")) - start,
-            "visible_after_write": marks.get("visible", float("nan")) - marks.get(
-                "write", float("nan")),
-            "latency_from_visible": returned - marks.get("visible", float("nan")),
-            "latency_from_write": returned - marks.get("write", float("nan")),
-            "lookups_after_first_round": len(later),
-            "rate_after_first_round": len(later) / span if span > 0 else 0.0,
-            "repoll_rate": (len(later) - 1) / gaps if gaps > 0 else 0.0,
-            "max_lookups_in_1s_after_first_round": _max_per_window(later),
-        })
-    return {"hosts": a.hosts, "interval": a.interval,
-            "budget_per_s": dns.lookup_rate(a.hosts, a.interval), "trials": trials}
+        trials.append(
+            {
+                "ok": result.ok and "visible" in marks,
+                "lookups": result.lookups,
+                "write_after_start": marks.get("write", float("nan")) - start,
+                "visible_after_write": marks.get("visible", float("nan"))
+                - marks.get("write", float("nan")),
+                "latency_from_visible": returned - marks.get("visible", float("nan")),
+                "latency_from_write": returned - marks.get("write", float("nan")),
+                "lookups_after_first_round": len(later),
+                "rate_after_first_round": len(later) / span if span > 0 else 0.0,
+                "repoll_rate": (len(later) - 1) / gaps if gaps > 0 else 0.0,
+                "max_lookups_in_1s_after_first_round": _max_per_window(later),
+            }
+        )
+    return {
+        "hosts": a.hosts,
+        "interval": a.interval,
+        "budget_per_s": dns.lookup_rate(a.hosts, a.interval),
+        "trials": trials,
+    }
 
 
 def cmd_bash_latency(a: argparse.Namespace) -> dict[str, object]:
     trials = []
     phases = [float(p) for p in a.phases.split(",")]
     for k, phase in enumerate(phases):
-        names = [f"bash{k}-worker-{i}.bash{k}.default.svc.cluster.local"
-                 for i in range(a.hosts)]
+        names = [f"bash{k}-worker-{i}.bash{k}.default.svc.cluster.local" for i in range(a.hosts)]
         names_file = os.path.join(a.workdir, f"bash{k}.names")
         with open(names_file, "w", encoding="ascii") as fh:
             fh.write("\n".join(names) + "\n")
@@ -213,12 +251,16 @@ def cmd_bash_latency(a: argparse.Namespace) -> dict[str, object]:
         # The first round takes milliseconds; the record lands `phase` of the way
         # through the sleep that follows it.
         at = start + a.first_round + phase * a.interval
-        proc = subprocess.Popen(["bash", "-c", BASH_WAIT, "bash", names_file,
-                                 f"{a.interval:g}", str(a.max_rounds)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        writer = threading.Thread(target=_late_writer, daemon=True,
-                                  args=(a.hostsdir, f"late-bash{k}",
-                                        (names[-1], f"198.19.2.{k + 1}"), at, marks))
+        proc = subprocess.Popen(
+            ["bash", "-c", BASH_WAIT, "bash", names_file, f"{a.interval:g}", str(a.max_rounds)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+        )
+        writer = threading.Thread(
+            target=_late_writer,
+            daemon=True,
+            args=(a.hostsdir, f"late-bash{k}", (names[-1], f"198.19.2.{k + 1}"), at, marks),
+        )
         writer.start()
         try:
             code = proc.wait(timeout=a.max_rounds * (a.interval + 2))
@@ -228,12 +270,14 @@ def cmd_bash_latency(a: argparse.Namespace) -> dict[str, object]:
             code = -9
         returned = time.monotonic()
         writer.join(timeout=6)
-        trials.append({
-            "ok": code == 0 and "visible" in marks,
-            "phase": phase,
-            "latency_from_visible": returned - marks.get("visible", float("nan")),
-            "latency_from_write": returned - marks.get("write", float("nan")),
-        })
+        trials.append(
+            {
+                "ok": code == 0 and "visible" in marks,
+                "phase": phase,
+                "latency_from_visible": returned - marks.get("visible", float("nan")),
+                "latency_from_write": returned - marks.get("write", float("nan")),
+            }
+        )
     return {"hosts": a.hosts, "interval": a.interval, "trials": trials}
 
 
@@ -265,8 +309,12 @@ def main() -> int:
     bl.add_argument("--first-round", type=float, default=0.05)
     bl.add_argument("--max-rounds", type=int, default=4)
     a = p.parse_args()
-    handler = {"round": cmd_round, "bash-round": cmd_bash_round, "latency": cmd_latency,
-               "bash-latency": cmd_bash_latency}[a.mode]
+    handler = {
+        "round": cmd_round,
+        "bash-round": cmd_bash_round,
+        "latency": cmd_latency,
+        "bash-latency": cmd_bash_latency,
+    }[a.mode]
     print(json.dumps(handler(a)))
     return 0
 

@@ -56,19 +56,45 @@ def supervisor_rss(tmp: Path) -> dict[str, Any]:
     hostfile = tmp / "hostfile"
     hostfile.write_text("localhost slots=1\n")
     hosts = f"127.0.0.1 localhost {socket.gethostname()}\n"
-    with Netns("mpib-bench", ifaces={"eth0": "10.250.0.1/24"},
-               resolv_conf="nameserver 127.0.0.1\n", hosts=hosts) as ns:
+    with Netns(
+        "mpib-bench",
+        ifaces={"eth0": "10.250.0.1/24"},
+        resolv_conf="nameserver 127.0.0.1\n",
+        hosts=hosts,
+    ) as ns:
         p = subprocess.Popen(
-            [*ns.prefix(), "env", "-i", "PATH=/usr/bin:/bin", f"HOME={tmp}",
-             f"MPI_BOOTSTRAP_STATE_DIR={tmp}/state", AGENT, "--hostfile", str(hostfile),
-             "--output-hostfile", str(tmp / "out"), "--log-format", "json", "launcher",
-             "--", "sleep", "5"], stderr=subprocess.PIPE, text=True)
+            [
+                *ns.prefix(),
+                "env",
+                "-i",
+                "PATH=/usr/bin:/bin",
+                f"HOME={tmp}",
+                f"MPI_BOOTSTRAP_STATE_DIR={tmp}/state",
+                AGENT,
+                "--hostfile",
+                str(hostfile),
+                "--output-hostfile",
+                str(tmp / "out"),
+                "--log-format",
+                "json",
+                "launcher",
+                "--",
+                "sleep",
+                "5",
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             # ip netns exec execs: p.pid is the agent. Wait until mpirun's rank sleeps.
             def rank_running() -> bool:
-                return any("sleep" in Path(f"/proc/{d}/comm").read_text()
-                           for c in children(p.pid) for d in [c, *children(c)]
-                           if Path(f"/proc/{d}").exists())
+                return any(
+                    "sleep" in Path(f"/proc/{d}/comm").read_text()
+                    for c in children(p.pid)
+                    for d in [c, *children(c)]
+                    if Path(f"/proc/{d}").exists()
+                )
+
             wait_for(rank_running)
             time.sleep(0.5)
             agent = rss_kib(p.pid)
@@ -82,16 +108,21 @@ def supervisor_rss(tmp: Path) -> dict[str, Any]:
     finally:
         bare.kill()
         bare.wait()
-    return {"supervisor_rss_mib": round(agent / 1024, 1),
-            "bare_python_rss_mib": round(bare_rss / 1024, 1),
-            "ratio": round(agent / bare_rss, 2), "target_mib": 16,
-            "supervisor_cmdline": cmdline.decode()[:120]}
+    return {
+        "supervisor_rss_mib": round(agent / 1024, 1),
+        "bare_python_rss_mib": round(bare_rss / 1024, 1),
+        "ratio": round(agent / bare_rss, 2),
+        "target_mib": 16,
+        "supervisor_cmdline": cmdline.decode()[:120],
+    }
 
 
 # The same process tree under each init: PROGRAM as its only child. The agent's
 # resident supervisor runs as the hand-off starts it (python -I -S).
-RESIDENT = ("import sys; sys.path.insert(0, {root!r}); "
-            "from mpi_bootstrap.pid1.resident import main; sys.exit(main())")
+RESIDENT = (
+    "import sys; sys.path.insert(0, {root!r}); "
+    "from mpi_bootstrap.pid1.resident import main; sys.exit(main())"
+)
 
 
 def init_argv(init: str, *program: str) -> list[str]:
@@ -104,15 +135,16 @@ def init_argv(init: str, *program: str) -> list[str]:
 
 INITS = ("agent", "tini", "dumb-init")
 # A child that prints the monotonic time at which each SIGUSR1 reaches it.
-STAMPER = ("import signal, sys, time\n"
-           "signal.signal(signal.SIGUSR1, lambda *a: print(time.monotonic(), flush=True))\n"
-           "print('READY', flush=True)\n"
-           "while True:\n    signal.pause()\n")
+STAMPER = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGUSR1, lambda *a: print(time.monotonic(), flush=True))\n"
+    "print('READY', flush=True)\n"
+    "while True:\n    signal.pause()\n"
+)
 
 
 def as_pid1(argv: list[str], **kw: Any) -> subprocess.Popen[str]:
-    return subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", *argv],
-                            text=True, **kw)
+    return subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", *argv], text=True, **kw)
 
 
 def stop(p: subprocess.Popen[str]) -> None:
@@ -136,8 +168,9 @@ def idle_rss(init: str) -> float:
 
 def forward_latency(init: str, runs: int = 50) -> dict[str, float]:
     """SIGUSR1 sent to PID 1 → the child's handler runs (CLOCK_MONOTONIC on both sides)."""
-    p = as_pid1(init_argv(init, PY, "-c", STAMPER), stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL)
+    p = as_pid1(
+        init_argv(init, PY, "-c", STAMPER), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
     assert p.stdout is not None
     try:
         assert p.stdout.readline().strip() == "READY"
@@ -148,8 +181,10 @@ def forward_latency(init: str, runs: int = 50) -> dict[str, float]:
             os.kill(agent, signal.SIGUSR1)
             lat.append(float(p.stdout.readline()) - t0)
             time.sleep(0.01)
-        return {"median_ms": round(statistics.median(lat) * 1000, 3),
-                "max_ms": round(max(lat) * 1000, 3)}
+        return {
+            "median_ms": round(statistics.median(lat) * 1000, 3),
+            "max_ms": round(max(lat) * 1000, 3),
+        }
     finally:
         stop(p)
 
@@ -162,17 +197,23 @@ def term_latency(init: str = "agent", runs: int = 20) -> dict[str, Any]:
         try:
             wait_for(lambda p=p: bool(children(p.pid)))
             agent = children(p.pid)[0]
-            wait_for(lambda agent=agent: any(
-                Path(f"/proc/{c}/comm").read_text().strip() == "sleep"
-                for c in children(agent)))
+            wait_for(
+                lambda agent=agent: any(
+                    Path(f"/proc/{c}/comm").read_text().strip() == "sleep" for c in children(agent)
+                )
+            )
             t0 = time.perf_counter()
             os.kill(agent, signal.SIGTERM)
             p.wait(timeout=10)
             times.append(time.perf_counter() - t0)
         finally:
             stop(p)
-    return {"median_ms": round(statistics.median(times) * 1000, 1),
-            "max_ms": round(max(times) * 1000, 1), "runs": runs, "target_ms": 100}
+    return {
+        "median_ms": round(statistics.median(times) * 1000, 1),
+        "max_ms": round(max(times) * 1000, 1),
+        "runs": runs,
+        "target_ms": 100,
+    }
 
 
 def startup_window(argv: list[str], runs: int = 30) -> dict[str, float]:
@@ -190,8 +231,11 @@ def startup_window(argv: list[str], runs: int = 30) -> dict[str, float]:
                     status = Path(f"/proc/{p.pid}/status").read_text()
                 except OSError:
                     break
-                masks = dict(line.split(":", 1) for line in status.splitlines()
-                             if line.startswith(("SigBlk", "SigCgt")))
+                masks = dict(
+                    line.split(":", 1)
+                    for line in status.splitlines()
+                    if line.startswith(("SigBlk", "SigCgt"))
+                )
                 if any(int(v, 16) & bit for v in masks.values()):
                     times.append(time.perf_counter() - t0)
                     break
@@ -199,8 +243,11 @@ def startup_window(argv: list[str], runs: int = 30) -> dict[str, float]:
                     break
         finally:
             stop(p)  # type: ignore[arg-type]
-    return {"median_ms": round(statistics.median(times) * 1000, 2),
-            "max_ms": round(max(times) * 1000, 2), "runs": len(times)}
+    return {
+        "median_ms": round(statistics.median(times) * 1000, 2),
+        "max_ms": round(max(times) * 1000, 2),
+        "runs": len(times),
+    }
 
 
 def beside_tini(tmp: Path) -> dict[str, Any]:
@@ -211,16 +258,31 @@ def beside_tini(tmp: Path) -> dict[str, Any]:
     hostfile = tmp / "hostfile"
     hostfile.write_text("localhost slots=1\n")
     window_argv = {
-        "agent": [AGENT, "--hostfile", str(hostfile), "--output-hostfile", str(tmp / "o"),
-                  "--dns-wait-seconds", "0", "--mpirun", "/bin/false", "launcher", "--",
-                  "true"],
+        "agent": [
+            AGENT,
+            "--hostfile",
+            str(hostfile),
+            "--output-hostfile",
+            str(tmp / "o"),
+            "--dns-wait-seconds",
+            "0",
+            "--mpirun",
+            "/bin/false",
+            "launcher",
+            "--",
+            "true",
+        ],
         "tini": ["tini", "-s", "--", "sleep", "1"],
-        "dumb-init": ["dumb-init", "sleep", "1"]}
+        "dumb-init": ["dumb-init", "sleep", "1"],
+    }
     out: dict[str, Any] = {}
     for init in INITS:
-        out[init] = {"rss_mib": idle_rss(init), "forward": forward_latency(init),
-                     "sigterm_to_exit": term_latency(init, runs=10),
-                     "startup_window": startup_window(window_argv[init])}
+        out[init] = {
+            "rss_mib": idle_rss(init),
+            "forward": forward_latency(init),
+            "sigterm_to_exit": term_latency(init, runs=10),
+            "startup_window": startup_window(window_argv[init]),
+        }
     return out
 
 
@@ -228,8 +290,11 @@ def main() -> dict[str, Any]:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        out = {"supervisor_rss": supervisor_rss(Path(tmp)), "sigterm_latency": term_latency(),
-               "beside_tini": beside_tini(Path(tmp))}
+        out = {
+            "supervisor_rss": supervisor_rss(Path(tmp)),
+            "sigterm_latency": term_latency(),
+            "beside_tini": beside_tini(Path(tmp)),
+        }
     print(json.dumps(out, indent=2))
     return out
 

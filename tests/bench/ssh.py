@@ -1,4 +1,4 @@
-"""Issue 4 benchmarks: worker start → sshd accepting + record published; preflight over
+"""SSH benchmarks: worker start → sshd accepting + record published; preflight over
 16 workers in parallel versus one by one. Run by tests/bench/run.py (`make bench`), or
 alone: `python tests/bench/ssh.py`. Prints numbers, never asserts them."""
 
@@ -18,6 +18,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.support import logs
 from tests.support.cluster import Cluster
 
 AGENT = str(ROOT / ".venv" / "bin" / "mpi-bootstrap")
@@ -58,16 +59,24 @@ def worker_ready(runs: int = 10) -> dict[str, Any]:
             xdir = tmp / "x"
             xdir.mkdir()
             for i in range(runs):
-                env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp),
-                       "MPI_BOOTSTRAP_STATE_DIR": str(tmp / f"state{i}"),
-                       "MPI_BOOTSTRAP_EXCHANGE_DIR": str(xdir)}
-                done = pod.run([PY, "-c", READY, AGENT, str(xdir), pod.name, json.dumps(env)],
-                               timeout=60)
+                env = {
+                    "PATH": "/usr/bin:/bin",
+                    "HOME": str(tmp),
+                    "MPI_BOOTSTRAP_STATE_DIR": str(tmp / f"state{i}"),
+                    "MPI_BOOTSTRAP_EXCHANGE_DIR": str(xdir),
+                }
+                done = pod.run(
+                    [PY, "-c", READY, AGENT, str(xdir), pod.name, json.dumps(env)], timeout=60
+                )
                 times.append(float(done.stdout.strip()))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return {"median_ms": round(statistics.median(times) * 1000, 1),
-            "max_ms": round(max(times) * 1000, 1), "runs": runs, "target_ms": 300}
+    return {
+        "median_ms": round(statistics.median(times) * 1000, 1),
+        "max_ms": round(max(times) * 1000, 1),
+        "runs": runs,
+        "target_ms": 300,
+    }
 
 
 def preflight_16() -> dict[str, Any]:
@@ -77,9 +86,12 @@ def preflight_16() -> dict[str, Any]:
         with Cluster(names) as c:
             for pod in c.pods[1:]:
                 # net exchange: workers stay up across launches (dir would end them)
-                env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp),
-                       "MPI_BOOTSTRAP_STATE_DIR": str(tmp / pod.name),
-                       "MPI_BOOTSTRAP_TOKEN": TOKEN}
+                env = {
+                    "PATH": "/usr/bin:/bin",
+                    "HOME": str(tmp),
+                    "MPI_BOOTSTRAP_STATE_DIR": str(tmp / pod.name),
+                    "MPI_BOOTSTRAP_TOKEN": TOKEN,
+                }
                 c.start(pod, [AGENT, "worker"], env)
             deadline = time.monotonic() + 60
             while len(list(tmp.glob("job-worker-*/record.json"))) < 16:
@@ -90,26 +102,36 @@ def preflight_16() -> dict[str, Any]:
             hf = tmp / "hostfile"
             hf.write_text("".join(f"{n} slots=1\n" for n in names[1:]))
             state = tmp / "launcher"
-            env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp), "MPI_HOSTFILE": str(hf),
-                   "MPI_BOOTSTRAP_OUTPUT_HOSTFILE": str(tmp / "out"),
-                   "MPI_BOOTSTRAP_STATE_DIR": str(state), "MPI_BOOTSTRAP_LOG_FORMAT": "json",
-                   "MPI_BOOTSTRAP_TOKEN": TOKEN}
+            env = {
+                "PATH": "/usr/bin:/bin",
+                "HOME": str(tmp),
+                "MPI_HOSTFILE": str(hf),
+                "MPI_BOOTSTRAP_OUTPUT_HOSTFILE": str(tmp / "out"),
+                "MPI_BOOTSTRAP_STATE_DIR": str(state),
+                "MPI_BOOTSTRAP_LOG_FORMAT": "json",
+                "MPI_BOOTSTRAP_TOKEN": TOKEN,
+            }
             parallel = []
             for _ in range(3):
                 done = launcher.run([AGENT, "launcher", "--", "true"], env, timeout=120)
-                for line in done.stderr.splitlines():
-                    if line.startswith("{") and json.loads(line)["event"] == "preflight ok":
-                        parallel.append(json.loads(line)["elapsed_s"])
+                parallel += [e["elapsed_s"] for e in logs.named(done.stderr, "preflight ok")]
             # One by one, the same ssh command and remote check the agent uses.
             from mpi_bootstrap.launcher import preflight
             from mpi_bootstrap.launcher.mpi import MPIInfo
 
             script = preflight.RemoteCheck(
                 MPIInfo("openmpi", "4.1.4", "orte", "/usr/bin/mpirun", "", "detected", "/usr"),
-                prefix=None, want_ld=None).script()
-            serial_argv = ["sh", "-c", " ; ".join(
-                f"ssh -F {state}/ssh_config {n} {subprocess.list2cmdline([script])} >/dev/null"
-                for n in names[1:])]
+                prefix=None,
+                want_ld=None,
+            ).script()
+            serial_argv = [
+                "sh",
+                "-c",
+                " ; ".join(
+                    f"ssh -F {state}/ssh_config {n} {subprocess.list2cmdline([script])} >/dev/null"
+                    for n in names[1:]
+                ),
+            ]
             serial = []
             for _ in range(3):
                 t0 = time.perf_counter()
@@ -120,8 +142,12 @@ def preflight_16() -> dict[str, Any]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     par, ser = statistics.median(parallel), statistics.median(serial)
-    return {"workers": 16, "parallel_ms": round(par * 1000, 1),
-            "serial_ms": round(ser * 1000, 1), "ratio": round(ser / par, 1)}
+    return {
+        "workers": 16,
+        "parallel_ms": round(par * 1000, 1),
+        "serial_ms": round(ser * 1000, 1),
+        "ratio": round(ser / par, 1),
+    }
 
 
 def main() -> dict[str, Any]:

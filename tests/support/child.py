@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 
 def report() -> None:
@@ -33,8 +34,14 @@ def report() -> None:
         if signum == signal.SIGUSR2:
             sys.exit(0)
 
-    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
-              signal.SIGUSR1, signal.SIGUSR2):
+    for s in (
+        signal.SIGTERM,
+        signal.SIGINT,
+        signal.SIGHUP,
+        signal.SIGQUIT,
+        signal.SIGUSR1,
+        signal.SIGUSR2,
+    ):
         signal.signal(s, handler)
     print("READY", flush=True)
     deadline = time.monotonic() + 60
@@ -52,7 +59,7 @@ def zombies() -> int:
                     stat = fh.read()
             except OSError:
                 continue
-            if stat[stat.rfind(b")") + 2:].split()[0] == b"Z":
+            if stat[stat.rfind(b")") + 2 :].split()[0] == b"Z":
                 count += 1
     return count
 
@@ -158,7 +165,7 @@ def flood_stderr(size: int) -> None:
     out += b"END\n"
     view = memoryview(out)
     while view:
-        view = view[os.write(2, view):]
+        view = view[os.write(2, view) :]
 
 
 def flood(size: int, ending: str) -> None:
@@ -169,6 +176,7 @@ def flood(size: int, ending: str) -> None:
         flood_stderr(size)
         sys.exit(3)
     if ending == "term":
+
         def on_term(_signum: int, _frame: object) -> None:
             flood_stderr(size)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -207,33 +215,32 @@ def tty_read() -> None:
     sys.exit(0)
 
 
+def flood_report(size: int) -> None:
+    flood_stderr(size)
+    report()
+
+
+# Each mode, run with the arguments after it.
+MODES: dict[str, Callable[[list[str]], None]] = {
+    "report": lambda _args: report(),
+    "orphans": lambda args: orphans(int(args[0])),
+    "leftover": lambda args: leftover(int(args[0])),
+    "race": lambda args: race(int(args[0]), int(args[1])),
+    "orphan-ppid": lambda _args: orphan_ppid(),
+    "report-all": lambda _args: report_all(),
+    "burst": lambda _args: burst(),
+    "flood": lambda args: flood(int(args[0]), args[1]),
+    "flood-report": lambda args: flood_report(int(args[0])),
+    "tty-int": lambda _args: tty_int(),
+    "tty-read": lambda _args: tty_read(),
+}
+
+
 def main() -> None:
     mode, args = sys.argv[1], sys.argv[2:]
-    if mode == "report":
-        report()
-    elif mode == "orphans":
-        orphans(int(args[0]))
-    elif mode == "leftover":
-        leftover(int(args[0]))
-    elif mode == "race":
-        race(int(args[0]), int(args[1]))
-    elif mode == "orphan-ppid":
-        orphan_ppid()
-    elif mode == "report-all":
-        report_all()
-    elif mode == "burst":
-        burst()
-    elif mode == "flood":
-        flood(int(args[0]), args[1])
-    elif mode == "flood-report":
-        flood_stderr(int(args[0]))
-        report()
-    elif mode == "tty-int":
-        tty_int()
-    elif mode == "tty-read":
-        tty_read()
-    else:
+    if mode not in MODES:
         sys.exit(f"unknown mode {mode}")
+    MODES[mode](args)
 
 
 if __name__ == "__main__":

@@ -66,9 +66,15 @@ def write_hosts_file(directory: str, filename: str, records: Records) -> str:
 
 
 class Dnsmasq:
-    def __init__(self, netns: Netns, *, domain: str = "cluster.local",
-                 records: Records = (), start_timeout: float = 10.0,
-                 listen: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        netns: Netns,
+        *,
+        domain: str = "cluster.local",
+        records: Records = (),
+        start_timeout: float = 10.0,
+        listen: str = "127.0.0.1",
+    ) -> None:
         """`listen`: the address to serve on (loopback by default; the cluster puts it on
         its control bridge)."""
         self.netns = netns
@@ -86,11 +92,15 @@ class Dnsmasq:
             os.chmod(self.hostsdir, 0o755)  # noqa: S103
             self._write([*_pairs(records), (READY_NAME, "127.0.0.1")])
             argv = [
-                *netns.prefix(), DNSMASQ,
+                *netns.prefix(),
+                DNSMASQ,
                 "--keep-in-foreground",  # our child: its PID is the one we stop
                 "--conf-file=/dev/null",  # no /etc/dnsmasq.conf, no conf-dir
-                "--no-resolv", "--no-poll", "--no-hosts",  # no upstream, no /etc/hosts
-                f"--listen-address={listen}", "--bind-interfaces",  # that address only
+                "--no-resolv",
+                "--no-poll",
+                "--no-hosts",  # no upstream, no /etc/hosts
+                f"--listen-address={listen}",
+                "--bind-interfaces",  # that address only
                 "--port=53",
                 f"--local=/{domain}/",  # NXDOMAIN for unknown names in the domain
                 f"--hostsdir={self.hostsdir}",
@@ -107,8 +117,9 @@ class Dnsmasq:
     def start(self, timeout: float = 10.0) -> None:
         """Start the server (again, after stop(): the same records, from hostsdir)."""
         with open(os.path.join(self.workdir, "stderr"), "ab") as err:
-            self.proc = subprocess.Popen(self._argv, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=err)
+            self.proc = subprocess.Popen(
+                self._argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err
+            )
         self._wait_answers(READY_NAME, timeout, "start")
 
     def stop(self) -> None:
@@ -137,22 +148,26 @@ class Dnsmasq:
         `getent hosts`, not `ahosts`: ahosts asks getaddrinfo with AI_ADDRCONFIG, which
         finds nothing in a namespace whose only addresses are on loopback.
         """
-        done = subprocess.run([*self.netns.prefix(), "getent", "hosts", name],
-                              capture_output=True, timeout=10, check=False)
+        done = subprocess.run(
+            [*self.netns.prefix(), "getent", "hosts", name],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
         return done.returncode == 0
 
     def _wait_answers(self, name: str, timeout: float, what: str) -> bool:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"dnsmasq exited with {self.proc.returncode} during "
-                                   f"{what}: {self.log_tail()}")
+                raise RuntimeError(
+                    f"dnsmasq exited with {self.proc.returncode} during {what}: {self.log_tail()}"
+                )
             if self.resolves(name):
                 return True
             time.sleep(0.01)
         if what == "start":
-            raise RuntimeError(f"dnsmasq did not answer within {timeout:g} s: "
-                               f"{self.log_tail()}")
+            raise RuntimeError(f"dnsmasq did not answer within {timeout:g} s: {self.log_tail()}")
         return False
 
     def add(self, records: Records, *, wait: bool = True, timeout: float = 5.0) -> str:
@@ -173,8 +188,9 @@ class Dnsmasq:
         parts = []
         for name in ("dnsmasq.log", "stderr"):
             try:
-                with open(os.path.join(self.workdir, name), encoding="utf-8",
-                          errors="replace") as fh:
+                with open(
+                    os.path.join(self.workdir, name), encoding="utf-8", errors="replace"
+                ) as fh:
                     parts.extend(fh.read().splitlines()[-lines:])
             except OSError:
                 pass
@@ -187,6 +203,7 @@ class Dnsmasq:
     def __enter__(self) -> Dnsmasq:
         return self
 
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()

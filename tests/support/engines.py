@@ -35,29 +35,50 @@ class Engine:
 
     name = "engine"
 
-    def __init__(self, argv: list[str], compose: list[str], env: dict[str, str],
-                 project: str) -> None:
+    def __init__(
+        self, argv: list[str], compose: list[str], env: dict[str, str], project: str
+    ) -> None:
         self.argv, self.compose_argv, self.env, self.project = argv, compose, env, project
 
     def container(self, service: str) -> str:
         """The container compose made for `service`."""
         return f"{self.project}_{service}_1"
 
-    def __call__(self, *args: str, check: bool = True, timeout: float = 600,
-                 input: bytes | None = None) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([*self.argv, *args], env=self.env, capture_output=True,
-                              text=input is None, input=input, timeout=timeout, check=False)
+    def __call__(
+        self, *args: str, check: bool = True, timeout: float = 600, input: bytes | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [*self.argv, *args],
+            env=self.env,
+            capture_output=True,
+            text=input is None,
+            input=input,
+            timeout=timeout,
+            check=False,
+        )
         if check and done.returncode != 0:
-            raise AssertionError(f"{self.name} {' '.join(args)} exited {done.returncode}:\n"
-                                 f"{done.stdout}\n{done.stderr}")
+            raise AssertionError(
+                f"{self.name} {' '.join(args)} exited {done.returncode}:\n"
+                f"{done.stdout}\n{done.stderr}"
+            )
         return done  # type: ignore[return-value]
 
-    def compose(self, *args: str, files: tuple[str, ...] = (), timeout: float = 600,
-                extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def compose(
+        self,
+        *args: str,
+        files: tuple[str, ...] = (),
+        timeout: float = 600,
+        extra_env: dict[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         fs = [x for f in (COMPOSE_FILE, *files) for x in ("-f", f)]
-        return subprocess.run([*self.compose_argv, *fs, "-p", self.project, *args],
-                              env={**self.env, **(extra_env or {})}, capture_output=True,
-                              text=True, timeout=timeout, check=False)
+        return subprocess.run(
+            [*self.compose_argv, *fs, "-p", self.project, *args],
+            env={**self.env, **(extra_env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     def processes(self, container: str) -> str:
         """The command names of the processes in `container`."""
@@ -65,8 +86,7 @@ class Engine:
 
     top_args: tuple[str, ...] = ("comm",)
 
-    def build(self, dockerfile: str, tag: str, *build_args: str, context: str = str(ROOT)
-              ) -> None:
+    def build(self, dockerfile: str, tag: str, *build_args: str, context: str = str(ROOT)) -> None:
         self("build", "-q", "-f", dockerfile, "-t", tag, *build_args, context)
 
     def load_images(self) -> None:
@@ -85,11 +105,9 @@ class Docker(Engine):
     name = "docker"
     top_args = ("-o", "pid,comm")  # docker top needs the PID column
 
-    def build(self, dockerfile: str, tag: str, *build_args: str, context: str = str(ROOT)
-              ) -> None:
+    def build(self, dockerfile: str, tag: str, *build_args: str, context: str = str(ROOT)) -> None:
         # Docker's builder reaches the package registries through the host's network.
-        self("build", "-q", "--network", "host", "-f", dockerfile, "-t", tag, *build_args,
-             context)
+        self("build", "-q", "--network", "host", "-f", dockerfile, "-t", tag, *build_args, context)
 
 
 def base_rootfs() -> Path:
@@ -99,9 +117,18 @@ def base_rootfs() -> Path:
         return ROOTFS_CACHE
     ROOTFS_CACHE.parent.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="mpib-deboot-") as d:
-        subprocess.run(["debootstrap", "--variant=minbase", "bookworm", f"{d}/root",
-                        "http://deb.debian.org/debian"], check=True, capture_output=True,
-                       timeout=900)
+        subprocess.run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                "bookworm",
+                f"{d}/root",
+                "http://deb.debian.org/debian",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=900,
+        )
         tmp = ROOTFS_CACHE.with_suffix(".tmp")
         subprocess.run(["tar", "-C", f"{d}/root", "-cf", str(tmp), "."], check=True)
         tmp.rename(ROOTFS_CACHE)
@@ -112,9 +139,19 @@ def wheelhouse() -> None:
     """The agent and its dependencies as wheels, for container/Dockerfile's offline
     install (what `make wheelhouse` does)."""
     shutil.rmtree(ROOT / "container" / "wheelhouse", ignore_errors=True)
-    subprocess.run([str(ROOT / ".venv" / "bin" / "pip"), "wheel", "-q", "--wheel-dir",
-                    str(ROOT / "container" / "wheelhouse"), str(ROOT)], check=True,
-                   capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            str(ROOT / ".venv" / "bin" / "pip"),
+            "wheel",
+            "-q",
+            "--wheel-dir",
+            str(ROOT / "container" / "wheelhouse"),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
 
 
 def _project(store: Path) -> str:
@@ -129,11 +166,13 @@ def podman_session() -> Iterator[Podman]:
     """A private podman storage with the base, agent and demo images; wiped on exit."""
     store = Path(tempfile.mkdtemp(prefix="mpib-podman-"))
     (store / "storage.conf").write_text(
-        f'[storage]\ndriver = "overlay"\ngraphroot = "{store}/root"\n'
-        f'runroot = "{store}/run"\n')
-    env = {**os.environ,
-           "CONTAINERS_CONF": str(ROOT / "tests" / "support" / "podman" / "containers.conf"),
-           "CONTAINERS_STORAGE_CONF": str(store / "storage.conf")}
+        f'[storage]\ndriver = "overlay"\ngraphroot = "{store}/root"\nrunroot = "{store}/run"\n'
+    )
+    env = {
+        **os.environ,
+        "CONTAINERS_CONF": str(ROOT / "tests" / "support" / "podman" / "containers.conf"),
+        "CONTAINERS_STORAGE_CONF": str(store / "storage.conf"),
+    }
     pm = Podman(["podman"], [PODMAN_COMPOSE], env, _project(store))
     try:
         wheelhouse()
@@ -158,17 +197,32 @@ def docker_session() -> Iterator[Docker]:
     env.pop("DOCKER_CONFIG", None)
     log = open(root / "dockerd.log", "wb")  # noqa: SIM115 - closed in the finally below
     daemon = subprocess.Popen(
-        [DOCKERD, "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
-         "-H", f"unix://{sock}", "--iptables=false", "--ip-masq=false", "--bridge=none",
-         "--pidfile", str(pidfile)], stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True)
+        [
+            DOCKERD,
+            "--data-root",
+            str(root / "data"),
+            "--exec-root",
+            str(root / "exec"),
+            "-H",
+            f"unix://{sock}",
+            "--iptables=false",
+            "--ip-masq=false",
+            "--bridge=none",
+            "--pidfile",
+            str(pidfile),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     dk = Docker([DOCKER], ["docker-compose"], env, _project(root))
     try:
         deadline = time.monotonic() + 60
         while dk("info", check=False, timeout=30).returncode != 0:
             if daemon.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError("dockerd did not start:\n" +
-                                     (root / "dockerd.log").read_text()[-3000:])
+                raise AssertionError(
+                    "dockerd did not start:\n" + (root / "dockerd.log").read_text()[-3000:]
+                )
             time.sleep(0.2)
         wheelhouse()
         dk.load_images()
@@ -185,8 +239,11 @@ def docker_session() -> Iterator[Docker]:
                 daemon.kill()
                 daemon.wait()
         log.close()
-        mounts = [ln.split()[1] for ln in Path("/proc/mounts").read_text().splitlines()
-                  if ln.split()[1].startswith(str(root))]
+        mounts = [
+            ln.split()[1]
+            for ln in Path("/proc/mounts").read_text().splitlines()
+            if ln.split()[1].startswith(str(root))
+        ]
         for mount in sorted(mounts, reverse=True):
             subprocess.run(["umount", "-l", mount], check=False)
         shutil.rmtree(root, ignore_errors=True)

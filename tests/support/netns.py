@@ -30,13 +30,18 @@ def available() -> tuple[bool, str]:
 
 
 def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.PIPE)
+    subprocess.run(["ip", *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 class Netns:
-    def __init__(self, prefix: str = "mpib", *, ifaces: Mapping[str, str] | None = None,
-                 resolv_conf: str = "", hosts: str = "127.0.0.1 localhost\n") -> None:
+    def __init__(
+        self,
+        prefix: str = "mpib",
+        *,
+        ifaces: Mapping[str, str] | None = None,
+        resolv_conf: str = "",
+        hosts: str = "127.0.0.1 localhost\n",
+    ) -> None:
         """`ifaces` maps a dummy interface name to its CIDR address (e.g. eth0 → 10.x/24)."""
         self.name = f"{prefix}-{uuid.uuid4().hex[:8]}"
         self.etc = os.path.join(ETC_NETNS, self.name)
@@ -49,8 +54,9 @@ class Netns:
                 # No `dummy` module on this kernel: a veth whose peer stays in the same
                 # namespace gives an UP interface with carrier, reachable only from here.
                 peer = f"peer{i}"
-                self.exec_checked(["ip", "link", "add", iface, "type", "veth", "peer", "name",
-                                   peer])
+                self.exec_checked(
+                    ["ip", "link", "add", iface, "type", "veth", "peer", "name", peer]
+                )
                 self.exec_checked(["ip", "addr", "add", cidr, "dev", iface])
                 self.exec_checked(["ip", "link", "set", peer, "up"])
                 self.exec_checked(["ip", "link", "set", iface, "up"])
@@ -70,15 +76,17 @@ class Netns:
         return ["ip", "netns", "exec", self.name]
 
     def exec_checked(self, argv: Sequence[str]) -> None:
-        subprocess.run([*self.prefix(), *argv], check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE)
+        subprocess.run(
+            [*self.prefix(), *argv], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
 
     def run(self, argv: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*self.prefix(), *argv], text=True, check=False, **kwargs)  # type: ignore[call-overload,no-any-return]
 
     def pids(self) -> list[int]:
-        out = subprocess.run(["ip", "netns", "pids", self.name], capture_output=True,
-                             text=True, check=False).stdout
+        out = subprocess.run(
+            ["ip", "netns", "pids", self.name], capture_output=True, text=True, check=False
+        ).stdout
         return [int(p) for p in out.split()]
 
     def close(self) -> None:
@@ -87,14 +95,19 @@ class Netns:
             for pid in self.pids():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
-            subprocess.run(["ip", "netns", "delete", self.name], check=False,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(
+                ["ip", "netns", "delete", self.name],
+                check=False,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             self._made = False
         shutil.rmtree(self.etc, ignore_errors=True)
 
     def __enter__(self) -> Netns:
         return self
 
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()

@@ -13,16 +13,27 @@ PY = str(Path(AGENT).parent / "python")
 CHILD = str(Path(__file__).parent / "child.py")
 
 
-def agent_argv(*program: str, grace: float = 1.0, pid1: bool = True,
-               options: tuple[str, ...] = ()) -> list[str]:
+def agent_argv(
+    *program: str, grace: float = 1.0, pid1: bool = True, options: tuple[str, ...] = ()
+) -> list[str]:
     argv = [PY, "-m", "mpi_bootstrap.pid1", "--grace", str(grace), *options, "--", *program]
     return ["unshare", "--pid", "--fork", "--mount-proc", *argv] if pid1 else argv
 
 
-def run(*program: str, grace: float = 1.0, pid1: bool = True, timeout: float = 60,
-        options: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(agent_argv(*program, grace=grace, pid1=pid1, options=options),
-                          capture_output=True, text=True, timeout=timeout, check=False)
+def run(
+    *program: str,
+    grace: float = 1.0,
+    pid1: bool = True,
+    timeout: float = 60,
+    options: tuple[str, ...] = (),
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        agent_argv(*program, grace=grace, pid1=pid1, options=options),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def agent_pid(unshare: subprocess.Popen[str] | subprocess.Popen[bytes]) -> int:

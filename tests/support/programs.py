@@ -27,8 +27,17 @@ def compile_program(m: RealMPI, out: Path, source: Path) -> Path:
     if m.kind == "intel":
         mpich = REAL_MPIS["mpich"].bindir.rsplit("/", 1)[0]
         lib = m.bindir.rsplit("/", 1)[0] + "/lib"
-        argv = ["gcc", "-O1", "-o", str(exe), str(source), f"-I{mpich}/include", f"-L{lib}",
-                "-lmpi", f"-Wl,-rpath,{lib}"]
+        argv = [
+            "gcc",
+            "-O1",
+            "-o",
+            str(exe),
+            str(source),
+            f"-I{mpich}/include",
+            f"-L{lib}",
+            "-lmpi",
+            f"-Wl,-rpath,{lib}",
+        ]
     else:
         argv = [f"{m.bindir}/mpicc", "-O1", "-o", str(exe), str(source)]
     subprocess.run(argv, check=True, capture_output=True)

@@ -1,0 +1,78 @@
+"""What a worker's ssh session must show before mpirun starts there: one POSIX sh script
+and its report. The launcher's preflight (real `ssh`) and the doctor (paramiko) run the
+same script, so they can never disagree on what "fit for mpirun" means.
+
+The script prints one line per fact:
+    DAEMON <name> <path or "missing">   where the MPI's remote daemon would be run from
+    LD <LD_LIBRARY_PATH>                what the session received
+    PATH <PATH>
+    PROGRAM <path or "missing">         the user's program, resolved like execvp
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Sequence
+
+ALL_DAEMONS = ("orted", "prted", "hydra_pmi_proxy", "hydra_bstrap_proxy")
+
+
+def script(daemons: Sequence[str], dirs: Sequence[str], program: str | None = None,
+           ranks_path: str | None = None) -> str:
+    """The check: each daemon is looked for in `dirs`, then on the session's PATH; the
+    program with `ranks_path` (None: the session's own PATH)."""
+    checks = []
+    for name in daemons:
+        paths = " ".join(shlex.quote(f"{d}/{name}") for d in dirs)
+        checks.append(
+            f'found=""; for p in {paths}; do [ -x "$p" ] && found="$p" && break; done; '
+            f'[ -n "$found" ] || found=$(command -v {shlex.quote(name)} 2>/dev/null); '
+            f'echo "DAEMON {name} ${{found:-missing}}"')
+    checks += ['echo "LD $LD_LIBRARY_PATH"', 'echo "PATH $PATH"']
+    if program and "/" not in program:
+        # The file execvp would run (`command -v` would name a shell builtin instead).
+        path = shlex.quote(ranks_path) if ranks_path else '"$PATH"'
+        prog = shlex.quote(program)
+        checks.append(
+            f'found=""; P={path}; old="$IFS"; IFS=:; for d in $P; do d="${{d:-.}}"; '
+            f'if [ -f "$d/"{prog} ] && [ -x "$d/"{prog} ]; then found="$d/"{prog}; '
+            'break; fi; done; IFS="$old"; echo "PROGRAM ${found:-missing}"')
+    elif program and program.startswith("/"):
+        quoted = shlex.quote(program)
+        checks.append(f'if [ -x {quoted} ]; then echo "PROGRAM "{quoted}; '
+                      'else echo "PROGRAM missing"; fi')
+    return "; ".join(checks)
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """What the script printed."""
+
+    ran: bool  # False: the remote shell never ran it (a forced command, a broken shell)
+    daemons: dict[str, str | None]  # name → path, None where missing
+    ld: str
+    path: str
+    program: str | None  # path, "missing", or None when not asked
+
+    @property
+    def missing(self) -> list[str]:
+        return [name for name, where in self.daemons.items() if where is None]
+
+    def summary(self) -> str:
+        found = ", ".join(f"{n} {p or 'missing'}" for n, p in self.daemons.items())
+        return f"LD_LIBRARY_PATH={self.ld!r}; {found}"
+
+
+def parse(output: str) -> Report:
+    daemons: dict[str, str | None] = {}
+    values: dict[str, str] = {}
+    for line in output.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "DAEMON":
+            name, _, where = value.partition(" ")
+            daemons[name] = None if where == "missing" else where
+        elif key in ("LD", "PATH", "PROGRAM"):
+            values[key] = value
+    return Report(ran=bool(daemons), daemons=daemons, ld=values.get("LD", ""),
+                  path=values.get("PATH", "?"), program=values.get("PROGRAM"))

@@ -1,0 +1,135 @@
+"""The doctor's ssh checks, for workers the exchange knows: a resolved address that
+differs from the one the worker published (a stale record of an earlier job), and over
+ssh (paramiko, the job's key, the pinned host key) whether the worker answers and what
+its session has — the same remote check as the launcher's preflight (core/remote.py),
+its failures explained by the same table (core/failures.py)."""
+
+from __future__ import annotations
+
+import errno
+import functools
+import socket
+import time
+from collections.abc import Callable, Sequence
+
+from mpi_bootstrap.core import failures, records, remote
+from mpi_bootstrap.core.config import Config
+from mpi_bootstrap.core.errors import BootstrapError
+from mpi_bootstrap.doctor.finding import Finding
+from mpi_bootstrap.system import dns as sysdns
+
+
+def stale_finding(name: str, address: str | None, published: Sequence[str]) -> Finding | None:
+    if not address or not published or address in published:
+        return None
+    return Finding(name, "published address", False,
+                   f"DNS says {address}, the worker published {', '.join(published)}",
+                   "a stale record of an earlier job with the same name: wait for the DNS "
+                   "TTL, or delete the old pods/Service")
+
+
+def _failure_of(exc: BaseException) -> str | None:
+    """paramiko's and the socket's errors, as rows of the ssh failure table."""
+    import paramiko
+
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return "host-key-mismatch"
+    if isinstance(exc, paramiko.AuthenticationException):
+        return "permission-denied"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection-refused"
+    if isinstance(exc, socket.gaierror):
+        return "could-not-resolve"
+    if isinstance(exc, TimeoutError) or (
+            isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH)):
+        return "no-route"
+    return None
+
+
+def ssh_finding(name: str, target: str, port: int, *, user: str, private_key: str,
+                host_key: str | None, timeout: float) -> Finding:
+    """Connect with paramiko as mpirun's ssh would; run the remote environment check."""
+    import io
+
+    import paramiko
+
+    client = paramiko.SSHClient()
+    if host_key:
+        kind, blob = host_key.split()[:2]
+        client.get_host_keys().add(f"[{target}]:{port}" if port != 22 else target, kind,
+                                   paramiko.PKey.from_type_string(kind, _b64(blob)))
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    try:
+        pkey = paramiko.Ed25519Key.from_private_key(io.StringIO(private_key))
+        client.connect(target, port=port, username=user, pkey=pkey,
+                       timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
+                       allow_agent=False, look_for_keys=False)
+        _, out, _ = client.exec_command(remote.script(remote.ALL_DAEMONS, ()),
+                                        timeout=timeout)
+        report = remote.parse(out.read().decode(errors="replace"))
+        return Finding(name, "ssh", True,
+                       f"{user}@{target}:{port} answers; {report.summary()}")
+    except (OSError, paramiko.SSHException) as exc:
+        failure = _failure_of(exc)
+        if failure is None:
+            return Finding(name, "ssh", False, f"cannot connect to {target}:{port} ({exc})",
+                           "is the worker running `mpi-bootstrap worker`, and is its sshd up?")
+        sig = failures.BY_NAME[failure]
+        return Finding(name, "ssh", False, sig.cause.format(host=name, path=""), sig.fix)
+    finally:
+        client.close()
+
+
+def _b64(blob: str) -> bytes:
+    import base64
+
+    return base64.b64decode(blob)
+
+
+def ssh_jobs(config: Config, names: Sequence[str], deadline: float
+             ) -> list[Callable[[], list[Finding]]]:
+    """ssh checks for the workers the exchange knows (dir), with their pinned keys."""
+    from mpi_bootstrap.ssh import dirx
+
+    if config.exchange != "dir" or not config.exchange_dir:
+        return []
+    ex = dirx.DirExchange(config.exchange_dir)
+    try:
+        job = ex.peek_job_key()
+    except BootstrapError as exc:
+        message = exc.message
+        return [lambda: [Finding(config.exchange_dir or "", "job key", False, message,
+                                 "see the message")]]
+    if job is None:
+        return [lambda: [Finding(config.exchange_dir or "", "job key", False,
+                                 "no key of a running job in the exchange directory",
+                                 "start the workers (`mpi-bootstrap worker`): the first "
+                                 "one makes the job's key")]]
+    key = job.private
+    jobs: list[Callable[[], list[Finding]]] = []
+    for name in names:
+        try:
+            rec = ex.read(name)
+        except records.RecordError:
+            rec = None
+        if rec is None:
+            missing = [Finding(name, "record", False, f"no record in {config.exchange_dir}",
+                               "the worker has not started `mpi-bootstrap worker` (or its "
+                               "pod is down)")]
+            jobs.append(functools.partial(list, missing))
+            continue
+
+        def check(n: str = name, r: records.Record = rec) -> list[Finding]:
+            out = []
+            answer = sysdns.SystemResolver()(n)
+            stale = stale_finding(n, answer.addresses[0] if answer.ok else None, r.addresses)
+            if stale:
+                out.append(stale)
+            target = r.addresses[0] if r.addresses else n
+            left = max(0.5, deadline - time.monotonic())
+            out.append(ssh_finding(n, target, r.port, user=config.ssh_user or r.user,
+                                   private_key=key, host_key=r.host_key, timeout=left))
+            return out
+
+        jobs.append(check)
+    return jobs

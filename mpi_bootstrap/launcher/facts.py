@@ -1,0 +1,180 @@
+"""Gather what the launcher's Plan is a function of: the MPI (from `mpirun --version`),
+the hostfile, every host's address (the DNS wait), this pod's interfaces, the job's
+client key and the workers' records. All the launcher's I/O before planning is here.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Mapping
+
+from mpi_bootstrap.core import hostfile as hf
+from mpi_bootstrap.core.config import Config
+from mpi_bootstrap.core.env import public
+from mpi_bootstrap.core.errors import ConfigError, DNSTimeoutError, ExecError, ExitStatus, some
+from mpi_bootstrap.core.log import Log
+from mpi_bootstrap.core.model import Answer, Decision
+from mpi_bootstrap.core.names import is_ip_literal
+from mpi_bootstrap.launcher import mpi as mpimod
+from mpi_bootstrap.launcher.plan import Facts, host_entries, lookup_name
+from mpi_bootstrap.proc import children
+from mpi_bootstrap.proc.spawn import resolve
+from mpi_bootstrap.ssh import peers
+from mpi_bootstrap.system import dns, hostfiles, netif
+
+RESOLV_CONF = "/etc/resolv.conf"
+ETC_HOSTS = "/etc/hosts"
+
+
+def find_mpi(config: Config, environ: Mapping[str, str]) -> tuple[
+        mpimod.MPIInfo, dict[str, str], list[Decision]]:
+    """Locate mpirun, ask it `--version`, and return the environment mpirun will get."""
+    env = public(environ)
+    notes: list[Decision] = []
+    if mpimod.is_launcher(config.program):
+        wanted, source = config.program[0], "the user's command"
+        if config.mpirun:
+            notes.append(Decision("mpirun", config.program[0], "user command",
+                                  f"user wins over {config.source('mpirun')}"))
+    else:
+        wanted = config.mpirun or "mpirun"
+        source = str(config.source("mpirun")) if config.mpirun else "PATH"
+    path = resolve(wanted, env.get("PATH"))
+    if path is None:
+        raise ExecError(f"{wanted}: command not found (from {source}; set MPI_BOOTSTRAP_MPIRUN "
+                        "or put the MPI's bin directory on PATH)", ExitStatus.NOT_FOUND)
+    bindir = os.path.dirname(os.path.abspath(path))
+    if bindir not in env.get("PATH", "").split(os.pathsep):
+        # Intel's mpirun is a script that runs `mpiexec.hydra` from PATH.
+        env["PATH"] = bindir + os.pathsep + env.get("PATH", os.defpath)
+        notes.append(Decision("PATH", f"{bindir} prepended", "agent default",
+                              "mpirun's own directory must be on PATH for its helpers"))
+    code, text = children.capture([path, "--version"], env=env)
+    # The install prefix decides --prefix/--noprefix: a fact, gathered here, so the
+    # builders stay pure.
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(path)))
+    info = mpimod.identify(text, path, config.mpi, str(config.source("mpi")), prefix=prefix)
+    if code != 0 and info.source == "detected":
+        notes.append(Decision("mpi", info.vendor, "detected",
+                              f"`{path} --version` exited {code} but named its MPI"))
+    if config.mpi != "auto":
+        found = mpimod.parse_version(text)
+        if found and found[0] != info.vendor:
+            notes.append(Decision("mpi", info.vendor, str(config.source("mpi")),
+                                  f"overrides the detected {found[0]} {found[1]}"))
+    return info, env, notes
+
+
+def input_hostfile(config: Config, info: mpimod.MPIInfo) -> tuple[str, list[Decision]]:
+    """The hostfile to read: the configured one, or the one the user's mpirun names."""
+    if not mpimod.is_launcher(config.program):
+        return config.hostfile, []
+    user = mpimod.scan_user_command(config.program, info.runtime)
+    named = [v for key in mpimod.HOSTFILE_OPTIONS for v in user.values(key)]
+    if not named:
+        return config.hostfile, []
+    theirs = named[0]
+    if config.source("hostfile").kind != "default" and \
+            os.path.normpath(theirs) != os.path.normpath(config.hostfile):
+        raise ConfigError([f"{config.source('hostfile')} names {config.hostfile} but the "
+                           f"user's mpirun command names {theirs}; use one"])
+    return theirs, [Decision("input hostfile", theirs, "user command",
+                             "named by the user's mpirun command")]
+
+
+def wait_for_dns(config: Config, hostfile: hf.Hostfile, own_name: str, log: Log
+                 ) -> dict[str, Answer]:
+    """Resolve every host (and the launcher itself) or raise DNSTimeoutError."""
+    answers: dict[str, Answer] = {}
+    names: list[str] = []
+    for host in hostfile.hosts:
+        name = lookup_name(host.name, config)
+        if is_ip_literal(name):
+            answers[name] = Answer(name, addresses=(name,))
+        else:
+            names.append(name)
+    if own_name and own_name not in names:
+        names.append(own_name)  # remote daemons connect back to the launcher by name
+
+    def on_answer(answer: Answer, previous: Answer | None) -> None:
+        if answer.ok:
+            log("DNS OK", host=answer.name, address=answer.addresses[0])
+        elif previous is None or previous.error_kind != answer.error_kind:
+            log("DNS WAIT", host=answer.name, reason=answer.error_kind,
+                     detail=answer.detail)
+
+    rate = dns.lookup_rate(len(names), config.dns_wait_interval)
+    log("DNS wait", hosts=len(names), deadline_s=config.dns_wait_seconds,
+             max_lookups_per_s=round(rate, 1))
+    result = dns.wait_for(names, lookup=dns.SystemResolver(RESOLV_CONF),
+                          deadline=config.dns_wait_seconds,
+                          interval=config.dns_wait_interval,
+                          concurrency=config.dns_concurrency, on_answer=on_answer)
+    answers.update(result.answers)
+    log("DNS done", resolved=len(names) - len(result.unresolved),
+             unresolved=len(result.unresolved), lookups=result.lookups,
+             elapsed_s=round(result.elapsed, 3))
+    if not result.ok:
+        failing = [result.answers[n] for n in result.unresolved]
+        summary = some([f"{a.name} ({a.error_kind})" for a in failing], shown=5)
+        from mpi_bootstrap.doctor import diagnose
+
+        doctor = diagnose.for_dump([a.name for a in failing[:16]])
+        raise DNSTimeoutError(
+            f"DNS: {len(failing)} of {len(names)} names did not resolve within "
+            f"{config.dns_wait_seconds:g} s: {summary}",
+            details=dns_dump(hostfile, failing, own_name) + "\n--- doctor (each "
+            "nameserver asked directly)\n" + doctor)
+    return answers
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError as exc:
+        return f"(cannot read: {exc.strerror})\n"
+
+
+def dns_dump(hostfile: hf.Hostfile, failing: list[Answer], own_name: str) -> str:
+    """What a person needs to see when the DNS wait times out."""
+    parts = [f"--- hostfile {hostfile.path}", hostfile.text.rstrip("\n"),
+             f"--- {RESOLV_CONF}", _read(RESOLV_CONF).rstrip("\n"),
+             f"--- {ETC_HOSTS}", _read(ETC_HOSTS).rstrip("\n"),
+             "--- unresolved names (last error)"]
+    for a in failing:
+        who = " (this launcher's own hostname)" if a.name == own_name else ""
+        hint = "" if a.transient else "  <- the resolver itself is failing"
+        parts.append(f"{a.name}{who}: {a.error_kind}: {a.detail}{hint}")
+    return "\n".join(parts)
+
+
+def gather(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Facts, list[Decision]]:
+    # One deadline for DNS, the workers' records, sshd readiness and preflight.
+    deadline = time.monotonic() + config.dns_wait_seconds
+    log("exchange", mode=config.exchange, reason=config.exchange_reason)
+    info, env, notes = find_mpi(config, environ)
+    log("MPI", vendor=info.vendor, version=info.version, mpirun=info.mpirun)
+    path, more = input_hostfile(config, info)
+    notes.extend(more)
+    hostfile = hostfiles.read(path)
+    own = socket.gethostname()
+    answers = wait_for_dns(config, hostfile, own, log)
+    mine = frozenset(netif.addresses())
+    remote = [(e.name, e.rewritten_to, e.address)
+              for e in host_entries(config, hostfile, answers)
+              if not peers.is_local(e.rewritten_to, e.address, own, mine)]
+    client = peers.client_key(config, write=not config.explain, log=log)
+    records = {}
+    if client is not None and remote:
+        records = peers.collect(config, remote, client, deadline, log,
+                                fetch=not config.explain)
+        log("records", exchange=config.exchange, found=len(records), remote=len(remote))
+    facts = Facts(environ=env, hostfile=hostfile, answers=answers, mpi=info,
+                  interfaces=netif.present(), is_root=os.geteuid() == 0,
+                  is_pid1=os.getpid() == 1, client=client,
+                  records=records, remote=tuple(new for _, new, _ in remote),
+                  deadline=deadline)
+    return facts, notes

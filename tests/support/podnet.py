@@ -1,0 +1,78 @@
+"""Connections made from inside a pod of the simulated cluster (tests/support/cluster.py):
+a TCP socket in the pod's network namespace, waiting for a port there to listen, and one
+line of the net exchange asked and answered."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import subprocess
+import threading
+
+from tests.support.cluster import Pod
+from tests.support.wait import wait_until
+
+EXCHANGE_PORT = 2223  # the worker's net exchange
+
+_CLONE_NEWNET = 0x40000000
+
+
+def connect(pod: Pod, address: str, port: int, timeout: float = 10.0) -> socket.socket:
+    """A TCP connection made from inside `pod`'s network namespace.
+
+    A socket stays in the namespace it was created in, so a short-lived thread enters the
+    pod (setns affects only the calling thread) and hands the connected socket back.
+    """
+    box: list[socket.socket | BaseException] = []
+
+    def inner() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(f"/run/netns/{pod.netns.name}", os.O_RDONLY)
+            try:
+                if libc.setns(fd, _CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, os.strerror(err))
+            finally:
+                os.close(fd)
+            box.append(socket.create_connection((address, port), timeout=timeout))
+        except BaseException as exc:  # handed to the caller's thread
+            box.append(exc)
+
+    t = threading.Thread(target=inner)
+    t.start()
+    t.join()
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
+
+
+def wait_listening(
+    pod: Pod, address: str, port: int, proc: subprocess.Popen[str], timeout: float = 15.0
+) -> None:
+    """Until a connection from `pod` to address:port succeeds; fails at once if `proc`
+    (the program meant to listen there) exits."""
+
+    def listening() -> bool:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            connect(pod, address, port, timeout=1.0).close()
+        except OSError:
+            return False
+        return True
+
+    wait_until(listening, timeout, f"something to listen on {address}:{port} in {pod.name}")
+
+
+def ask(pod: Pod, address: str, raw: bytes, port: int = EXCHANGE_PORT) -> bytes:
+    """Send one net-exchange line from `pod` and return the reply line."""
+    with connect(pod, address, port) as conn:
+        conn.sendall(raw)
+        data = b""
+        while b"\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return data.split(b"\n", 1)[0]
