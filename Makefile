@@ -2,15 +2,16 @@
 #
 #   make demo    the main job (see README)
 #   make test    everything CI runs
-#   make lint    ruff + mypy
+#   make lint    ruff (rules and format), mypy, import-linter (the architecture's rules)
 #   make bench   benchmarks; numbers go to README "Benchmarks"
+#   make bench-scale N="16 32 64 128"   one job on N worker pods, agent vs bare mpirun
 
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 MPI_VENVS := .venv-mpi
-# Debian packages the tests and the demo use (FIELD-NOTES §5).
+# Debian packages the tests and the demo use.
 DEB_PACKAGES := openmpi-bin libopenmpi-dev openssh-server openssh-client dnsmasq-base \
                 iproute2 tcpdump procps util-linux podman runc debootstrap hyperfine \
                 tini dumb-init docker.io docker-compose
@@ -20,7 +21,7 @@ MPICH_VERSION := 5.0.2
 # 2021.19 needs a libfabric wheel PyPI does not have; 2021.18.1 bundles its own.
 IMPI_VERSION := 2021.18.1
 
-.PHONY: install system-deps mpi-venvs wheelhouse test test-fast compose-test lint bench demo clean
+.PHONY: install system-deps mpi-venvs wheelhouse test test-fast compose-test lint bench bench-scale demo clean
 
 install: $(VENV)/.installed
 
@@ -74,12 +75,23 @@ wheelhouse: install
 test-fast: install
 	$(PY) -m pytest -q -m "not realmpi and not netns and not dnsmasq and not container"
 
+# lint-imports checks the contracts in pyproject.toml: the plan is pure, the resident
+# PID 1 loads only the standard library, the layers (README "Architecture").
 lint: install
 	$(VENV)/bin/ruff check mpi_bootstrap tests
+	$(VENV)/bin/ruff format --check tests
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 bench: system-deps install
 	$(PY) tests/bench/run.py
+
+# Needs only root, iproute2, OpenSSH, an MPI (MPIRUN, default: mpirun on PATH) and the
+# agent: no Debian package is installed here.
+N ?= 16 32 64 128
+MPIRUN ?= $(shell command -v mpirun)
+bench-scale: install
+	$(PY) tests/bench/scale.py $(N) --mpirun $(MPIRUN) --compare-reuse --json bench-scale.json
 
 # A real MPI job through the agent on a simulated 3-pod cluster (tests/demo.py).
 # `make demo DEMO_ARGS="--mpi mpich --workers 4"` picks another MPI or size. Only the

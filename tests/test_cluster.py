@@ -6,25 +6,37 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import stat
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import AGENT, REAL_MPIS, RealMPI
+from tests.conftest import REAL_MPIS, RealMPI
+from tests.support import logs
 from tests.support.cluster import Cluster
 from tests.support.job import PODS, WORKERS, Job, check_allreduce, pod_processes
 from tests.support.programs import compile_allreduce
+from tests.support.wait import holds_for, wait_until
 
-pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.dnsmasq,
-              pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.dnsmasq, pytest.mark.timeout(300)]
+
+# How long the launcher must keep waiting for a DNS record that is not there yet (well
+# past its first rounds of lookups) before the record is added.
+STILL_WAITING_S = 4
+
 
 class TestEveryMPI:
     """Each of Open MPI 4, Open MPI 5, MPICH and Intel MPI through the agent."""
 
-    def test_allreduce_2_workers_2_slots(self, real_mpi: RealMPI, work: Path,
-                                         programs: Path) -> None:
+    def test_allreduce_2_workers_2_slots(
+        self, real_mpi: RealMPI, work: Path, programs: Path
+    ) -> None:
+        """Each MPI runs an allreduce on 2 worker pods × 2 slots through the agent, every rank on
+        a worker."""
         exe = compile_allreduce(real_mpi, programs)
         with Cluster(PODS, dns=True, pid1=True) as c:
             job = Job(c, work, real_mpi)
@@ -32,26 +44,42 @@ class TestEveryMPI:
             done = job.launch([str(exe)])
             check_allreduce(done, 4, WORKERS)
 
+    def test_mpirun_reuses_preflight_connections(
+        self, real_mpi: RealMPI, work: Path, programs: Path
+    ) -> None:
+        """mpirun's ssh runs over the connection preflight opened (ControlMaster): each worker's
+        sshd accepts one login per job, not two; the sockets' directory is private."""
+        exe = compile_allreduce(real_mpi, programs)
+        assert logins_per_worker(work, real_mpi, exe, "on") == [1, 1]
+
+    def test_without_reuse_every_ssh_logs_in(self, work: Path, programs: Path) -> None:
+        """The control for the test above: with MPI_BOOTSTRAP_SSH_REUSE=off, preflight and
+        mpirun each log in to every worker."""
+        m = REAL_MPIS["openmpi4"]
+        assert logins_per_worker(work, m, compile_allreduce(m, programs), "off") == [2, 2]
+
     def test_late_dns_record(self, real_mpi: RealMPI, work: Path, programs: Path) -> None:
+        """The launcher keeps waiting (DNS WAIT) for a worker's late DNS record, then runs the job
+        once it appears."""
         exe = compile_allreduce(real_mpi, programs)
         with Cluster(PODS, dns=True, pid1=True, late=["job-worker-1"]) as c:
             job = Job(c, work, real_mpi)
             job.start_workers()
-            launcher = c.pods[0]
-            env = job.env(launcher, MPI_HOSTFILE=str(job.hostfile()),
-                          MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(work / "mpi-hostfile"))
-            p = c.start(launcher, job.launcher_argv([str(exe)]), env)
-            time.sleep(4)
-            assert p.poll() is None, "the launcher must still be waiting for DNS"
+            p = c.start(c.pods[0], job.launcher_argv([str(exe)]), job.launcher_env())
+            holds_for(
+                lambda: p.poll() is None,
+                STILL_WAITING_S,
+                "the launcher must still be waiting for DNS",
+            )
             c.add_record("job-worker-1")
             out, err = p.communicate(timeout=120)
-            check_allreduce(subprocess.CompletedProcess([], p.returncode, out, err), 4,
-                            WORKERS)
-            events = [json.loads(ln) for ln in err.splitlines() if ln.startswith("{")]
-            waits = [e for e in events if e["event"] == "DNS WAIT"]
+            check_allreduce(subprocess.CompletedProcess([], p.returncode, out, err), 4, WORKERS)
+            waits = logs.named(err, "DNS WAIT")
             assert waits and waits[0]["host"] == "job-worker-1.job.default.svc"
 
     def test_only_fqdn_resolves(self, real_mpi: RealMPI, work: Path, programs: Path) -> None:
+        """Where only FQDNs resolve: 68 within the DNS wait naming the name; with REWRITE=fqdn or
+        ip the hostfile holds FQDNs or addresses and the job runs."""
         exe = compile_allreduce(real_mpi, programs)
         with Cluster(PODS, dns=True, pid1=True, fqdn_only=True) as c:
             job = Job(c, work, real_mpi)
@@ -72,7 +100,8 @@ class TestEveryMPI:
                     assert "10.250.0.11" in written
 
     def test_environment_reaches_every_rank_and_data_stays_off_the_wire(
-            self, real_mpi: RealMPI, work: Path, probe: list[str]) -> None:
+        self, real_mpi: RealMPI, work: Path, probe: list[str]
+    ) -> None:
         """NCCL_SOCKET_IFNAME=net1, the user's NCCL_* and LD_LIBRARY_PATH on every rank;
         nothing of ssh or MPI on net1 while it runs, and plenty on eth0."""
         with Cluster(PODS, dns=True, pid1=True) as c:
@@ -82,19 +111,27 @@ class TestEveryMPI:
             caps = {}
             for iface in ("net1", "eth0"):
                 out = work / f"{iface}.pcap"
-                caps[iface] = (out, c.start(worker, ["tcpdump", "-i", iface, "-U", "-n",
-                                                     "-w", str(out), "tcp or udp"]))
-            deadline = time.monotonic() + 10
-            while not all(o.exists() for o, _ in caps.values()) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            done = job.launch(probe, NCCL_DEBUG="INFO", NCCL_IB_HCA="mlx5_0",
-                              LD_LIBRARY_PATH="/opt/user-lib")
+                caps[iface] = (
+                    out,
+                    c.start(
+                        worker, ["tcpdump", "-i", iface, "-U", "-n", "-w", str(out), "tcp or udp"]
+                    ),
+                )
+            wait_until(
+                lambda: all(o.exists() for o, _ in caps.values()),
+                10,
+                "tcpdump to open its capture files",
+            )
+            done = job.launch(
+                probe, NCCL_DEBUG="INFO", NCCL_IB_HCA="mlx5_0", LD_LIBRARY_PATH="/opt/user-lib"
+            )
             for _, p in caps.values():
                 c.signal(p)
                 p.wait(timeout=10)
             assert done.returncode == 0, done.stderr
-            seen = [json.loads(ln[6:]) for ln in done.stdout.splitlines()
-                    if ln.startswith("PROBE ")]
+            seen = [
+                json.loads(ln[6:]) for ln in done.stdout.splitlines() if ln.startswith("PROBE ")
+            ]
             assert len(seen) == 4
             for r in seen:
                 env = r["env"]
@@ -103,9 +140,17 @@ class TestEveryMPI:
                 assert env.get("NCCL_IB_HCA") == "mlx5_0"
                 assert "/opt/user-lib" in env.get("LD_LIBRARY_PATH", "")
                 assert "MPI_BOOTSTRAP_EXCHANGE_DIR" not in env
-            count = {iface: len(subprocess.run(
-                ["tcpdump", "-n", "-r", str(out)], capture_output=True, text=True,
-                check=False).stdout.splitlines()) for iface, (out, _) in caps.items()}
+            count = {
+                iface: len(
+                    subprocess.run(
+                        ["tcpdump", "-n", "-r", str(out)],
+                        capture_output=True,
+                        text=True,
+                        check=False,
+                    ).stdout.splitlines()
+                )
+                for iface, (out, _) in caps.items()
+            }
             assert count["net1"] == 0, count
             assert count["eth0"] > 10, count  # the capture works: ssh and MPI were seen
 
@@ -115,10 +160,37 @@ def failing_mpi(request: pytest.FixtureRequest) -> RealMPI:
     return REAL_MPIS[request.param]
 
 
+def logins_per_worker(work: Path, m: RealMPI, exe: Path, reuse: str) -> list[int]:
+    """Run the allreduce with MPI_BOOTSTRAP_SSH_REUSE=`reuse`; the logins each worker's sshd
+    accepted. The state directory is short (the socket's path must fit in 108 bytes)."""
+    state = Path(tempfile.mkdtemp(prefix="mpib-", dir="/run"))
+    try:
+        with Cluster(PODS, dns=True, pid1=True) as c:
+            job = Job(c, work, m)
+            workers = job.start_workers()
+            for w in workers:
+                job.wait_ready(w)
+            done = job.launch(
+                [str(exe)], MPI_BOOTSTRAP_STATE_DIR=str(state / "s"), MPI_BOOTSTRAP_SSH_REUSE=reuse
+            )
+            check_allreduce(done, 4, WORKERS)
+            assert logs.event(done.stderr, "mpirun start") is not None, done.stderr
+            if reuse == "on":
+                assert stat.S_IMODE((state / "s" / "cm").stat().st_mode) == 0o700
+            else:
+                assert not (state / "s" / "cm").exists()
+            # The workers end on the job's end (job-done); sshd's log is in theirs.
+            return [w.finish(timeout=30)[2].count("Accepted publickey") for w in workers]
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
 class TestFailures:
     """The failures the agent exists to explain, with Open MPI 4 and a hydra MPI."""
 
     def test_record_never_appears(self, failing_mpi: RealMPI, work: Path) -> None:
+        """A record that never appears: 68 soon after the DNS wait, naming the host and why, with
+        the hostfile, resolv.conf, /etc/hosts and unresolved-names sections."""
         with Cluster(PODS, dns=True, pid1=True, late=["job-worker-1"]) as c:
             job = Job(c, work, failing_mpi)
             job.start_workers()
@@ -128,13 +200,22 @@ class TestFailures:
             assert time.monotonic() - t0 < 4 + 8
             # dnsmasq refuses the `.svc` form outright (glibc: temporary failure) after
             # NXDOMAIN for every search-list form
-            assert re.search(r"job-worker-1\.job\.default\.svc \((not found|temporary "
-                             r"failure)\)", done.stderr), done.stderr
-            for section in ("--- hostfile", "--- /etc/resolv.conf", "search default.svc",
-                            "--- /etc/hosts", "--- unresolved names"):
+            assert re.search(
+                r"job-worker-1\.job\.default\.svc \((not found|temporary "
+                r"failure)\)",
+                done.stderr,
+            ), done.stderr
+            for section in (
+                "--- hostfile",
+                "--- /etc/resolv.conf",
+                "search default.svc",
+                "--- /etc/hosts",
+                "--- unresolved names",
+            ):
                 assert section in done.stderr
 
     def test_worker_without_sshd(self, failing_mpi: RealMPI, work: Path) -> None:
+        """A worker whose agent never starts: 69 naming its missing record, before mpirun starts."""
         with Cluster(PODS, dns=True, pid1=True) as c:
             job = Job(c, work, failing_mpi)
             job.start_workers(c.pods[1:2])  # job-worker-1 never starts its agent
@@ -144,33 +225,38 @@ class TestFailures:
             assert "mpirun start" not in done.stderr
 
     def test_sigterm_mid_job(self, failing_mpi: RealMPI, work: Path) -> None:
+        """SIGTERM to the launcher's agent mid-job: 143 within 15 s, and no rank or MPI daemon
+        left in any pod."""
         with Cluster(PODS, dns=True, pid1=True) as c:
             job = Job(c, work, failing_mpi)
             job.start_workers()
             launcher = c.pods[0]
-            env = job.env(launcher, MPI_HOSTFILE=str(job.hostfile(1)),
-                          MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(work / "mpi-hostfile"))
-            p = c.start(launcher, job.launcher_argv(["sleep", "120"]), env)
-            deadline = time.monotonic() + 60
-            while not all("sleep" in pod_processes(w) for w in c.pods[1:]):
-                assert time.monotonic() < deadline, "ranks never started"
+            p = c.start(launcher, job.launcher_argv(["sleep", "120"]), job.launcher_env(slots=1))
+
+            def ranks_running() -> bool:
                 assert p.poll() is None, p.communicate()
-                time.sleep(0.1)
+                return all("sleep" in pod_processes(w) for w in c.pods[1:])
+
+            wait_until(ranks_running, 60, "the ranks to start")
             t0 = time.monotonic()
             c.signal(p)  # to the agent, PID 1 of the launcher pod
             _, err = p.communicate(timeout=60)
             assert p.returncode == 143, err
             assert time.monotonic() - t0 < 15
-            deadline = time.monotonic() + 15
-            leftovers = {w.name: [n for n in pod_processes(w)
-                                  if n in ("sleep", "orted", "hydra_pmi_proxy")]
-                         for w in c.pods[1:]}
-            while any(leftovers.values()) and time.monotonic() < deadline:
-                time.sleep(0.2)
-                leftovers = {w.name: [n for n in pod_processes(w)
-                                      if n in ("sleep", "orted", "hydra_pmi_proxy")]
-                             for w in c.pods[1:]}
-            assert not any(leftovers.values()), leftovers
+
+            def leftovers() -> dict[str, list[str]]:
+                return {
+                    w.name: [
+                        n for n in pod_processes(w) if n in ("sleep", "orted", "hydra_pmi_proxy")
+                    ]
+                    for w in c.pods[1:]
+                }
+
+            wait_until(
+                lambda: not any(leftovers().values()),
+                15,
+                lambda: f"the ranks and MPI daemons to end: {leftovers()}",
+            )
             assert pod_processes(launcher) == []
 
 
@@ -182,11 +268,7 @@ def test_scale_16_workers(work: Path, programs: Path) -> None:
     with Cluster(["job-launcher", *workers], dns=True, pid1=True) as c:
         job = Job(c, work, m)
         job.start_workers()
-        launcher = c.pods[0]
-        hf = job.hostfile(1, workers)
-        env = job.env(launcher, MPI_HOSTFILE=str(hf),
-                      MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(work / "mpi-hostfile"))
-        done = launcher.run(job.launcher_argv([str(exe)]), env, timeout=240)
+        done = job.launch([str(exe)], slots=1, names=workers, timeout=240)
         check_allreduce(done, 16, workers)
 
 
@@ -195,17 +277,15 @@ def test_teardown_leaves_nothing(work: Path) -> None:
     m = REAL_MPIS["openmpi4"]
     with Cluster(PODS, dns=True, pid1=True) as c:
         job = Job(c, work, m)
-        procs = job.start_workers()
-        for pod in c.pods[1:]:  # up and serving, as a job's pods would be
-            deadline = time.monotonic() + 20
-            while pod.run([AGENT, "probe"], job.env(pod)).returncode != 0:
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+        procs = [w.p for w in job.start_workers()]
+        for w in job.workers:  # up and serving, as a job's pods would be
+            job.wait_ready(w)
         names = [p.netns.name for p in c.pods] + [c.switch.name]
         dnsmasq_pid = c.dnsmasq.pid if c.dnsmasq else None
         pids = [c.pid_of(p) for p in procs]
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
-                            check=True).stdout
+    listed = subprocess.run(
+        ["ip", "netns", "list"], capture_output=True, text=True, check=True
+    ).stdout
     mounts = Path("/proc/self/mountinfo").read_text()
     for name in names:
         assert name not in listed

@@ -26,15 +26,42 @@ from tests.support.hostfacts import HOST
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
 MPIS = {
-    "openmpi4": mpi.MPIInfo("openmpi", "4.1.4", "orte", "/opt/ompi4/bin/mpirun",
-                            "mpirun (Open MPI) 4.1.4", "detected", "/opt/ompi4"),
-    "openmpi5": mpi.MPIInfo("openmpi", "5.0.11", "prrte", "/opt/ompi5/bin/mpirun",
-                            "mpirun (Open MPI) 5.0.11", "detected", "/opt/ompi5"),
-    "mpich": mpi.MPIInfo("mpich", "5.0.2", "hydra", "/opt/mpich/bin/mpirun",
-                         "HYDRA build details:", "detected", "/opt/mpich"),
-    "intel": mpi.MPIInfo("intel", "2021.18.1", "hydra", "/opt/intel/bin/mpirun",
-                         "Intel(R) MPI Library for Linux* OS, Version 2021.18.1", "detected",
-                         "/opt/intel"),
+    "openmpi4": mpi.MPIInfo(
+        "openmpi",
+        "4.1.4",
+        "orte",
+        "/opt/ompi4/bin/mpirun",
+        "mpirun (Open MPI) 4.1.4",
+        "detected",
+        "/opt/ompi4",
+    ),
+    "openmpi5": mpi.MPIInfo(
+        "openmpi",
+        "5.0.11",
+        "prrte",
+        "/opt/ompi5/bin/mpirun",
+        "mpirun (Open MPI) 5.0.11",
+        "detected",
+        "/opt/ompi5",
+    ),
+    "mpich": mpi.MPIInfo(
+        "mpich",
+        "5.0.2",
+        "hydra",
+        "/opt/mpich/bin/mpirun",
+        "HYDRA build details:",
+        "detected",
+        "/opt/mpich",
+    ),
+    "intel": mpi.MPIInfo(
+        "intel",
+        "2021.18.1",
+        "hydra",
+        "/opt/intel/bin/mpirun",
+        "Intel(R) MPI Library for Linux* OS, Version 2021.18.1",
+        "detected",
+        "/opt/intel",
+    ),
 }
 
 BASE_ENV = {
@@ -47,7 +74,7 @@ BASE_ENV = {
     "OLDPWD": "/",
     "BASH_FUNC_module%%": "() { eval; }",
     "MPI_BOOTSTRAP_TOKEN": "never-shown-token",
-    # What MPI Operator sets on every launcher (FIELD-NOTES §1)
+    # What MPI Operator sets on every launcher
     "K_MPI_JOB_ROLE": "launcher",
     "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
     "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
@@ -59,30 +86,88 @@ ADDRESSES = {"pi-worker-0.pi.default.svc": "10.1.0.10", "pi-worker-1.pi.default.
 
 # User overrides: in wrap mode (their own mpirun flags) or through the MPI's variables.
 USER_FLAGS = {
-    "openmpi4": ["mpirun", "-np", "2", "--bind-to", "core", "--mca", "btl_tcp_if_include",
-                 "eth1", "-x", "NCCL_DEBUG=WARN", "--hostfile", "/etc/mpi/hostfile",
-                 "python3", "train.py", "--mca", "inner"],
-    "openmpi5": ["mpirun", "-np", "2", "--bind-to", "core", "--prtemca", "plm_ssh_agent",
-                 "ssh -p 2222", "--mca", "btl_tcp_if_include", "eth1", "python3", "train.py"],
-    "mpich": ["mpiexec", "-n", "2", "-iface", "eth1", "-genvall", "-f", "/etc/mpi/hostfile",
-              "./a.out"],
+    "openmpi4": [
+        "mpirun",
+        "-np",
+        "2",
+        "--bind-to",
+        "core",
+        "--mca",
+        "btl_tcp_if_include",
+        "eth1",
+        "-x",
+        "NCCL_DEBUG=WARN",
+        "--hostfile",
+        "/etc/mpi/hostfile",
+        "python3",
+        "train.py",
+        "--mca",
+        "inner",
+    ],
+    "openmpi5": [
+        "mpirun",
+        "-np",
+        "2",
+        "--bind-to",
+        "core",
+        "--prtemca",
+        "plm_ssh_agent",
+        "ssh -p 2222",
+        "--mca",
+        "btl_tcp_if_include",
+        "eth1",
+        "python3",
+        "train.py",
+    ],
+    "mpich": [
+        "mpiexec",
+        "-n",
+        "2",
+        "-iface",
+        "eth1",
+        "-genvall",
+        "-f",
+        "/etc/mpi/hostfile",
+        "./a.out",
+    ],
     "intel": ["mpirun", "-n", "2", "-bootstrap", "rsh", "-iface", "eth1", "IMB-MPI1"],
 }
 USER_ENV = {
-    "openmpi4": {"OMPI_MCA_btl": "tcp,self,vader", "OMPI_MCA_routed": "radix",
-                 "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"},
-    "openmpi5": {"PRTE_MCA_prte_keep_fqdn_hostnames": "1", "OMPI_MCA_pml": "ucx",
-                 "OMPI_MCA_plm_rsh_agent": "ssh -p 2222", "NCCL_SOCKET_IFNAME": "eth9"},
+    "openmpi4": {
+        "OMPI_MCA_btl": "tcp,self,vader",
+        "OMPI_MCA_routed": "radix",
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    },
+    "openmpi5": {
+        "PRTE_MCA_prte_keep_fqdn_hostnames": "1",
+        "OMPI_MCA_pml": "ucx",
+        "OMPI_MCA_plm_rsh_agent": "ssh -p 2222",
+        "NCCL_SOCKET_IFNAME": "eth9",
+    },
     "mpich": {"HYDRA_IFACE": "eth1", "HYDRA_LAUNCHER": "rsh", "HYDRA_HOST_FILE": "/etc/mpi/h"},
-    "intel": {"I_MPI_HYDRA_IFACE": "eth1", "I_MPI_HYDRA_ENV": "all", "FI_TCP_IFACE": "eth1",
-              "I_MPI_HYDRA_HOST_FILE": "/etc/mpi/hostfile"},
+    "intel": {
+        "I_MPI_HYDRA_IFACE": "eth1",
+        "I_MPI_HYDRA_ENV": "all",
+        "FI_TCP_IFACE": "eth1",
+        "I_MPI_HYDRA_HOST_FILE": "/etc/mpi/hostfile",
+    },
 }
 
 
-def make_plan(kind: str, rewrite: str, override: str, *, env_extra: dict[str, str] | None = None,
-              hostfile_text: str = HOSTFILE, interfaces: frozenset[str] | None = None,
-              is_root: bool = True, remote: bool = False, program: list[str] | None = None,
-              mpi_info: mpi.MPIInfo | None = None) -> Plan:
+def make_plan(
+    kind: str,
+    rewrite: str,
+    override: str,
+    *,
+    env_extra: dict[str, str] | None = None,
+    hostfile_text: str = HOSTFILE,
+    interfaces: frozenset[str] | None = None,
+    is_root: bool = True,
+    remote: bool = False,
+    program: list[str] | None = None,
+    mpi_info: mpi.MPIInfo | None = None,
+) -> Plan:
     env = dict(BASE_ENV)
     program = program or ["python3", "train.py"]
     if override == "flags":
@@ -90,8 +175,7 @@ def make_plan(kind: str, rewrite: str, override: str, *, env_extra: dict[str, st
     elif override == "env":
         env.update(USER_ENV[kind])
     env.update(env_extra or {})
-    argv = ["--rewrite", rewrite, "--state-dir", "/run/mpi-bootstrap", "launcher", "--",
-            *program]
+    argv = ["--rewrite", rewrite, "--state-dir", "/run/mpi-bootstrap", "launcher", "--", *program]
     config = Config.from_env(env, argv, host=HOST)
     parsed = hf.parse(hostfile_text, "/etc/mpi/hostfile")
     answers = {}
@@ -99,11 +183,16 @@ def make_plan(kind: str, rewrite: str, override: str, *, env_extra: dict[str, st
         name = hf.fqdn(host.name, "cluster.local") if rewrite != "none" else host.name
         addr = ADDRESSES.get(host.name, "10.1.0.99")
         answers[name] = Answer(name, addresses=(addr,))
-    facts = Facts(environ=env, hostfile=parsed, answers=answers,
-                  mpi=mpi_info or MPIS[kind],
-                  interfaces=interfaces or frozenset({"lo", "eth0", "net1"}), is_root=is_root,
-                  is_pid1=True, launcher_hostname="pi-launcher",
-                  remote=tuple(h.name for h in parsed.hosts) if remote else ())
+    facts = Facts(
+        environ=env,
+        hostfile=parsed,
+        answers=answers,
+        mpi=mpi_info or MPIS[kind],
+        interfaces=interfaces or frozenset({"lo", "eth0", "net1"}),
+        is_root=is_root,
+        is_pid1=True,
+        remote=tuple(h.name for h in parsed.hosts) if remote else (),
+    )
     return build_plan(config, facts)
 
 
@@ -125,6 +214,8 @@ class TestSnapshots:
     @pytest.mark.parametrize("rewrite", ["none", "fqdn", "ip"])
     @pytest.mark.parametrize("override", ["none", "flags", "env"])
     def test_plan(self, kind: str, rewrite: str, override: str) -> None:
+        """Each MPI × rewrite × user-override plan equals its reviewed snapshot, and neither render
+        shows the token's value nor lists MPI_BOOTSTRAP_TOKEN among the plan's variables."""
         plan = make_plan(kind, rewrite, override)
         data = render.as_dict(plan)
         check_snapshot(f"{kind}-{rewrite}-{override}", data)
@@ -146,11 +237,21 @@ class TestRules:
     """The rules the snapshots encode, spelled out so a careless update cannot hide them."""
 
     def test_openmpi4_flags(self) -> None:
+        """Open MPI 4 gets the agent's --mca set, --prefix, --allow-run-as-root and -np from the
+        hostfile's slots, but no keep_fqdn (the operator's variable does it) nor any --prtemca."""
         argv = argv_of(make_plan("openmpi4", "none", "none"))
         mcas = pairs(argv, "--mca")
-        for name in ("btl", "btl_tcp_if_include", "oob_tcp_if_include", "pml", "routed",
-                     "plm_rsh_agent", "coll_ucc_enable", "coll_hcoll_enable",
-                     "orte_startup_timeout"):
+        for name in (
+            "btl",
+            "btl_tcp_if_include",
+            "oob_tcp_if_include",
+            "pml",
+            "routed",
+            "plm_rsh_agent",
+            "coll_ucc_enable",
+            "coll_hcoll_enable",
+            "orte_startup_timeout",
+        ):
             assert name in mcas, name
         # MPI Operator's OMPI_MCA_orte_keep_fqdn_hostnames already does it on 4.x
         assert "orte_keep_fqdn_hostnames" not in mcas
@@ -161,6 +262,8 @@ class TestRules:
         assert argv[-2:] == ["python3", "train.py"]
 
     def test_openmpi5_uses_prrte_names(self) -> None:
+        """Open MPI 5 gets daemon settings as --prtemca, not the 4.x --mca names, and the plan says
+        the operator's OMPI_MCA_orte_keep_fqdn_hostnames is ignored there."""
         plan = make_plan("openmpi5", "none", "none")
         argv = argv_of(plan)
         prte = pairs(argv, "--prtemca")
@@ -172,15 +275,21 @@ class TestRules:
         assert "OMPI_MCA_orte_keep_fqdn_hostnames is set but ignored" in keep.reason
 
     def test_default_hostfile_variable_points_at_rewrite(self) -> None:
+        """With a rewrite, the operator's OMPI_MCA_orte_default_hostfile names the rewritten one."""
         plan = make_plan("openmpi4", "fqdn", "none")
         assert plan.env_set["OMPI_MCA_orte_default_hostfile"] == "/run/mpi-bootstrap/hostfile"
 
     @pytest.mark.parametrize("kind", ["mpich", "intel"])
     def test_hydra(self, kind: str) -> None:
+        """MPICH and Intel MPI launch over ssh through the agent's 0755 ssh-launcher wrapper, with
+        -iface on the control NIC, a -genvlist of forwarded names and a host:slots hostfile."""
         plan = make_plan(kind, "none", "none")
         argv = argv_of(plan)
-        launch, exec_flag = ("-bootstrap", "-bootstrap-exec") if kind == "intel" else (
-            "-launcher", "-launcher-exec")
+        launch, exec_flag = (
+            ("-bootstrap", "-bootstrap-exec")
+            if kind == "intel"
+            else ("-launcher", "-launcher-exec")
+        )
         assert argv[argv.index(launch) + 1] == "ssh"
         wrapper = argv[argv.index(exec_flag) + 1]
         assert wrapper == "/run/mpi-bootstrap/ssh-launcher"
@@ -194,10 +303,18 @@ class TestRules:
 
     @pytest.mark.parametrize("kind", sorted(MPIS))
     def test_env_forwarding(self, kind: str) -> None:
+        """Every MPI forwards NCCL_*, UCX_*, PATH and LD_LIBRARY_PATH (NCCL_SOCKET_IFNAME set to
+        the data NIC), never shell state, HOME or the token; Open MPI's -x carry no values."""
         plan = make_plan(kind, "none", "none")
         assert plan.env_set["NCCL_SOCKET_IFNAME"] == "net1"
-        assert {"NCCL_DEBUG", "NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME", "UCX_TLS",
-                "LD_LIBRARY_PATH", "PATH"} <= set(plan.forwarded)
+        assert {
+            "NCCL_DEBUG",
+            "NCCL_IB_DISABLE",
+            "NCCL_SOCKET_IFNAME",
+            "UCX_TLS",
+            "LD_LIBRARY_PATH",
+            "PATH",
+        } <= set(plan.forwarded)
         for never in ("OLDPWD", "BASH_FUNC_module%%", "MPI_BOOTSTRAP_TOKEN", "HOME"):
             assert never not in plan.forwarded
         if kind.startswith("openmpi"):
@@ -206,8 +323,11 @@ class TestRules:
             assert all("=" not in x for x in xs)  # value-less: values never in argv
 
     def test_rewrite_modes(self) -> None:
+        """--rewrite none keeps the names, fqdn appends .cluster.local, and ip writes each host's
+        resolved address and records it on the host."""
         assert make_plan("openmpi4", "none", "none").hostfile_text.startswith(
-            "pi-worker-0.pi.default.svc slots=2")
+            "pi-worker-0.pi.default.svc slots=2"
+        )
         fq = make_plan("openmpi4", "fqdn", "none")
         assert fq.hostfile_text.startswith("pi-worker-0.pi.default.svc.cluster.local slots=2")
         ip = make_plan("openmpi4", "ip", "none")
@@ -215,10 +335,14 @@ class TestRules:
         assert [h.rewritten_to for h in ip.hosts] == ["10.1.0.10", "10.1.0.11"]
 
     def test_ip_rewrite_merging_hosts_is_an_error(self) -> None:
+        """--rewrite ip mapping two hosts to one address is a HostfileError, never a merged host."""
         with pytest.raises(HostfileError, match="the same as"):
             make_plan("openmpi4", "ip", "none", hostfile_text="a.svc slots=1\nb.svc slots=1\n")
 
     def test_user_wins_in_wrap_mode(self) -> None:
+        """In wrap mode the user's own -np, --bind-to, --mca and -x win without duplicates, their
+        --hostfile names the rewritten copy, the program's arguments stay untouched, and each
+        user win is recorded as a decision."""
         plan = make_plan("openmpi4", "fqdn", "flags")
         argv = argv_of(plan)
         assert plan.wrap
@@ -231,8 +355,7 @@ class TestRules:
         # the program's own arguments are untouched
         assert argv[-4:] == ["python3", "train.py", "--mca", "inner"]
         reasons = [d for d in plan.decisions if d.source.startswith("user flag")]
-        assert {d.setting for d in reasons} >= {"ranks", "--bind-to",
-                                                "--mca btl_tcp_if_include"}
+        assert {d.setting for d in reasons} >= {"ranks", "--bind-to", "--mca btl_tcp_if_include"}
 
     def test_mpich_environment_ends_with_sentinel(self) -> None:
         """MPICH hydra drops the last variable from -genvlist; ours is last, unforwarded."""
@@ -243,6 +366,8 @@ class TestRules:
         assert mpi.ENV_END not in make_plan("intel", "none", "none").env_set
 
     def test_user_env_wins(self) -> None:
+        """Intel MPI variables the user set (I_MPI_HYDRA_IFACE, I_MPI_HYDRA_ENV, FI_TCP_IFACE) keep
+        the agent from adding -iface, -genvlist or FI_TCP_IFACE."""
         plan = make_plan("intel", "none", "env")
         argv = argv_of(plan)
         assert "-iface" not in argv
@@ -250,19 +375,25 @@ class TestRules:
         assert "FI_TCP_IFACE" not in plan.env_set
 
     def test_not_root_no_allow_run_as_root(self) -> None:
-        assert "--allow-run-as-root" not in make_plan("openmpi4", "none", "none", is_root=False
-                                                      ).argv
+        """--allow-run-as-root is added only when the agent runs as root."""
+        assert (
+            "--allow-run-as-root" not in make_plan("openmpi4", "none", "none", is_root=False).argv
+        )
 
     def test_no_data_interface(self) -> None:
+        """With no net1 or dranet0 the agent leaves NCCL_SOCKET_IFNAME unset: NCCL picks its own."""
         plan = make_plan("openmpi4", "none", "none", interfaces=frozenset({"lo", "eth0"}))
         assert "NCCL_SOCKET_IFNAME" not in plan.env_set
 
     def test_dranet(self) -> None:
-        plan = make_plan("openmpi4", "none", "none",
-                         interfaces=frozenset({"lo", "eth0", "dranet0"}))
+        """A DraNet dranet0 interface becomes NCCL_SOCKET_IFNAME when there is no net1."""
+        plan = make_plan(
+            "openmpi4", "none", "none", interfaces=frozenset({"lo", "eth0", "dranet0"})
+        )
         assert plan.env_set["NCCL_SOCKET_IFNAME"] == "dranet0"
 
     def test_text_render_mentions_every_decision(self) -> None:
+        """The --explain text names every decision and says nothing was written or started."""
         plan = make_plan("openmpi5", "fqdn", "env")
         text = render.as_text(plan)
         for d in plan.decisions:
@@ -275,46 +406,72 @@ class TestRender:
 
     @pytest.mark.parametrize("override", ["none", "flags"])
     def test_command_round_trips(self, override: str) -> None:
+        """The Command block shell-splits back to the exact argv, with the user's program alone on
+        its last line, whether or not the user gave their own mpirun flags."""
         import shlex
 
         plan = make_plan("openmpi4", "none", override)
         text = render.as_text(plan)
         block = text.split("Command:\n", 1)[1].split("\n\n", 1)[0]
         assert shlex.split(block.replace("\\\n", " ")) == list(plan.argv)
-        program = shlex.join(plan.argv[plan.program_index:])
+        program = shlex.join(plan.argv[plan.program_index :])
         assert block.rstrip().splitlines()[-1].strip() == program
 
 
 class TestSSHTrust:
     """With an exchange, mpirun's ssh is pinned; key material never reaches --explain."""
 
-    PRIVATE = "-----BEGIN OPENSSH PRIVATE KEY-----\nc2VjcmV0LWtleS1ieXRlcw==\n" \
-              "-----END OPENSSH PRIVATE KEY-----\n"
+    PRIVATE = (
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nc2VjcmV0LWtleS1ieXRlcw==\n"
+        "-----END OPENSSH PRIVATE KEY-----\n"
+    )
 
-    def plan(self, kind: str, exchange_mode: str) -> Plan:
+    def plan(
+        self, kind: str, exchange_mode: str, *flags: str, state: str = "/run/mpi-bootstrap"
+    ) -> Plan:
         from mpi_bootstrap.core.model import ClientKey, PlannedFile
 
-        env = {**BASE_ENV, "MPI_BOOTSTRAP_EXCHANGE": exchange_mode,
-               "MPI_BOOTSTRAP_EXCHANGE_DIR": "/shared/x"}
-        config = Config.from_env(env, ["--state-dir", "/run/mpi-bootstrap", "launcher",
-                                       "--", "python3", "train.py"], host=HOST)
+        env = {
+            **BASE_ENV,
+            "MPI_BOOTSTRAP_EXCHANGE": exchange_mode,
+            "MPI_BOOTSTRAP_EXCHANGE_DIR": "/shared/x",
+        }
+        config = Config.from_env(
+            env, ["--state-dir", state, *flags, "launcher", "--", "python3", "train.py"], host=HOST
+        )
         parsed = hf.parse(HOSTFILE, "/etc/mpi/hostfile")
         answers = {n: Answer(n, addresses=(a,)) for n, a in ADDRESSES.items()}
         key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIL4FbUREZCX4XJ0cFCw6lRx4ehfW10t1GxS1s/M0/Gl2"
-        file = (PlannedFile("/run/mpi-bootstrap/id_job", self.PRIVATE, 0o600, "the job's key")
-                if exchange_mode == "secret" else None)
+        file = (
+            PlannedFile("/run/mpi-bootstrap/id_job", self.PRIVATE, 0o600, "the job's key")
+            if exchange_mode == "secret"
+            else None
+        )
         client = ClientKey("/run/mpi-bootstrap/id_job", key, file)
-        recs = {n: records.Record(n.split(".")[0], (a,), 2222, key, "root")
-                   for n, a in ADDRESSES.items()}
-        facts = Facts(environ=env, hostfile=parsed, answers=answers, mpi=MPIS[kind],
-                      interfaces=frozenset({"lo", "eth0", "net1"}), is_root=True,
-                      is_pid1=True, launcher_hostname="pi-launcher", client=client,
-                      records=recs, remote=tuple(ADDRESSES))
+        recs = {
+            n: records.Record(n.split(".")[0], (a,), 2222, key, "root")
+            for n, a in ADDRESSES.items()
+        }
+        facts = Facts(
+            environ=env,
+            hostfile=parsed,
+            answers=answers,
+            mpi=MPIS[kind],
+            interfaces=frozenset({"lo", "eth0", "net1"}),
+            is_root=True,
+            is_pid1=True,
+            client=client,
+            records=recs,
+            remote=tuple(ADDRESSES),
+        )
         return build_plan(config, facts)
 
     @pytest.mark.parametrize("kind", sorted(MPIS))
     @pytest.mark.parametrize("mode", ["secret", "dir"])
     def test_pinned(self, kind: str, mode: str) -> None:
+        """With a secret or dir exchange, every MPI's ssh uses the agent's 0600 ssh_config (strict
+        host keys, BatchMode) and known_hosts from the records: via -F for Open MPI, the wrapper
+        for hydra, with published targets and a preflight."""
         plan = self.plan(kind, mode)
         cfg = next(f for f in plan.files if f.path.endswith("/ssh_config"))
         assert cfg.mode == 0o600
@@ -333,7 +490,43 @@ class TestSSHTrust:
             wrapper = next(f for f in plan.files if f.path.endswith("ssh-launcher"))
             assert "exec ssh -F /run/mpi-bootstrap/ssh_config" in wrapper.text
 
+    def test_ssh_reuse(self) -> None:
+        """Preflight's connection is kept for mpirun's ssh: a ControlMaster whose socket lives
+        in the private state directory (a socket there is a shell on the worker), for every
+        host, and the plan names the directory so it is made 0700 before any ssh runs."""
+        plan = self.plan("openmpi4", "dir")
+        cfg = next(f for f in plan.files if f.path.endswith("/ssh_config")).text
+        blocks = cfg.split("\nHost ")[1:]
+        assert blocks and all(
+            "  ControlMaster auto\n" in b
+            and "  ControlPath /run/mpi-bootstrap/cm/%C\n" in b
+            and "  ControlPersist 60" in b
+            for b in blocks
+        )
+        assert plan.control_dir == "/run/mpi-bootstrap/cm"
+        assert next(d for d in plan.decisions if d.setting == "ssh reuse").value == "on"
+
+    @pytest.mark.parametrize(
+        ("flags", "state", "why"),
+        [
+            (("--ssh-reuse", "off"), "/run/mpi-bootstrap", "disabled"),
+            (("--preflight", "off"), "/run/mpi-bootstrap", "no preflight"),
+            ((), "/run/" + "d" * 60, "too long for a socket path"),
+        ],
+    )
+    def test_no_ssh_reuse(self, flags: tuple[str, ...], state: str, why: str) -> None:
+        """No connection is kept where it is switched off, where there is no preflight to make
+        it, or where the socket's path would not fit (ssh would fail every connection)."""
+        plan = self.plan("openmpi4", "dir", *flags, state=state)
+        cfg = next(f for f in plan.files if f.path.endswith("/ssh_config")).text
+        assert "Control" not in cfg
+        assert plan.control_dir is None
+        decision = next(d for d in plan.decisions if d.setting == "ssh reuse")
+        assert decision.value == "off" and why in decision.reason
+
     def test_private_key_never_explained(self) -> None:
+        """The job's private key is planned as a 0600 file but appears in neither --explain text nor
+        JSON, while the ssh config itself is shown."""
         plan = self.plan("openmpi4", "secret")
         assert any(f.text == self.PRIVATE and f.mode == 0o600 for f in plan.files)
         shown = render.as_json(plan) + render.as_text(plan)
@@ -347,18 +540,28 @@ def test_ssh_goes_to_the_published_address_when_dns_is_stale() -> None:
     from mpi_bootstrap.core.model import ClientKey
 
     env = {**BASE_ENV, "MPI_BOOTSTRAP_EXCHANGE": "dir", "MPI_BOOTSTRAP_EXCHANGE_DIR": "/x"}
-    config = Config.from_env(env, ["--state-dir", "/run/mpi-bootstrap", "launcher", "--",
-                                   "a.out"], host=HOST)
+    config = Config.from_env(
+        env, ["--state-dir", "/run/mpi-bootstrap", "launcher", "--", "a.out"], host=HOST
+    )
     parsed = hf.parse(HOSTFILE, "/etc/mpi/hostfile")
     answers = {n: Answer(n, addresses=(a,)) for n, a in ADDRESSES.items()}
     key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIL4FbUREZCX4XJ0cFCw6lRx4ehfW10t1GxS1s/M0/Gl2"
-    recs = {n: records.Record(n.split(".")[0], ("10.1.0.99",) if i == 0 else (a,), 2222,
-                              key, "root") for i, (n, a) in enumerate(ADDRESSES.items())}
-    facts = Facts(environ=env, hostfile=parsed, answers=answers, mpi=MPIS["openmpi4"],
-                  interfaces=frozenset({"lo", "eth0"}), is_root=True, is_pid1=True,
-                  launcher_hostname="pi-launcher",
-                  client=ClientKey("/x/job-key/id", key, None), records=recs,
-                  remote=tuple(ADDRESSES))
+    recs = {
+        n: records.Record(n.split(".")[0], ("10.1.0.99",) if i == 0 else (a,), 2222, key, "root")
+        for i, (n, a) in enumerate(ADDRESSES.items())
+    }
+    facts = Facts(
+        environ=env,
+        hostfile=parsed,
+        answers=answers,
+        mpi=MPIS["openmpi4"],
+        interfaces=frozenset({"lo", "eth0"}),
+        is_root=True,
+        is_pid1=True,
+        client=ClientKey("/x/job-key/id", key, None),
+        records=recs,
+        remote=tuple(ADDRESSES),
+    )
     plan = build_plan(config, facts)
     assert plan.ssh_targets["pi-worker-0.pi.default.svc"] == ("10.1.0.99", 2222)
     cfg = next(f for f in plan.files if f.path.endswith("/ssh_config")).text
@@ -377,8 +580,11 @@ def decision(plan: Plan, setting: str) -> Any:
 
 
 # What CUDA/PyTorch images carry for single-node runs (an Ubuntu 24.04 one, measured).
-CUDA_IMAGE_ENV = {"OMPI_MCA_plm": "isolated", "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
-                  "PMIX_MCA_gds": "hash"}
+CUDA_IMAGE_ENV = {
+    "OMPI_MCA_plm": "isolated",
+    "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+    "PMIX_MCA_gds": "hash",
+}
 
 
 class TestImageSettings:
@@ -387,6 +593,8 @@ class TestImageSettings:
     variable; a flag in the user's own command still wins; a single-host job keeps them."""
 
     def test_plm_isolated_is_overridden(self) -> None:
+        """An image's OMPI_MCA_plm=isolated becomes --mca plm rsh for a multi-host job, and the
+        decision names the variable and the value it overrides."""
         plan = make_plan("openmpi4", "none", "none", env_extra=CUDA_IMAGE_ENV, remote=True)
         assert params(argv_of(plan), "--mca")["plm"] == "rsh"
         d = decision(plan, "--mca plm")
@@ -394,35 +602,70 @@ class TestImageSettings:
         assert "overrides OMPI_MCA_plm='isolated'" in d.reason
 
     def test_plm_kept_on_one_host_and_when_harmless(self) -> None:
-        for env, remote in ((CUDA_IMAGE_ENV, False), ({"OMPI_MCA_plm": "rsh"}, True),
-                            ({"OMPI_MCA_plm": "^slurm"}, True), ({}, True)):
+        """No --mca plm is added for a single-host job, nor when the image's plm (rsh, ^slurm, none)
+        already reaches other hosts."""
+        for env, remote in (
+            (CUDA_IMAGE_ENV, False),
+            ({"OMPI_MCA_plm": "rsh"}, True),
+            ({"OMPI_MCA_plm": "^slurm"}, True),
+            ({}, True),
+        ):
             plan = make_plan("openmpi4", "none", "none", env_extra=env, remote=remote)
             assert "plm" not in params(argv_of(plan), "--mca"), (env, remote)
 
     def test_users_own_plm_flag_wins(self) -> None:
-        plan = make_plan("openmpi4", "none", "none", env_extra=CUDA_IMAGE_ENV, remote=True,
-                         program=["mpirun", "--mca", "plm", "isolated", "./a.out"])
+        """A --mca plm in the user's own mpirun command is kept once as given, even isolated."""
+        plan = make_plan(
+            "openmpi4",
+            "none",
+            "none",
+            env_extra=CUDA_IMAGE_ENV,
+            remote=True,
+            program=["mpirun", "--mca", "plm", "isolated", "./a.out"],
+        )
         argv = argv_of(plan)
         assert argv.count("plm") == 1 and argv[argv.index("plm") + 1] == "isolated"
         assert decision(plan, "--mca plm").source == "user flag --mca plm"
 
     def test_openmpi5_prte_plm(self) -> None:
-        plan = make_plan("openmpi5", "none", "none", remote=True,
-                         env_extra={"PRTE_MCA_plm": "isolated", "OMPI_MCA_plm": "isolated"})
+        """Open MPI 5 overrides PRTE_MCA_plm=isolated with --prtemca plm ssh, and notes that
+        OMPI_MCA_plm is ignored there."""
+        plan = make_plan(
+            "openmpi5",
+            "none",
+            "none",
+            remote=True,
+            env_extra={"PRTE_MCA_plm": "isolated", "OMPI_MCA_plm": "isolated"},
+        )
         assert params(argv_of(plan), "--prtemca")["plm"] == "ssh"
         assert "ignored by Open MPI 5" in decision(plan, "env OMPI_MCA_plm").reason
 
-    @pytest.mark.parametrize(("value", "overridden"), [
-        ("self,vader", True), ("self,sm", True), ("vader,self,tcp", False), ("^openib", False),
-        ("^tcp", True)])
+    @pytest.mark.parametrize(
+        ("value", "overridden"),
+        [
+            ("self,vader", True),
+            ("self,sm", True),
+            ("vader,self,tcp", False),
+            ("^openib", False),
+            ("^tcp", True),
+        ],
+    )
     def test_on_node_btl(self, value: str, overridden: bool) -> None:
-        plan = make_plan("openmpi4", "none", "none", env_extra={"OMPI_MCA_btl": value},
-                         remote=True)
+        """An OMPI_MCA_btl of on-node transports only (self, vader, sm, or ^tcp) becomes self,tcp
+        for a multi-host job; a list that reaches other hosts is kept."""
+        plan = make_plan("openmpi4", "none", "none", env_extra={"OMPI_MCA_btl": value}, remote=True)
         assert (params(argv_of(plan), "--mca").get("btl") == "self,tcp") == overridden
 
-    @pytest.mark.parametrize(("kind", "var", "flag"), [
-        ("mpich", "HYDRA_LAUNCHER", "-launcher"), ("intel", "I_MPI_HYDRA_BOOTSTRAP", "-bootstrap")])
+    @pytest.mark.parametrize(
+        ("kind", "var", "flag"),
+        [
+            ("mpich", "HYDRA_LAUNCHER", "-launcher"),
+            ("intel", "I_MPI_HYDRA_BOOTSTRAP", "-bootstrap"),
+        ],
+    )
     def test_hydra_fork_launcher(self, kind: str, var: str, flag: str) -> None:
+        """An image's hydra fork launcher (HYDRA_LAUNCHER, I_MPI_HYDRA_BOOTSTRAP) is overridden with
+        ssh for a multi-host job, saying so; a user's ssh choice gets no agent flag."""
         plan = make_plan(kind, "none", "none", env_extra={var: "fork"}, remote=True)
         argv = argv_of(plan)
         assert argv[argv.index(flag) + 1] == "ssh"
@@ -432,22 +675,32 @@ class TestImageSettings:
 
     @pytest.mark.parametrize("kind", ["intel", "mpich"])
     def test_fi_provider_shm_stops_a_multi_host_job(self, kind: str) -> None:
+        """FI_PROVIDER=shm stops a multi-host OFI job with a ConfigError naming the variable; a
+        single-host job with it still plans."""
         from mpi_bootstrap.core.errors import ConfigError
 
         info = dataclasses.replace(MPIS[kind], devices=("ucx", "ofi"))
         with pytest.raises(ConfigError) as err:
-            make_plan(kind, "none", "none", env_extra={"FI_PROVIDER": "shm"}, remote=True,
-                      mpi_info=info)
+            make_plan(
+                kind, "none", "none", env_extra={"FI_PROVIDER": "shm"}, remote=True, mpi_info=info
+            )
         assert "FI_PROVIDER='shm'" in err.value.message
         make_plan(kind, "none", "none", env_extra={"FI_PROVIDER": "shm"}, mpi_info=info)
 
     def test_noprefix_when_mpirun_is_in_usr(self) -> None:
+        """Open MPI installed in /usr gets --noprefix instead of --prefix, so ranks keep the
+        forwarded PATH; a --prefix of the user's own wins."""
         info = dataclasses.replace(MPIS["openmpi4"], mpirun="/usr/bin/mpirun", prefix="/usr")
         plan = make_plan("openmpi4", "none", "none", mpi_info=info)
         argv = argv_of(plan)
         assert "--noprefix" in argv and "--prefix" not in argv
-        plan = make_plan("openmpi4", "none", "none", mpi_info=info,
-                         program=["mpirun", "--prefix", "/usr", "./a.out"])
+        plan = make_plan(
+            "openmpi4",
+            "none",
+            "none",
+            mpi_info=info,
+            program=["mpirun", "--prefix", "/usr", "./a.out"],
+        )
         assert "--noprefix" not in argv_of(plan)  # the user's --prefix wins
 
 
@@ -457,28 +710,42 @@ class TestMPICHNetmod:
     UCX, TCP only."""
 
     def test_ofi_by_default(self) -> None:
+        """MPICH built with ucx and ofi gets the OFI netmod, FI_PROVIDER=tcp and FI_TCP_IFACE on the
+        control NIC, all forwarded, and no UCX_NET_DEVICES."""
         info = dataclasses.replace(MPIS["mpich"], devices=("ucx", "ofi"))
         plan = make_plan("mpich", "none", "none", mpi_info=info, env_extra={"UCX_TLS": "x"})
-        assert {k: plan.env_set.get(k) for k in (
-            "MPIR_CVAR_CH4_NETMOD", "FI_PROVIDER", "FI_TCP_IFACE", "UCX_NET_DEVICES")} == {
-            "MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "eth0",
-            "UCX_NET_DEVICES": None}
+        assert {
+            k: plan.env_set.get(k)
+            for k in ("MPIR_CVAR_CH4_NETMOD", "FI_PROVIDER", "FI_TCP_IFACE", "UCX_NET_DEVICES")
+        } == {
+            "MPIR_CVAR_CH4_NETMOD": "ofi",
+            "FI_PROVIDER": "tcp",
+            "FI_TCP_IFACE": "eth0",
+            "UCX_NET_DEVICES": None,
+        }
         assert "MPIR_CVAR_CH4_NETMOD" in plan.forwarded and "FI_PROVIDER" in plan.forwarded
 
     def test_user_ucx_wins(self) -> None:
+        """A user's MPIR_CVAR_CH4_NETMOD=ucx is kept, and UCX is pinned to the control NIC."""
         info = dataclasses.replace(MPIS["mpich"], devices=("ucx", "ofi"))
-        plan = make_plan("mpich", "none", "none", mpi_info=info,
-                         env_extra={"MPIR_CVAR_CH4_NETMOD": "ucx"})
+        plan = make_plan(
+            "mpich", "none", "none", mpi_info=info, env_extra={"MPIR_CVAR_CH4_NETMOD": "ucx"}
+        )
         assert "MPIR_CVAR_CH4_NETMOD" not in plan.env_set
         assert plan.env_set["UCX_NET_DEVICES"] == "eth0"
 
     def test_ucx_only_build(self) -> None:
+        """A UCX-only MPICH build gets no netmod setting, and UCX is pinned to the control NIC."""
         info = dataclasses.replace(MPIS["mpich"], devices=("ucx",))
         plan = make_plan("mpich", "none", "none", mpi_info=info)
         assert "MPIR_CVAR_CH4_NETMOD" not in plan.env_set
         assert plan.env_set["UCX_NET_DEVICES"] == "eth0"
 
     def test_devices_parsed(self) -> None:
-        text = ("HYDRA build details:\n    Version:  5.0.2\n    Configure options: "
-                "--with-device=ch4:ucx,ofi --with-pm=hydra:gforker\n")
-        assert mpi.identify(text, "/x/mpirun", "auto", "default", prefix="/x").devices == ("ucx", "ofi")
+        """MPICH's netmods are read from the --with-device=ch4:... line of its version output."""
+        text = (
+            "HYDRA build details:\n    Version:  5.0.2\n    Configure options: "
+            "--with-device=ch4:ucx,ofi --with-pm=hydra:gforker\n"
+        )
+        info = mpi.identify(text, "/x/mpirun", "auto", "default", prefix="/x")
+        assert info.devices == ("ucx", "ofi")

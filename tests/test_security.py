@@ -8,18 +8,13 @@ SECURITY.md cites these classes: one class per promise, its docstring saying whi
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
-import fnmatch
 import json
 import os
 import pwd
-import re
 import secrets
-import socket
 import stat
 import subprocess
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -31,83 +26,29 @@ from mpi_bootstrap.core import records
 from mpi_bootstrap.ssh import keys
 from mpi_bootstrap.ssh import netx as exchange
 from tests.conftest import AGENT
+from tests.support import logs
+from tests.support.audit import mode_problems, private_key_lines
 from tests.support.cluster import Cluster, Pod, agent_env
-from tests.test_ssh import WORKERS, make_mount, record_of, start_workers
+from tests.support.podnet import EXCHANGE_PORT, ask, connect, wait_listening
+from tests.support.workers import (
+    TOKEN,
+    WORKERS,
+    command_lines,
+    launcher_env,
+    make_mount,
+    record_of,
+    start_workers,
+    stop,
+)
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
 
-# Fresh per run: a value that cannot appear in any output by accident.
-TOKEN = "tok-" + secrets.token_hex(16)
+# Fresh per run, like TOKEN (tests/support/workers.py): a token that is not the job's.
 WRONG_TOKEN = "tok-" + secrets.token_hex(16)
-EXCHANGE_PORT = 2223
 MARKER = "MPIB_SECURITY_MARKER=reached-mpirun"  # in the launcher's env, seen by a local rank
 
 
 # ---------------------------------------------------------------- helpers
-
-_CLONE_NEWNET = 0x40000000
-
-
-def connect(pod: Pod, address: str, port: int, timeout: float = 10.0) -> socket.socket:
-    """A TCP connection made from inside `pod`'s network namespace.
-
-    A socket stays in the namespace it was created in, so a short-lived thread enters the
-    pod (setns affects only the calling thread) and hands the connected socket back.
-    """
-    box: list[socket.socket | BaseException] = []
-
-    def inner() -> None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            fd = os.open(f"/run/netns/{pod.netns.name}", os.O_RDONLY)
-            try:
-                if libc.setns(fd, _CLONE_NEWNET) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, os.strerror(err))
-            finally:
-                os.close(fd)
-            box.append(socket.create_connection((address, port), timeout=timeout))
-        except BaseException as exc:  # handed to the caller's thread
-            box.append(exc)
-
-    t = threading.Thread(target=inner)
-    t.start()
-    t.join()
-    if isinstance(box[0], BaseException):
-        raise box[0]
-    return box[0]
-
-
-def wait_listening(pod: Pod, address: str, port: int, proc: subprocess.Popen[str],
-                   timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        with contextlib.suppress(OSError):
-            connect(pod, address, port, timeout=1.0).close()
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"nothing listens on {address}:{port} in {pod.name}")
-
-
-def ask(pod: Pod, address: str, raw: bytes, port: int = EXCHANGE_PORT) -> bytes:
-    """Send one net-exchange line from `pod` and return the reply line."""
-    with connect(pod, address, port) as conn:
-        conn.sendall(raw)
-        data = b""
-        while b"\n" not in data:
-            chunk = conn.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    return data.split(b"\n", 1)[0]
-
-
-def launcher_env(tmp: Path, cluster: Cluster, hostfile: str, **extra: str) -> dict[str, str]:
-    hf = tmp / "hostfile"
-    hf.write_text(hostfile)
-    return agent_env(tmp, cluster.pods[0], MPI_HOSTFILE=str(hf),
-                    MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(tmp / "mpi-hostfile"), **extra)
 
 
 def exchange_env(tmp: Path, mode: str) -> dict[str, str]:
@@ -122,25 +63,6 @@ def exchange_env(tmp: Path, mode: str) -> dict[str, str]:
     return env
 
 
-def command_lines(cluster: Cluster) -> str:
-    """Every process's argv in every pod (what `ps` shows to any user)."""
-    out = []
-    for pod in cluster.pods:
-        for pid in pod.netns.pids():
-            with contextlib.suppress(OSError):
-                out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-                           .decode(errors="replace"))
-    return "\n".join(out)
-
-
-def stop(cluster: Cluster, procs: list[subprocess.Popen[str]]) -> list[tuple[str, str]]:
-    """SIGTERM the workers still running; (stdout, stderr) of each."""
-    for p in procs:
-        if p.poll() is None:
-            cluster.signal(p)
-    return [p.communicate(timeout=20) for p in procs]
-
-
 @dataclasses.dataclass
 class JobRun:
     tmp: Path
@@ -149,13 +71,17 @@ class JobRun:
     outputs: dict[str, str]  # everything the agent printed, by where it came from
 
 
-def run_job(cluster: Cluster, tmp: Path, mode: str, *, level: str = "info",
-            fmt: str = "json") -> JobRun:
+def run_job(
+    cluster: Cluster, tmp: Path, mode: str, *, level: str = "info", fmt: str = "json"
+) -> JobRun:
     """Workers, `launcher --explain` (text and JSON), then a real job whose program is
     `env` on every rank, one of them on the launcher itself (so it inherits mpirun's
     environment); then the workers are stopped. Returns all that was printed."""
-    extra = {**exchange_env(tmp, mode), "MPI_BOOTSTRAP_LOG_LEVEL": level,
-             "MPI_BOOTSTRAP_LOG_FORMAT": fmt}
+    extra = {
+        **exchange_env(tmp, mode),
+        "MPI_BOOTSTRAP_LOG_LEVEL": level,
+        "MPI_BOOTSTRAP_LOG_FORMAT": fmt,
+    }
     procs = start_workers(cluster, tmp, **extra)
     hostfile = "job-launcher slots=1\n" + "".join(f"{w} slots=1\n" for w in WORKERS)
     name, _, value = MARKER.partition("=")
@@ -181,12 +107,6 @@ def run_job(cluster: Cluster, tmp: Path, mode: str, *, level: str = "info",
     return JobRun(tmp, mode, job, outputs)
 
 
-@pytest.fixture
-def cluster() -> Iterator[Cluster]:
-    with Cluster(["job-launcher", *WORKERS]) as c:
-        yield c
-
-
 # ---------------------------------------------------------------- 1. file modes
 
 # Every path the agent may leave behind, relative to its root → its exact mode. A path
@@ -210,6 +130,7 @@ LAUNCHER_STATE = {
     "id_launcher.pub": 0o644,
     "id_job": 0o600,  # secret exchange
     "ssh-launcher": 0o755,  # hydra's ssh wrapper (MPICH, Intel MPI only)
+    "cm": 0o700,  # ssh connection reuse: the control sockets (a short state dir only)
 }
 EXCHANGE_DIR = {
     ".lock": 0o600,  # flock: the job key is made, adopted and cleaned one pod at a time
@@ -221,58 +142,41 @@ EXCHANGE_DIR = {
 }
 # What each exchange must have written (so an empty walk cannot pass).
 REQUIRED = {
-    "dir": ({"ssh_host_ed25519_key", "ssh_host_ed25519_key.pub", "authorized_keys",
-             "sshd_config", "record.json"},
-            {"ssh_config", "known_hosts", "id_job"},
-            {"job-key", "job-key/id", "job-key/id.pub", "job-worker-0.json",
-             "job-worker-1.json", "job-done"}),
-    "net": ({"ssh_host_ed25519_key", "ssh_host_ed25519_key.pub", "authorized_keys",
-             "sshd_config", "record.json"},
-            {"ssh_config", "known_hosts", "id_launcher", "id_launcher.pub"}, set()),
-    "secret": ({"id_job", "id_job.pub", "authorized_keys", "sshd_config", "record.json"},
-               {"ssh_config", "known_hosts", "id_job"}, set()),
+    "dir": (
+        {
+            "ssh_host_ed25519_key",
+            "ssh_host_ed25519_key.pub",
+            "authorized_keys",
+            "sshd_config",
+            "record.json",
+        },
+        {"ssh_config", "known_hosts", "id_job"},
+        {
+            "job-key",
+            "job-key/id",
+            "job-key/id.pub",
+            "job-worker-0.json",
+            "job-worker-1.json",
+            "job-done",
+        },
+    ),
+    "net": (
+        {
+            "ssh_host_ed25519_key",
+            "ssh_host_ed25519_key.pub",
+            "authorized_keys",
+            "sshd_config",
+            "record.json",
+        },
+        {"ssh_config", "known_hosts", "id_launcher", "id_launcher.pub"},
+        set(),
+    ),
+    "secret": (
+        {"id_job", "id_job.pub", "authorized_keys", "sshd_config", "record.json"},
+        {"ssh_config", "known_hosts", "id_job"},
+        set(),
+    ),
 }
-_TEMP = re.compile(r"^\..+\.tmp$|^\.job-key\.")  # files.atomic_write / DirExchange.job_key
-
-
-def walk(root: Path, *, itself: bool) -> dict[str, os.stat_result]:
-    """Every path under `root` (lstat, so a symlink is seen as one); `.` is root itself."""
-    found = {".": os.lstat(root)} if itself else {}
-    for here, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = Path(here) / name
-            found[str(path.relative_to(root))] = os.lstat(path)
-    return found
-
-
-def mode_problems(root: Path, table: Mapping[str, int], required: set[str]) -> list[str]:
-    problems = []
-    entries = walk(root, itself="." in table)  # the exchange dir itself is the operator's
-    for missing in sorted(required - set(entries)):
-        problems.append(f"{root}/{missing}: expected, not written")
-    for rel, st in sorted(entries.items()):
-        where, mode = f"{root}/{rel}", stat.S_IMODE(st.st_mode)
-        if _TEMP.match(os.path.basename(rel)):
-            problems.append(f"{where}: temporary file left behind")
-            continue
-        if stat.S_ISLNK(st.st_mode) or not (stat.S_ISREG(st.st_mode) or
-                                            stat.S_ISDIR(st.st_mode)):
-            problems.append(f"{where}: not a plain file or directory")
-            continue
-        if st.st_uid != os.geteuid():
-            problems.append(f"{where}: owned by uid {st.st_uid}, not {os.geteuid()}")
-        if mode & 0o022:
-            problems.append(f"{where}: writable by group or others ({mode:04o})")
-        if stat.S_ISREG(st.st_mode) and b"PRIVATE KEY" in (root / rel).read_bytes() \
-                and mode != 0o600:
-            problems.append(f"{where}: holds a private key but is {mode:04o}, not 0600")
-        expected = next((m for pat, m in table.items() if fnmatch.fnmatchcase(rel, pat)),
-                        None)
-        if expected is None:
-            problems.append(f"{where}: no entry in the mode table (mode {mode:04o})")
-        elif mode != expected:
-            problems.append(f"{where}: mode {mode:04o}, expected {expected:04o}")
-    return problems
 
 
 class TestFileModes:
@@ -281,13 +185,14 @@ class TestFileModes:
 
     @pytest.mark.parametrize("mode", ["dir", "net", "secret"])
     def test_after_a_job(self, cluster: Cluster, tmp_path: Path, mode: str) -> None:
+        """After a real job in each exchange mode, every path the agent wrote has exactly its listed
+        mode (keys 0600, dirs 0700), none is writable by others, and no temporary file remains."""
         run = run_job(cluster, tmp_path, mode)
         worker_req, launcher_req, exchange_req = REQUIRED[mode]
         problems = []
         for w in WORKERS:
             problems += mode_problems(tmp_path / w / "state", WORKER_STATE, worker_req)
-        problems += mode_problems(tmp_path / "job-launcher" / "state", LAUNCHER_STATE,
-                                  launcher_req)
+        problems += mode_problems(tmp_path / "job-launcher" / "state", LAUNCHER_STATE, launcher_req)
         if mode == "dir":
             problems += mode_problems(tmp_path / "exchange", EXCHANGE_DIR, exchange_req)
         for out in ("mpi-hostfile", "mpi-hostfile.orig"):  # the rewritten hostfile
@@ -298,8 +203,10 @@ class TestFileModes:
         assert run.job.returncode == 0
 
     @pytest.mark.parametrize("role", ["worker", "launcher"])
-    def test_existing_open_state_dir_is_made_private(self, cluster: Cluster,
-                                                     tmp_path: Path, role: str) -> None:
+    def test_existing_open_state_dir_is_made_private(
+        self, cluster: Cluster, tmp_path: Path, role: str
+    ) -> None:
+        """A pre-existing 0755 state dir of a worker or the launcher is made 0700 by a real run."""
         xdir = tmp_path / "exchange"
         xdir.mkdir()
         pod = cluster.pods[0 if role == "launcher" else 1]
@@ -307,16 +214,21 @@ class TestFileModes:
         state.mkdir(parents=True)
         state.chmod(0o755)
         start_workers(cluster, tmp_path, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
-        env = launcher_env(tmp_path, cluster, "".join(f"{w} slots=1\n" for w in WORKERS),
-                           MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+        env = launcher_env(
+            tmp_path,
+            cluster,
+            "".join(f"{w} slots=1\n" for w in WORKERS),
+            MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+        )
         done = cluster.pods[0].run([AGENT, "launcher", "--", "true"], env)
         assert done.returncode == 0, done.stderr
         assert stat.S_IMODE(state.stat().st_mode) == 0o700
 
     @pytest.mark.parametrize("kind", ["owned-by-uid-1000", "symlink-to-it"])
     @pytest.mark.parametrize("role", ["worker", "launcher"])
-    def test_state_dir_of_another_user_is_refused(self, cluster: Cluster, tmp_path: Path,
-                                                  role: str, kind: str) -> None:
+    def test_state_dir_of_another_user_is_refused(
+        self, cluster: Cluster, tmp_path: Path, role: str, kind: str
+    ) -> None:
         """E.g. /tmp/mpi-bootstrap-<uid> (the non-root default) made first by someone else."""
         xdir = tmp_path / "exchange"
         xdir.mkdir()
@@ -330,15 +242,21 @@ class TestFileModes:
             state.parent.mkdir(exist_ok=True)
             state.symlink_to(target)
         if role == "worker":
-            p = cluster.start(pod, [AGENT, "worker"],
-                              agent_env(tmp_path, pod, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir)))
+            p = cluster.start(
+                pod,
+                [AGENT, "worker"],
+                agent_env(tmp_path, pod, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir)),
+            )
             _, err = p.communicate(timeout=30)
             code = p.returncode
         else:
             start_workers(cluster, tmp_path, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
-            env = launcher_env(tmp_path, cluster,
-                               "".join(f"{w} slots=1\n" for w in WORKERS),
-                               MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+            env = launcher_env(
+                tmp_path,
+                cluster,
+                "".join(f"{w} slots=1\n" for w in WORKERS),
+                MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+            )
             done = cluster.pods[0].run([AGENT, "launcher", "--", "true"], env)
             code, err = done.returncode, done.stderr
         assert code == 64, err
@@ -348,6 +266,7 @@ class TestFileModes:
 
 
 # ---------------------------------------------------------------- 2–4. the worker's sshd
+
 
 @dataclasses.dataclass(frozen=True)
 class Live:
@@ -370,8 +289,15 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         xdir.mkdir()
         start_workers(c, tmp, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
         rec = record_of(tmp, c.pods[1])
-        yield Live(c.pods[0], c.pods[1].address, int(rec["port"]),  # type: ignore[call-overload]
-                   str(rec["host_key"]), str(rec["user"]), xdir / "job-key" / "id", tmp)
+        yield Live(
+            c.pods[0],
+            c.pods[1].address,
+            int(rec["port"]),  # type: ignore[call-overload]
+            str(rec["host_key"]),
+            str(rec["user"]),
+            xdir / "job-key" / "id",
+            tmp,
+        )
 
 
 @contextlib.contextmanager
@@ -400,18 +326,35 @@ def accepted(live: Live, user: str, key: paramiko.PKey) -> bool:
         return t.is_authenticated()
 
 
-def openssh(live: Live, *options: str, command: str = "true",
-            identity: bool = False) -> subprocess.CompletedProcess[str]:
+def openssh(
+    live: Live, *options: str, command: str = "true", identity: bool = False
+) -> subprocess.CompletedProcess[str]:
     """The real `ssh` client, from the launcher pod, the worker's host key pinned."""
     known = live.tmp / "known_hosts"
     known.write_text(f"[{live.address}]:{live.port} {live.host_key}\n")
-    argv = ["ssh", "-F", "/dev/null", "-p", str(live.port), "-o", "BatchMode=yes",
-            "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known}",
-            "-o", "ConnectTimeout=10", *options]
+    argv = [
+        "ssh",
+        "-F",
+        "/dev/null",
+        "-p",
+        str(live.port),
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        f"UserKnownHostsFile={known}",
+        "-o",
+        "ConnectTimeout=10",
+        *options,
+    ]
     if identity:
         argv += ["-i", str(live.job_key), "-o", "IdentitiesOnly=yes"]
-    return live.launcher.run([*argv, f"{live.user}@{live.address}", command],
-                             {"PATH": "/usr/bin:/bin", "HOME": str(live.tmp)}, timeout=60)
+    return live.launcher.run(
+        [*argv, f"{live.user}@{live.address}", command],
+        {"PATH": "/usr/bin:/bin", "HOME": str(live.tmp)},
+        timeout=60,
+    )
 
 
 class TestSshdRefusesPasswords:
@@ -419,23 +362,33 @@ class TestSshdRefusesPasswords:
     keyboard-interactive, no login without credentials."""
 
     def test_auth_none_offers_only_publickey(self, live: Live) -> None:
+        """Auth `none` does not log in, and the worker's sshd names publickey as its only method."""
         with transport(live) as t, pytest.raises(paramiko.BadAuthenticationType) as err:
             t.auth_none(live.user)
         assert err.value.allowed_types == ["publickey"]
 
     def test_password(self, live: Live) -> None:
+        """A password attempt is refused outright: the worker's sshd offers publickey only."""
         with transport(live) as t, pytest.raises(paramiko.BadAuthenticationType) as err:
             t.auth_password(live.user, "any-password", fallback=False)
         assert err.value.allowed_types == ["publickey"]
 
     def test_keyboard_interactive(self, live: Live) -> None:
+        """Keyboard-interactive auth is refused: the worker's sshd offers publickey only."""
         with transport(live) as t, pytest.raises(paramiko.BadAuthenticationType) as err:
             t.auth_interactive_dumb(live.user)
         assert err.value.allowed_types == ["publickey"]
 
     def test_openssh_client_password(self, live: Live) -> None:
-        done = openssh(live, "-o", "PreferredAuthentications=password,keyboard-interactive",
-                       "-o", "PubkeyAuthentication=no")
+        """The real ssh client limited to password/keyboard-interactive is denied, while the
+        job's key works."""
+        done = openssh(
+            live,
+            "-o",
+            "PreferredAuthentications=password,keyboard-interactive",
+            "-o",
+            "PubkeyAuthentication=no",
+        )
         assert done.returncode == 255
         # The server's list of methods that can continue: publickey alone.
         assert "Permission denied (publickey)." in done.stderr
@@ -446,9 +399,11 @@ class TestSshdRefusesStrangers:
     """A worker's sshd admits only the job's key, and only for the job's user."""
 
     def test_right_key_and_user_are_accepted(self, live: Live) -> None:
+        """Control: the job's key logs in as the job's user, so the refusals mean something."""
         assert accepted(live, live.user, job_key(live))
 
     def test_unknown_key(self, live: Live, tmp_path: Path) -> None:
+        """A key that is not the job's cannot log in to a worker, while the job's key still can."""
         keys.generate(str(tmp_path / "stranger"), "stranger")
         stranger = paramiko.Ed25519Key(filename=str(tmp_path / "stranger"))
         assert not accepted(live, live.user, stranger)
@@ -456,6 +411,7 @@ class TestSshdRefusesStrangers:
 
     @pytest.mark.parametrize("uid", [1000, 65534], ids=["uid1000", "nobody"])
     def test_other_user(self, live: Live, uid: int) -> None:
+        """The job's key cannot log in as another real account (uid 1000, nobody): AllowUsers."""
         try:
             other = pwd.getpwuid(uid).pw_name  # a real account: sshd would serve it
         except KeyError:
@@ -492,6 +448,8 @@ class TestSshdAcceptsOnlyForwardedEnv:
     the client asks for (never LD_PRELOAD, BASH_ENV or PATH)."""
 
     def test_paramiko_env_requests(self, live: Live) -> None:
+        """Env requests over paramiko: the MPI/NCCL/UCX variables arrive; LD_PRELOAD, BASH_ENV, PATH
+        and other names do not."""
         with transport(live) as t:
             t.auth_publickey(live.user, job_key(live))
             chan = t.open_session(timeout=20)
@@ -503,6 +461,7 @@ class TestSshdAcceptsOnlyForwardedEnv:
         check_env(out)
 
     def test_openssh_setenv(self, live: Live) -> None:
+        """The same through the real ssh client's SetEnv: only the forwarded variables arrive."""
         setenv = " ".join(f"{k}={v}" for k, (v, _) in ENV_REQUESTS.items())
         done = openssh(live, "-o", f"SetEnv={setenv}", command="env", identity=True)
         assert done.returncode == 0, done.stderr
@@ -551,8 +510,11 @@ while True:
 
 
 def start_impostor(cluster: Cluster, pod: Pod, what: str, arg: str) -> subprocess.Popen[str]:
-    p = cluster.start(pod, ["/usr/bin/python3", "-c", IMPOSTOR, pod.address,
-                            str(EXCHANGE_PORT), what, arg], {"PATH": "/usr/bin:/bin"})
+    p = cluster.start(
+        pod,
+        ["/usr/bin/python3", "-c", IMPOSTOR, pod.address, str(EXCHANGE_PORT), what, arg],
+        {"PATH": "/usr/bin:/bin"},
+    )
     wait_listening(cluster.pods[0], pod.address, EXCHANGE_PORT, p)
     return p
 
@@ -562,11 +524,17 @@ def impostor_record(tmp: Path, pod: Pod) -> dict[str, object]:
     return records.Record(pod.name, (pod.address,), 2222, pair.public, "root").to_dict()
 
 
-def net_launch(cluster: Cluster, tmp: Path, workers: list[str], state: str, token: str, *,
-               deadline: float = 5) -> subprocess.CompletedProcess[str]:
-    env = launcher_env(tmp, cluster, "".join(f"{w} slots=1\n" for w in workers),
-                       MPI_BOOTSTRAP_TOKEN=token, MPI_DNS_WAIT_SECONDS=f"{deadline:g}",
-                       MPI_BOOTSTRAP_STATE_DIR=str(tmp / state))
+def net_launch(
+    cluster: Cluster, tmp: Path, workers: list[str], state: str, token: str, *, deadline: float = 5
+) -> subprocess.CompletedProcess[str]:
+    env = launcher_env(
+        tmp,
+        cluster,
+        "".join(f"{w} slots=1\n" for w in workers),
+        MPI_BOOTSTRAP_TOKEN=token,
+        MPI_DNS_WAIT_SECONDS=f"{deadline:g}",
+        MPI_BOOTSTRAP_STATE_DIR=str(tmp / state),
+    )
     return cluster.pods[0].run([AGENT, "launcher", "--", "hostname"], env, timeout=60)
 
 
@@ -583,6 +551,8 @@ class TestNetExchangeRefuses:
     very request with the job's token is never trusted (exit 69)."""
 
     def test_tampered_hello_changes_nothing(self, cluster: Cluster, tmp_path: Path) -> None:
+        """A signed hello with its key, nonce or time altered is denied and authorises nothing
+        (logged as a bad mac); the untouched hello is accepted."""
         procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_TOKEN=TOKEN)
         worker = cluster.pods[1]
         authorized = tmp_path / worker.name / "state" / "authorized_keys"
@@ -591,12 +561,16 @@ class TestNetExchangeRefuses:
         mallory = keys.generate(str(tmp_path / "mallory"), "mallory").public
         hello, _ = exchange.make_hello(TOKEN, alice, worker.name)
         signed = json.loads(hello)
-        tampered = {"client_key": mallory, "nonce": secrets.token_hex(32),
-                    "time": signed["time"] + 1}
+        tampered = {
+            "client_key": mallory,
+            "nonce": secrets.token_hex(32),
+            "time": signed["time"] + 1,
+        }
         for field, value in tampered.items():
             raw = json.dumps({**signed, field: value}).encode() + b"\n"  # mac unchanged
-            assert json.loads(ask(cluster.pods[0], worker.address, raw)) == \
-                {"type": "denied"}, field
+            assert json.loads(ask(cluster.pods[0], worker.address, raw)) == {"type": "denied"}, (
+                field
+            )
             assert authorized.read_text() == original, field
         # The same message, untouched, is accepted: only the tampering was refused.
         reply = json.loads(ask(cluster.pods[0], worker.address, hello))
@@ -604,11 +578,12 @@ class TestNetExchangeRefuses:
         assert alice in authorized.read_text()
         assert mallory not in authorized.read_text()
         _, err = stop(cluster, procs)[0]
-        reasons = [json.loads(ln).get("reason") for ln in err.splitlines()
-                   if ln.startswith("{") and json.loads(ln)["event"] == "exchange refused"]
+        reasons = [e.get("reason") for e in logs.named(err, "exchange refused")]
         assert reasons == ["bad mac (wrong or missing token)"] * len(tampered)
 
     def test_impostor_worker_is_not_trusted(self, tmp_path: Path) -> None:
+        """A fake worker whose record is signed with another token is refused at once (69): its host
+        key is not trusted and mpirun never starts; signed with the job's token, it is believed."""
         with Cluster(["job-launcher", "job-worker-0"]) as c:
             pod = c.pods[1]
             record = impostor_record(tmp_path, pod)
@@ -625,8 +600,7 @@ class TestNetExchangeRefuses:
             t0 = time.monotonic()
             done = net_launch(c, tmp_path, ["job-worker-0"], "state", TOKEN, deadline=90)
             assert done.returncode == 69, done.stderr
-            assert "job-worker-0: exchange reply not signed with the job's token" in \
-                done.stderr
+            assert "job-worker-0: exchange reply not signed with the job's token" in done.stderr
             assert key not in trusted_keys(tmp_path, "state")
             assert "mpirun start" not in done.stderr
             assert time.monotonic() - t0 < 45  # refused at once, not retried to the deadline
@@ -654,17 +628,6 @@ class TestNetExchangeRefuses:
 
 # ---------------------------------------------------------------- 6. secrets in output
 
-def private_key_lines(roots: list[Path]) -> tuple[int, set[str]]:
-    """(number of private key files, their base64 body lines) under `roots`."""
-    count, lines = 0, set()
-    for root in roots:
-        for path in root.rglob("*"):
-            if path.is_file() and b"PRIVATE KEY" in path.read_bytes():
-                count += 1
-                lines |= {ln.strip() for ln in path.read_text().splitlines()
-                          if not ln.startswith("-----") and len(ln.strip()) >= 16}
-    return count, lines
-
 
 def leaks(outputs: Mapping[str, str], key_lines: set[str]) -> list[str]:
     found = []
@@ -679,11 +642,15 @@ def leaks(outputs: Mapping[str, str], key_lines: set[str]) -> list[str]:
 
 # Every level for the exchange that uses the token; every exchange at debug.
 LOG_CASES = [
-    *(pytest.param("net", level, "json", id=f"net-{level}-json")
-      for level in ("debug", "info", "warning", "error")),
+    *(
+        pytest.param("net", level, "json", id=f"net-{level}-json")
+        for level in ("debug", "info", "warning", "error")
+    ),
     *(pytest.param(mode, "debug", "json", id=f"{mode}-debug-json") for mode in ("dir", "secret")),
-    *(pytest.param(mode, "debug", "console", id=f"{mode}-debug-console")
-      for mode in ("dir", "net", "secret")),
+    *(
+        pytest.param(mode, "debug", "console", id=f"{mode}-debug-console")
+        for mode in ("dir", "net", "secret")
+    ),
 ]
 
 
@@ -693,8 +660,11 @@ class TestNoSecretInOutput:
     environment."""
 
     @pytest.mark.parametrize(("mode", "level", "fmt"), LOG_CASES)
-    def test_job_and_explain(self, cluster: Cluster, tmp_path: Path, mode: str, level: str,
-                             fmt: str) -> None:
+    def test_job_and_explain(
+        self, cluster: Cluster, tmp_path: Path, mode: str, level: str, fmt: str
+    ) -> None:
+        """At each log level and format, no token or private key line appears in logs, --explain,
+        probe or command lines, and no rank's environment holds the token."""
         run = run_job(cluster, tmp_path, mode, level=level, fmt=fmt)
         roots = [tmp_path / p.name / "state" for p in cluster.pods]
         roots += [tmp_path / d for d in ("exchange", "secret") if (tmp_path / d).exists()]
@@ -714,15 +684,15 @@ class TestNoSecretInOutput:
 
     def test_failures(self, cluster: Cluster, tmp_path: Path) -> None:
         """Error paths: a token mismatch, and a token too short to be accepted."""
-        procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_TOKEN=TOKEN,
-                              MPI_BOOTSTRAP_LOG_LEVEL="debug")
+        procs = start_workers(
+            cluster, tmp_path, MPI_BOOTSTRAP_TOKEN=TOKEN, MPI_BOOTSTRAP_LOG_LEVEL="debug"
+        )
         outputs = {}
         done = net_launch(cluster, tmp_path, WORKERS, "state", WRONG_TOKEN)
         assert done.returncode == 69, done.stderr
         outputs["launcher, wrong token"] = done.stdout + done.stderr
         short = "short-secret-1"  # < 16 characters: a config error that must not echo it
-        env = launcher_env(tmp_path, cluster, "job-worker-0 slots=1\n",
-                           MPI_BOOTSTRAP_TOKEN=short)
+        env = launcher_env(tmp_path, cluster, "job-worker-0 slots=1\n", MPI_BOOTSTRAP_TOKEN=short)
         done = cluster.pods[0].run([AGENT, "launcher", "--", "true"], env)
         assert done.returncode == 64, done.stderr
         assert "MPI_BOOTSTRAP_TOKEN" in done.stderr
@@ -733,4 +703,3 @@ class TestNoSecretInOutput:
         _, key_lines = private_key_lines([tmp_path / w / "state" for w in WORKERS])
         assert leaks(outputs, key_lines) == []
         assert all(WRONG_TOKEN not in text for text in outputs.values())
-

@@ -60,6 +60,7 @@ class Config:
     sshd: str
     ssh_user: str | None
     preflight: bool
+    ssh_reuse: bool
     startup_timeout: float
     ssh_connect_timeout: int
     state_dir: str

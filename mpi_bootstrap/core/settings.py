@@ -37,10 +37,6 @@ _FALSE = {"0", "false", "no", "off", ""}
 # ---------------------------------------------------------------- value parsers
 # Each returns the parsed value or raises ValueError with a short reason.
 
-def _str(raw: str) -> str:
-    return raw
-
-
 def _path(raw: str) -> str:
     if not raw:
         raise ValueError("must not be empty")
@@ -240,6 +236,9 @@ SETTINGS: tuple[Setting, ...] = (
             "launcher's own user)"),
     Setting("preflight", "--preflight", ("MPI_BOOTSTRAP_PREFLIGHT",), True, _bool,
             "check every worker over ssh before starting mpirun"),
+    Setting("ssh_reuse", "--ssh-reuse", ("MPI_BOOTSTRAP_SSH_REUSE",), True, _bool,
+            "keep preflight's ssh connection to each worker open (ControlMaster, socket in "
+            "the state dir) so mpirun's ssh reuses it instead of connecting again"),
     Setting("state_dir", "--state-dir", ("MPI_BOOTSTRAP_STATE_DIR",), None,
             _plain_dir,
             "private directory for generated files (default /run/mpi-bootstrap as root)"),

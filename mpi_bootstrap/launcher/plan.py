@@ -39,8 +39,7 @@ class Facts:
     interfaces: frozenset[str]
     is_root: bool
     is_pid1: bool
-    launcher_hostname: str
-    # SSH trust (issue 4): the job's client key, and the records of the remote workers
+    # SSH trust: the job's client key, and the records of the remote workers
     # by the name mpirun uses. Empty with MPI_BOOTSTRAP_EXCHANGE=none.
     client: ClientKey | None = None
     records: Mapping[str, records.Record] = dataclasses.field(default_factory=dict)
@@ -66,6 +65,7 @@ class Plan:
     remote: tuple[str, ...] = ()
     preflight: bool = False
     prefix: str | None = None  # Open MPI's --prefix, where preflight looks for orted
+    control_dir: str | None = None  # ssh's ControlPath directory (connection reuse)
     done_file: str | None = None  # dir exchange: `job-done`, written after success
     done_text: str = ""
     deadline: float = 0.0
@@ -109,8 +109,9 @@ def data_iface(config: Config, environ: Mapping[str, str],
                           f"none of {', '.join(DATA_IFACE_CANDIDATES)} present")
 
 
-def build_plan(config: Config, facts: Facts) -> Plan:
-    decisions: list[Decision] = [
+def _base_decisions(config: Config, facts: Facts) -> list[Decision]:
+    """Role, MPI, hostfile and rewrite: what every plan starts from."""
+    return [
         Decision("role", config.role, str(config.source("role")), "launcher runs mpirun"),
         Decision("mpi", f"{facts.mpi.vendor} {facts.mpi.version}", facts.mpi.source,
                  f"{facts.mpi.mpirun} --version: {facts.mpi.version_line!r}"),
@@ -120,55 +121,72 @@ def build_plan(config: Config, facts: Facts) -> Plan:
                  {"none": "names kept as written",
                   "fqdn": f"x.svc → x.svc.{config.cluster_domain}",
                   "ip": "names replaced by the addresses the DNS wait found"}[config.rewrite]),
+        *(Decision("note", "", "config", n) for n in config.notes),
     ]
-    decisions.extend(Decision("note", "", "config", n) for n in config.notes)
 
-    entries = host_entries(config, facts.hostfile, facts.answers)
-    hosts = hf.rename(facts.hostfile, {e.name: e.rewritten_to for e in entries})
-    runtime = facts.mpi.runtime
-    form = hf.HYDRA if runtime == mpi.HYDRA else hf.OPENMPI
-    text = hf.render(hosts, form)
-    decisions.append(Decision("hostfile form", form, "detected",
-                              f"the form {facts.mpi.vendor} reads"))
 
+def _interfaces(config: Config, facts: Facts, decisions: list[Decision]) -> str | None:
+    """The data interface (for NCCL), and whether the control interface is here."""
     data, data_decision = data_iface(config, facts.environ, facts.interfaces)
     decisions.append(data_decision)
+    source = str(config.source("control_iface"))
     if config.control_iface not in facts.interfaces:
-        decisions.append(Decision("control interface", config.control_iface,
-                                  str(config.source("control_iface")),
+        decisions.append(Decision("control interface", config.control_iface, source,
                                   f"WARNING: not present here (have: "
                                   f"{', '.join(sorted(facts.interfaces))})"))
     else:
-        decisions.append(Decision("control interface", config.control_iface,
-                                  str(config.source("control_iface")),
+        decisions.append(Decision("control interface", config.control_iface, source,
                                   "ssh and MPI control traffic stay on the pod network"))
+    return data
 
-    ssh_cmd, ssh_files, targets = ssh_setup(config, facts, entries, decisions)
-    spec = mpi.build(mpi.LaunchFacts(
-        mpi=facts.mpi,
-        program=config.program,
-        hostfile=config.output_hostfile,
-        input_hostfile=facts.hostfile.path,
-        total_slots=facts.hostfile.total_slots,
-        np=config.np,
-        np_source=str(config.source("np")),
-        control_iface=config.control_iface,
-        data_iface=data,
-        environ=facts.environ,
-        is_root=facts.is_root,
-        ssh_command=ssh_cmd,
+
+def _launch(config: Config, facts: Facts, data: str | None,
+            ssh_cmd: tuple[str, ...]) -> mpi.LaunchSpec:
+    return mpi.build(mpi.LaunchFacts(
+        mpi=facts.mpi, program=config.program, hostfile=config.output_hostfile,
+        input_hostfile=facts.hostfile.path, total_slots=facts.hostfile.total_slots,
+        np=config.np, np_source=str(config.source("np")),
+        control_iface=config.control_iface, data_iface=data, environ=facts.environ,
+        is_root=facts.is_root, ssh_command=ssh_cmd,
         ssh_wrapper=f"{config.state_dir}/ssh-launcher",
-        forward_patterns=config.forward_env,
-        startup_timeout=config.startup_timeout,
+        forward_patterns=config.forward_env, startup_timeout=config.startup_timeout,
         multi_host=bool(facts.remote),
     ))
-    decisions.extend(spec.decisions)
+
+
+def _run_decisions(config: Config, facts: Facts) -> tuple[bool, list[Decision]]:
+    """How mpirun is supervised, and whether the workers are checked first."""
     how, why = supervision(facts.is_pid1, config.exec)
     if how != "exec":
         why += (f"; after mpirun exits, leftovers get SIGTERM, then SIGKILL after "
                 f"{config.grace_seconds:g} s; the resident supervisor imports only the "
                 "standard library")
-    decisions.append(Decision("supervision", how, str(config.source("exec")), why))
+    preflight = config.preflight and bool(facts.remote)
+    return preflight, [
+        Decision("supervision", how, str(config.source("exec")), why),
+        Decision("preflight", "on" if preflight else "off", str(config.source("preflight")),
+                 f"ssh to {len(facts.remote)} workers in parallel: the MPI's daemon is "
+                 "found and LD_LIBRARY_PATH arrives, else exit 69 before mpirun"
+                 if preflight else "disabled" if not config.preflight
+                 else "no remote workers (all ranks local)"),
+    ]
+
+
+def build_plan(config: Config, facts: Facts) -> Plan:
+    decisions = _base_decisions(config, facts)
+    entries = host_entries(config, facts.hostfile, facts.answers)
+    hosts = hf.rename(facts.hostfile, {e.name: e.rewritten_to for e in entries})
+    form = hf.HYDRA if facts.mpi.runtime == mpi.HYDRA else hf.OPENMPI
+    text = hf.render(hosts, form)
+    decisions.append(Decision("hostfile form", form, "detected",
+                              f"the form {facts.mpi.vendor} reads"))
+    data = _interfaces(config, facts, decisions)
+    preflight, run_decisions = _run_decisions(config, facts)
+    control = control_dir(config, facts, preflight, decisions)
+    ssh_cmd, ssh_files, targets = ssh_setup(config, facts, entries, decisions, control)
+    spec = _launch(config, facts, data, ssh_cmd)
+    decisions.extend(spec.decisions)
+    decisions.extend(run_decisions)
     files = (
         PlannedFile(f"{config.output_hostfile}.orig", facts.hostfile.text, 0o644,
                     f"original text of {facts.hostfile.path}, kept for reference"),
@@ -176,12 +194,6 @@ def build_plan(config: Config, facts: Facts) -> Plan:
         *ssh_files,
         *spec.files,
     )
-    preflight = config.preflight and bool(facts.remote)
-    decisions.append(Decision(
-        "preflight", "on" if preflight else "off", str(config.source("preflight")),
-        f"ssh to {len(facts.remote)} workers in parallel: the MPI's daemon is found and "
-        "LD_LIBRARY_PATH arrives, else exit 69 before mpirun" if preflight else
-        "disabled" if not config.preflight else "no remote workers (all ranks local)"))
     prefix = next((spec.argv[i + 1] for i, a in enumerate(spec.argv[:spec.program_index])
                    if a == "--prefix"), None)
     done = done_text = None
@@ -193,8 +205,31 @@ def build_plan(config: Config, facts: Facts) -> Plan:
                 forwarded=spec.forwarded, decisions=tuple(decisions), wrap=spec.wrap,
                 program_index=spec.program_index, ssh_command=ssh_cmd, ssh_targets=targets,
                 remote=facts.remote, preflight=preflight, prefix=prefix, done_file=done,
-                done_text=done_text or "",
-                deadline=facts.deadline)
+                done_text=done_text or "", deadline=facts.deadline,
+                control_dir=control if ssh_files else None)
+
+
+def control_dir(config: Config, facts: Facts, preflight: bool,
+                decisions: list[Decision]) -> str | None:
+    """Where ssh keeps preflight's connections for mpirun to reuse, or None."""
+    path: str | None = f"{config.state_dir}/cm"
+    if not config.ssh_reuse or config.exchange == "none" or facts.client is None:
+        why, path = ("disabled" if not config.ssh_reuse else
+                     "no exchange: mpirun uses ssh as the image configures it"), None
+    elif not preflight:
+        why, path = "no preflight: there is no connection to reuse", None
+    elif path is not None and len(path) > sshconfig.MAX_CONTROL_DIR:
+        why = (f"{path} is too long for a socket path (at most "
+               f"{sshconfig.MAX_CONTROL_DIR} characters): set a shorter "
+               "MPI_BOOTSTRAP_STATE_DIR")
+        path = None
+    else:
+        why = (f"preflight's ssh connection to each worker stays open (ControlMaster, "
+               f"socket in {path}/, 0700) and mpirun's ssh runs over it: one handshake "
+               "and one login per worker, not two")
+    decisions.append(Decision("ssh reuse", "on" if path else "off",
+                              str(config.source("ssh_reuse")), why))
+    return path
 
 
 def host_entries(config: Config, hostfile: hf.Hostfile, answers: Mapping[str, Answer]
@@ -210,9 +245,11 @@ def host_entries(config: Config, hostfile: hf.Hostfile, answers: Mapping[str, An
     return entries
 
 
+SshSetup = tuple[tuple[str, ...], list[PlannedFile], dict[str, tuple[str, int]]]
+
+
 def ssh_setup(config: Config, facts: Facts, entries: list[HostEntry],
-              decisions: list[Decision]) -> tuple[tuple[str, ...], list[PlannedFile],
-                                                  dict[str, tuple[str, int]]]:
+              decisions: list[Decision], control: str | None = None) -> SshSetup:
     """The ssh command mpirun uses, the files behind it, and where each sshd listens."""
     if config.exchange == "none" or facts.client is None:
         why = f" ({config.exchange_reason})" if config.exchange == "none" else ""
@@ -228,7 +265,8 @@ def ssh_setup(config: Config, facts: Facts, entries: list[HostEntry],
     ps = sshconfig.peers({n: r for n, r in facts.records.items() if n in names}, names,
                      config.ssh_user)
     text = sshconfig.client_config(ps, identity=facts.client.path, known_hosts=kh_path,
-                                   connect_timeout=config.ssh_connect_timeout)
+                                   connect_timeout=config.ssh_connect_timeout,
+                                   control_dir=control)
     files = [PlannedFile(cfg_path, text, 0o600, "ssh client config: pinned host keys",
                          shown=True),
              PlannedFile(kh_path, sshconfig.known_hosts(ps), 0o644,
@@ -259,7 +297,8 @@ def ssh_command(config: Config) -> tuple[str, ...]:
     """The ssh client command mpirun's launcher uses to reach workers.
 
     BatchMode: a PID 1 has no terminal, so a password or host-key prompt would hang the
-    job instead of failing it. (Issue 4 adds the per-host config with pinned host keys.)
+    job instead of failing it. With an exchange, `ssh -F` and a per-host config with
+    pinned host keys replace it (ssh_setup).
     """
     return ("ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={config.ssh_connect_timeout}")
 

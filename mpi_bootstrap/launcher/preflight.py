@@ -8,17 +8,22 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import shlex
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from mpi_bootstrap.core.errors import PeerUnavailableError
+from mpi_bootstrap.core import failures, remote
+from mpi_bootstrap.core.errors import NotSetUpError, PeerUnavailableError, some
+from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.launcher.mpi import HYDRA, INTEL, ORTE, MPIInfo
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.ssh import sshd
 from mpi_bootstrap.system import parallel
+from mpi_bootstrap.system.retry import PEER, retry_until
 
-MAX_PARALLEL = 32
+# ssh sessions at once: each handshake is CPU work on both ends, so more than a few per
+# CPU only queues (16 hosts on 2 CPUs: 2.0 s at 8, 2.2 s at 16 or 32).
+MAX_PARALLEL = max(8, 4 * len(os.sched_getaffinity(0)))
 
 
 def daemon_names(mpi: MPIInfo) -> tuple[str, ...]:
@@ -47,34 +52,14 @@ class RemoteCheck:
     refused_hint: str = ""
 
     def script(self) -> str:
-        """A POSIX sh script: where is the daemon, what LD_LIBRARY_PATH arrived, and where
-        the program resolves with the ranks' PATH."""
-        bindir = os.path.join(self.mpi.prefix, "bin")  # where mpirun really is
+        """Where is the daemon, what LD_LIBRARY_PATH arrived, and where the program
+        resolves with the ranks' PATH (core/remote.py)."""
         # Open MPI with --prefix runs PREFIX/bin/orted; hydra runs its proxy from mpiexec's
         # own directory; otherwise the non-interactive PATH must find it (mpi-operator #488).
+        bindir = os.path.join(self.mpi.prefix, "bin")  # where mpirun really is
         dirs = [d for d in dict.fromkeys([f"{self.prefix}/bin" if self.prefix else "",
                                           bindir]) if d]
-        checks = []
-        for name in daemon_names(self.mpi):
-            paths = " ".join(shlex.quote(f"{d}/{name}") for d in dirs)
-            checks.append(
-                f'found=""; for p in {paths}; do [ -x "$p" ] && found="$p" && break; done; '
-                f'[ -n "$found" ] || found=$(command -v {shlex.quote(name)} 2>/dev/null); '
-                f'echo "DAEMON {name} ${{found:-missing}}"')
-        checks += ['echo "LD $LD_LIBRARY_PATH"', 'echo "PATH $PATH"']
-        if self.program and "/" not in self.program:
-            # The file execvp would run (`command -v` would name a shell builtin instead).
-            path = shlex.quote(self.ranks_path) if self.ranks_path else '"$PATH"'
-            prog = shlex.quote(self.program)
-            checks.append(
-                f'found=""; P={path}; old="$IFS"; IFS=:; for d in $P; do d="${{d:-.}}"; '
-                f'if [ -f "$d/"{prog} ] && [ -x "$d/"{prog} ]; then found="$d/"{prog}; '
-                'break; fi; done; IFS="$old"; echo "PROGRAM ${found:-missing}"')
-        elif self.program and self.program.startswith("/"):
-            quoted = shlex.quote(self.program)
-            checks.append(f'if [ -x {quoted} ]; then echo "PROGRAM "{quoted}; '
-                          'else echo "PROGRAM missing"; fi')
-        return "; ".join(checks)
+        return remote.script(daemon_names(self.mpi), dirs, self.program, self.ranks_path)
 
 
 def program_of(argv: Sequence[str], program_index: int) -> str | None:
@@ -95,24 +80,6 @@ def ranks_path(env: Mapping[str, str], forwarded: Sequence[str], prefix: str | N
     return f"{prefix}/bin:{env['PATH']}" if prefix else env["PATH"]
 
 
-def explain_ssh_failure(host: str, output: str, code: int) -> str:
-    """ssh's own words → one line a person can act on."""
-    low = output.lower()
-    if "host key verification failed" in low or "host identification has changed" in low:
-        return (f"host key mismatch for {host}: the sshd answering there is not the one "
-                "the worker published (a stale address, or someone else's sshd)")
-    if "permission denied" in low:
-        return f"{host}: the worker's sshd refused the job's key (Permission denied)"
-    if "connection refused" in low:
-        return f"{host}: connection refused: no sshd on that port"
-    if "could not resolve hostname" in low:
-        return f"{host}: ssh could not resolve the name"
-    if "timed out" in low or "no route to host" in low:
-        return f"{host}: ssh could not connect ({output.strip().splitlines()[-1]})"
-    last = output.strip().splitlines()[-1] if output.strip() else f"ssh exited {code}"
-    return f"{host}: ssh failed: {last}"
-
-
 # ssh's words for "nobody (or a dying sshd) answered": worth another try before the
 # deadline. A wrong host key, a refused key or a missing daemon are not.
 TRANSIENT = ("connection refused", "connection reset", "connection closed",
@@ -128,23 +95,17 @@ def transient(code: int, output: str) -> bool:
 
 def check_output(host: str, output: str, check: RemoteCheck) -> str | None:
     """None if the session is fit for mpirun, else the reason."""
-    lines: dict[str, str] = {}
-    for line in output.splitlines():
-        if line.startswith(("LD", "PATH", "PROGRAM")):
-            key, _, value = line.partition(" ")
-            lines[key] = value
-    path = lines.get("PATH", "?")
-    for line in output.splitlines():
-        if line.startswith("DAEMON ") and line.endswith(" missing"):
-            name = line.split()[1]
-            return (f"{host}: {name} not found by a non-interactive ssh session "
-                    f"(PATH={path}); install {check.mpi.vendor} there or use an image with it")
-    if "DAEMON" not in output:
+    report = remote.parse(output)
+    if report.missing:
+        return (f"{host}: {report.missing[0]} not found by a non-interactive ssh session "
+                f"(PATH={report.path}); install {check.mpi.vendor} there or use an image "
+                "with it")
+    if not report.ran:
         return f"{host}: the remote shell did not run the check (output: {output[:200]!r})"
-    if check.want_ld and check.want_ld not in lines.get("LD", ""):
+    if check.want_ld and check.want_ld not in report.ld:
         return (f"{host}: LD_LIBRARY_PATH did not arrive in the ssh session (got "
-                f"{lines.get('LD', '')!r}); the worker's sshd must AcceptEnv it")
-    return program_problem(host, lines.get("PROGRAM"), check)
+                f"{report.ld!r}); the worker's sshd must AcceptEnv it")
+    return program_problem(host, report.program, check)
 
 
 def program_problem(host: str, found: str | None, check: RemoteCheck) -> str | None:
@@ -164,71 +125,121 @@ def program_problem(host: str, found: str | None, check: RemoteCheck) -> str | N
     return None
 
 
-def _parallel(items: Sequence[str], fn: Callable[[str], str | None]) -> dict[str, str]:
-    """Run fn on every item at once (bounded); collect the failures."""
+def _failures(items: Sequence[str], fn: Callable[[str], str | None]) -> dict[str, str]:
+    """Run fn on every item at once (bounded); the failures, in the order of `items`."""
     results = parallel.map_all(fn, items, MAX_PARALLEL)
     return {item: result for item, result in zip(items, results, strict=True) if result}
 
 
-def wait_sshd(targets: Mapping[str, tuple[str, int]], deadline: float,
-              log: Callable[..., None]) -> None:
-    """Every worker's sshd answers with an SSH banner before `deadline` (monotonic)."""
-    def one(name: str) -> str | None:
-        address, port = targets[name]
-        while True:
-            if sshd.answers(address, port, timeout=min(2.0, max(0.1, deadline - time.monotonic()))):
-                return None
-            if time.monotonic() >= deadline:
-                return f"{name}: no sshd answers on {address}:{port}"
-            time.sleep(0.1)
+def banner(name: str, target: tuple[str, int], deadline: float) -> str | None:
+    """None once the worker's sshd answers with an SSH banner, else why not by `deadline`."""
+    address, port = target
 
-    failures = _parallel(sorted(targets), one)
-    if failures:
-        first = failures[sorted(failures)[0]]
-        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        raise PeerUnavailableError(f"worker unreachable: {first}{more}",
-                                   details="\n".join(failures.values()))
+    def answers() -> bool | None:
+        left = deadline - time.monotonic()
+        return sshd.answers(address, port, timeout=min(2.0, max(0.1, left))) or None
+
+    if retry_until(deadline, answers, every=PEER):
+        return None
+    return f"{name}: no sshd answers on {address}:{port}"
+
+
+def _unreachable(failed: Mapping[str, str]) -> PeerUnavailableError:
+    return PeerUnavailableError(f"worker unreachable: {some(list(failed.values()))}",
+                                details="\n".join(failed.values()))
+
+
+def wait_sshd(targets: Mapping[str, tuple[str, int]], deadline: float, log: Log) -> None:
+    """Every worker's sshd answers with an SSH banner before `deadline` (monotonic)."""
+    failed = _failures(sorted(targets), lambda name: banner(name, targets[name], deadline))
+    if failed:
+        raise _unreachable(failed)
     log("sshd ready", workers=len(targets))
 
 
+class _Session:
+    """One worker's preflight: ssh until the check passes, fails for good, or time is up.
+    A refused connection is retried (a worker's supervisor restarts a dead sshd within a
+    second), with backoff, unless refusals are all there has been for too long."""
+
+    def __init__(self, host: str, argv: list[str], check: RemoteCheck, env: Mapping[str, str],
+                 log: Log) -> None:
+        self.host, self.argv, self.check, self.env, self.log = host, argv, check, env, log
+        self.refused_since: float | None = None
+        self.reason: str | None = None  # the last failure, when the deadline ends the wait
+        self.final: str | None = None  # a failure no retry cures
+        self.not_set_up = False  # only refusals, for longer than check.refused_patience
+        self.tries = 0
+
+    def attempt(self, deadline: float) -> bool | None:
+        """True when done (passed, or `final` says why not); None to try again."""
+        code, output = children.capture([*self.argv, self.host, self.check.script()],
+                                        env=self.env,
+                                        timeout=max(1.0, deadline - time.monotonic()))
+        if code == 0:
+            self.final = check_output(self.host, output, self.check)
+            return True
+        self.reason = failures.explain_ssh(self.host, output, code)
+        now = time.monotonic()
+        if "connection refused" not in output.lower():
+            self.refused_since = None
+        else:
+            self.refused_since = self.refused_since or now
+            if self.check.refused_patience is not None and \
+                    now - self.refused_since >= self.check.refused_patience:
+                self.final = f"{self.reason} (port {_port(output)}); {self.check.refused_hint}"
+                self.not_set_up = True
+                return True
+        if not transient(code, output):
+            self.final = self.reason
+            return True
+        self.tries += 1
+        if self.tries == 1:  # said once per host
+            self.log("preflight retry", level="warning", host=self.host, reason=self.reason)
+        return None
+
+
 def run(hosts: Sequence[str], ssh_command: Sequence[str], check: RemoteCheck, *,
-        env: Mapping[str, str], deadline: float, log: Callable[..., None]) -> None:
-    """ssh to every host in parallel; raise PeerUnavailableError naming the first failure."""
-    script = check.script()
+        env: Mapping[str, str], deadline: float, log: Log,
+        targets: Mapping[str, tuple[str, int]] | None = None) -> None:
+    """ssh to every host in parallel; raise PeerUnavailableError naming the first failure
+    (NotSetUpError when the workers' sshd was never set up). With `targets`, each host's
+    sshd is first awaited (its banner), in the same step: a host's ssh starts as soon as
+    its own sshd answers, not once every sshd does."""
     started = time.monotonic()
+    sessions = {h: _Session(h, list(ssh_command), check, env, log) for h in hosts}
+    waiting = set(targets or ())
+    unreachable: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def ready(host: str) -> bool:
+        if targets is None or host not in targets:
+            return True
+        why = banner(host, targets[host], deadline)
+        with lock:
+            waiting.discard(host)
+            if why is not None:
+                unreachable[host] = why
+            elif not waiting and not unreachable:
+                log("sshd ready", workers=len(targets))
+        return why is None
 
     def one(host: str) -> str | None:
-        delay = RETRY_DELAY
-        refused_since: float | None = None
-        while True:
-            timeout = max(1.0, deadline - time.monotonic())
-            code, output = children.capture([*ssh_command, host, script], env=env,
-                                            timeout=timeout)
-            if code == 0:
-                return check_output(host, output, check)
-            reason = explain_ssh_failure(host, output, code)
-            now = time.monotonic()
-            if "connection refused" in output.lower():
-                refused_since = refused_since or now
-                if check.refused_patience is not None and \
-                        now - refused_since >= check.refused_patience:
-                    return f"{reason} (port {_port(output)}); {check.refused_hint}"
-            else:
-                refused_since = None
-            if not transient(code, output) or now + delay >= deadline:
-                return reason
-            # The worker's supervisor restarts a dead sshd within a second: try again.
-            if delay == RETRY_DELAY:
-                log("preflight retry", level="warning", host=host, reason=reason)
-            time.sleep(delay)
-            delay = min(2.0, delay * 2)
+        if not ready(host):
+            return unreachable[host]
+        s = sessions[host]
+        done = retry_until(deadline, lambda: s.attempt(deadline), every=RETRY_DELAY,
+                           backoff=2.0, most=2.0)
+        return s.final if done else s.reason
 
-    failures = _parallel(list(hosts), one)
-    if failures:
-        first = failures[next(h for h in hosts if h in failures)]
-        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        raise PeerUnavailableError(f"preflight: {first}{more}",
-                                   details="\n".join(failures.values()) if more else "")
+    failed = _failures(list(hosts), one)
+    if unreachable:
+        raise _unreachable({h: unreachable[h] for h in hosts if h in unreachable})
+    if failed:
+        first = next(iter(failed))  # in the order of `hosts`
+        error = NotSetUpError if sessions[first].not_set_up else PeerUnavailableError
+        raise error(f"preflight: {some(list(failed.values()))}",
+                    details="\n".join(failed.values()) if len(failed) > 1 else "")
     log("preflight ok", workers=len(hosts), elapsed_s=round(time.monotonic() - started, 3))
 
 

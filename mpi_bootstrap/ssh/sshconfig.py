@@ -59,9 +59,31 @@ def check_peer(p: Peer) -> Peer:
     return p
 
 
+# An idle master (preflight done, mpirun's ssh not yet there, or the job over) lives this
+# long; the launcher's supervisor ends the masters with its other leftovers after mpirun.
+CONTROL_PERSIST_S = 60
+# sun_path holds 107 bytes and a NUL. ssh binds the master at "<dir>/<%C>.<16 random>"
+# (%C: 40 hex digits) before renaming it to "<dir>/<%C>": the directory gets the rest.
+MAX_CONTROL_DIR = 107 - len("/") - 40 - len(".") - 16
+
+
+def control_lines(control_dir: str | None) -> list[str]:
+    """Connection reuse: the first ssh to a worker (preflight's) becomes the master and
+    stays; later ones (mpirun's) run as sessions over it: no new handshake, no new login.
+    The socket gives a shell on the worker to whoever can open it: it lives in the
+    agent's private (0700) state directory, never in a shared place."""
+    if control_dir is None:
+        return []
+    if len(control_dir) > MAX_CONTROL_DIR:
+        raise UnsafeValue(f"{control_dir!r} is too long for a socket path")
+    return ["  ControlMaster auto", f"  ControlPath {_path(control_dir)}/%C",
+            f"  ControlPersist {CONTROL_PERSIST_S}"]
+
+
 def client_config(peers: Sequence[Peer], *, identity: str, known_hosts: str,
-                  connect_timeout: int) -> str:
-    """`ssh -F` config: pinned host keys, batch mode, the job's key, LD_LIBRARY_PATH sent."""
+                  connect_timeout: int, control_dir: str | None = None) -> str:
+    """`ssh -F` config: pinned host keys, batch mode, the job's key, LD_LIBRARY_PATH sent;
+    with `control_dir`, connections kept for reuse (control_lines)."""
     common = [
         f"  IdentityFile {_path(identity)}",
         "  IdentitiesOnly yes",
@@ -75,6 +97,7 @@ def client_config(peers: Sequence[Peer], *, identity: str, known_hosts: str,
         "  ServerAliveInterval 30",
         f"  SendEnv {' '.join(SEND_ENV)}",
         "  LogLevel ERROR",
+        *control_lines(control_dir),
     ]
     out = ["# Written by mpi-bootstrap: how this job's ssh reaches its workers."]
     for p in map(check_peer, peers):

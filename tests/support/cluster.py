@@ -1,7 +1,8 @@
 """A simulated cluster on one machine: pods as network namespaces on two bridges.
 
-    switch netns: br-ctl (control, 10.250.0.0/24) and br-data (data, 10.251.0.0/24)
-    pod netns:    eth0 → br-ctl, net1 → br-data, its own /etc/hosts and resolv.conf;
+    switch netns: br-ctl (control, 10.250.0.0/16) and br-data (data, 10.251.0.0/16)
+    pod netns:    eth0 → br-ctl, net1 → br-data (unless `data=False`), its own
+                  /etc/hosts and resolv.conf;
                   commands run in their own UTS namespace with the pod's hostname, and
                   (`pid1=True`) as PID 1 of their own PID namespace.
 
@@ -33,8 +34,15 @@ from types import TracebackType
 from tests.support.dnsmasq import Dnsmasq
 from tests.support.netns import Netns, _ip
 
-CTL_NET = "10.250.0"
-DATA_NET = "10.251.0"
+CTL_NET = "10.250"  # /16 each: pod i is .(i+10)/256.(i+10)%256, 10.250.0.10 for the first
+DATA_NET = "10.251"
+PREFIX = 16
+MAX_PODS = 1000  # a Linux bridge takes at most 1024 ports
+
+
+def _host(net: str, index: int) -> str:
+    n = index + 10
+    return f"{net}.{n >> 8}.{n & 255}"
 
 
 @dataclasses.dataclass
@@ -43,14 +51,17 @@ class Pod:
     index: int
     netns: Netns
     pid1: bool = False  # commands run as PID 1 of their own PID namespace
+    # Root's shell start-up files empty, as in an image, not this machine's: bash reads
+    # ~/.bashrc for every ssh session, and a pyenv set-up there costs 100 ms each.
+    private_root: bool = False
 
     @property
     def address(self) -> str:
-        return f"{CTL_NET}.{self.index + 10}"
+        return _host(CTL_NET, self.index)
 
     @property
     def data_address(self) -> str:
-        return f"{DATA_NET}.{self.index + 10}"
+        return _host(DATA_NET, self.index)
 
     def argv(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
         """argv run inside this pod: its netns, a UTS namespace with its hostname, env."""
@@ -58,40 +69,80 @@ class Pod:
         inner = shlex.join(["env", "-i", *envs, *argv])
         # --kill-child: if unshare goes, so does the pod's PID 1 (and with it the pod).
         pid = ["--pid", "--fork", "--mount-proc", "--kill-child"] if self.pid1 else []
-        return [*self.netns.prefix(), "unshare", "--uts", *pid, "sh", "-c",
-                f"hostname {shlex.quote(self.name)} && exec {inner}"]
+        mount = ["--mount"] if self.private_root else []
+        root = (
+            (
+                "for f in /root/.bashrc /root/.profile; do [ ! -e $f ] || "
+                "mount --bind /dev/null $f || exit; done && "
+            )
+            if self.private_root
+            else ""
+        )
+        return [
+            *self.netns.prefix(),
+            "unshare",
+            "--uts",
+            *mount,
+            *pid,
+            "sh",
+            "-c",
+            f"{root}hostname {shlex.quote(self.name)} && exec {inner}",
+        ]
 
-    def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
-            timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.argv(argv, env), capture_output=True, text=True,
-                              timeout=timeout, check=False)
+    def run(
+        self, argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.argv(argv, env), capture_output=True, text=True, timeout=timeout, check=False
+        )
 
-    def start(self, argv: Sequence[str], env: Mapping[str, str] | None = None
-              ) -> subprocess.Popen[str]:
-        return subprocess.Popen(self.argv(argv, env), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+    def start(
+        self, argv: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            self.argv(argv, env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
 
 
-DNS_ADDRESS = f"{CTL_NET}.2"
+DNS_ADDRESS = f"{CTL_NET}.0.2"
 
 
-def agent_env(work: Path, pod: Pod, *, path: str = "/usr/local/bin:/usr/bin:/bin",
-              **extra: str) -> dict[str, str]:
+def agent_env(
+    work: Path, pod: Pod, *, path: str = "/usr/local/bin:/usr/bin:/bin", **extra: str
+) -> dict[str, str]:
     """The environment tests give the agent in `pod`: its own HOME and state directory
     under `work`, JSON logs; `extra` adds or overrides variables."""
     home = work / pod.name
     home.mkdir(exist_ok=True)
-    return {"PATH": path, "HOME": str(home), "LANG": "C.UTF-8",
-            "MPI_BOOTSTRAP_STATE_DIR": str(home / "state"), "MPI_BOOTSTRAP_LOG_FORMAT": "json",
-            **extra}
+    return {
+        "PATH": path,
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "MPI_BOOTSTRAP_STATE_DIR": str(home / "state"),
+        "MPI_BOOTSTRAP_LOG_FORMAT": "json",
+        **extra,
+    }
 
 
 class Cluster:
-    def __init__(self, names: Sequence[str], *, domain: str = "", dns: bool = False,
-                 job: str = "job", namespace: str = "default", fqdn_only: bool = False,
-                 late: Sequence[str] = (), pid1: bool = False) -> None:
+    def __init__(
+        self,
+        names: Sequence[str],
+        *,
+        domain: str = "",
+        dns: bool = False,
+        job: str = "job",
+        namespace: str = "default",
+        fqdn_only: bool = False,
+        late: Sequence[str] = (),
+        pid1: bool = False,
+        data: bool = True,
+        private_root: bool = False,
+    ) -> None:
         """Pods named `names` (the first is usually the launcher). With `domain` (and
         `dns=False`), the hosts files also carry `name.domain`."""
+        if len(names) > MAX_PODS:
+            raise ValueError(f"{len(names)} pods: one bridge holds at most {MAX_PODS}")
         self.pods: list[Pod] = []
         self.procs: list[subprocess.Popen[str]] = []
         self._pid1: set[int] = set()  # started in a PID-1 pod: the program is unshare's child
@@ -99,37 +150,42 @@ class Cluster:
         self.job, self.namespace = job, namespace
         self.switch = Netns("mpib-sw", resolv_conf=f"nameserver {DNS_ADDRESS}\n")
         try:
-            for br in ("br-ctl", "br-data"):
+            for br in ("br-ctl", "br-data") if data else ("br-ctl",):
                 self.switch.exec_checked(["ip", "link", "add", br, "type", "bridge"])
                 self.switch.exec_checked(["ip", "link", "set", br, "up"])
             hosts = "127.0.0.1 localhost\n"
             for i, name in enumerate(names):
                 fq = f" {name}.{domain}" if domain else ""
-                hosts += f"{CTL_NET}.{i + 10} {name}{fq}\n"
+                hosts += f"{_host(CTL_NET, i)} {name}{fq}\n"
             search = [f"{namespace}.svc.cluster.local", "svc.cluster.local"]
             if not fqdn_only:
                 search.append("cluster.local")
             for i, name in enumerate(names):
                 if dns:
-                    resolv = (f"search {' '.join(search)}\nnameserver {DNS_ADDRESS}\n"
-                              "options ndots:5 timeout:1 attempts:2\n")
-                    own = f"127.0.0.1 localhost\n{CTL_NET}.{i + 10} {self.fqdn(name)} {name}\n"
+                    resolv = (
+                        f"search {' '.join(search)}\nnameserver {DNS_ADDRESS}\n"
+                        "options ndots:5 timeout:1 attempts:2\n"
+                    )
+                    own = f"127.0.0.1 localhost\n{_host(CTL_NET, i)} {self.fqdn(name)} {name}\n"
                     ns = Netns("mpib-pod", resolv_conf=resolv, hosts=own)
                 else:
-                    ns = Netns("mpib-pod", resolv_conf="nameserver 127.0.0.1\n"
-                               "options ndots:5 timeout:1 attempts:1\n", hosts=hosts)
-                pod = Pod(name, i, ns, pid1=pid1)
+                    ns = Netns(
+                        "mpib-pod",
+                        resolv_conf="nameserver 127.0.0.1\noptions ndots:5 timeout:1 attempts:1\n",
+                        hosts=hosts,
+                    )
+                pod = Pod(name, i, ns, pid1=pid1, private_root=private_root)
                 self.pods.append(pod)
                 self._wire(pod, "eth0", "br-ctl", pod.address)
-                self._wire(pod, "net1", "br-data", pod.data_address)
+                if data:
+                    self._wire(pod, "net1", "br-data", pod.data_address)
             if dns:
-                self.switch.exec_checked(["ip", "addr", "add", f"{DNS_ADDRESS}/24", "dev",
-                                          "br-ctl"])
-                records = [(self.fqdn(p.name), p.address) for p in self.pods
-                           if p.name not in late]
+                self.switch.exec_checked(
+                    ["ip", "addr", "add", f"{DNS_ADDRESS}/{PREFIX}", "dev", "br-ctl"]
+                )
+                records = [(self.fqdn(p.name), p.address) for p in self.pods if p.name not in late]
                 # The headless Service answers with every ready worker (not the launcher).
-                records += [(self.service, p.address) for p in self.pods[1:]
-                            if p.name not in late]
+                records += [(self.service, p.address) for p in self.pods[1:] if p.name not in late]
                 self.dnsmasq = Dnsmasq(self.switch, records=records, listen=DNS_ADDRESS)
         except BaseException:
             self.close()
@@ -157,15 +213,28 @@ class Cluster:
     def _wire(self, pod: Pod, iface: str, bridge: str, address: str) -> None:
         # Made inside the switch namespace: nothing ever appears in the host's.
         outer = f"p{pod.index}-{iface}"
-        _ip("-n", self.switch.name, "link", "add", outer, "type", "veth", "peer", "name",
-            iface, "netns", pod.netns.name)
+        _ip(
+            "-n",
+            self.switch.name,
+            "link",
+            "add",
+            outer,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            iface,
+            "netns",
+            pod.netns.name,
+        )
         self.switch.exec_checked(["ip", "link", "set", outer, "master", bridge])
         self.switch.exec_checked(["ip", "link", "set", outer, "up"])
-        pod.netns.exec_checked(["ip", "addr", "add", f"{address}/24", "dev", iface])
+        pod.netns.exec_checked(["ip", "addr", "add", f"{address}/{PREFIX}", "dev", iface])
         pod.netns.exec_checked(["ip", "link", "set", iface, "up"])
 
-    def start(self, pod: Pod, argv: Sequence[str], env: Mapping[str, str] | None = None
-              ) -> subprocess.Popen[str]:
+    def start(
+        self, pod: Pod, argv: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[str]:
         """Start a long-running process in `pod`; stopped by close() if still running."""
         p = pod.start(argv, env)
         self.procs.append(p)
@@ -215,6 +284,7 @@ class Cluster:
     def __enter__(self) -> Cluster:
         return self
 
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()

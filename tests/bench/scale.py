@@ -1,0 +1,371 @@
+"""Scale: one job on N worker pods, through the agent and with a bare mpirun beside it.
+
+    make bench-scale N="16 32 64 128"        (or: python tests/bench/scale.py 16 32 64)
+
+For each N: a simulated cluster (tests/support/cluster.py) of N worker pods and a launcher
+pod, one slot each, names from per-pod hosts files (no DNS server), the `dir` exchange.
+Then, with the same workers up:
+
+1. bare: what a person writes by hand: a known_hosts and an ssh config built from the
+   workers' records (host keys pinned, the job's key), and mpirun given the same hostfile
+   and the same flags the agent would give it, its ssh pointed at that config;
+2. agent: `mpi-bootstrap launcher -- /bin/hostname`, its phases read from its own log.
+
+Every host must run a rank in both. Memory of each worker pod at rest (the agent's
+supervisor and sshd: PSS, USS) is read before the jobs. Prints a table and JSON; never
+asserts a time. Needs root, iproute2, OpenSSH, an MPI and the agent (the repository's
+.venv or `mpi-bootstrap` on PATH); nothing Debian-specific.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.support import logs
+from tests.support.cluster import Cluster, Pod
+
+PATH = "/usr/local/bin:/usr/bin:/bin"
+PHASES = (
+    ("records", "records"),
+    ("sshd_ready", "sshd ready"),
+    ("preflight", "preflight ok"),
+    ("mpirun_start", "mpirun start"),
+)
+
+
+def _agent() -> str:
+    venv = ROOT / ".venv" / "bin" / "mpi-bootstrap"
+    found = str(venv) if venv.exists() else shutil.which("mpi-bootstrap")
+    if not found:
+        raise SystemExit("no mpi-bootstrap: `make install`, or put it on PATH")
+    return found
+
+
+def _stamp(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+class Scale:
+    """N workers up in a fresh cluster; the jobs run against them."""
+
+    def __init__(self, n: int, work: Path, agent: str, mpirun: str) -> None:
+        self.n, self.work, self.agent, self.mpirun = n, work, agent, mpirun
+        self.workers = [f"w{i}" for i in range(n)]
+        self.xdir = work / "exchange"
+        self.xdir.mkdir()
+        t0 = time.monotonic()
+        self.c = Cluster(["launcher", *self.workers], pid1=True, data=False, private_root=True)
+        self.build_s = time.monotonic() - t0
+        self.hostfile = work / "hostfile"
+        self.hostfile.write_text("".join(f"{w} slots=1\n" for w in self.workers))
+
+    def env(self, pod: Pod, **extra: str) -> dict[str, str]:
+        home = self.work / pod.name
+        home.mkdir(exist_ok=True)
+        return {
+            "PATH": f"{Path(self.mpirun).parent}:{PATH}",
+            "HOME": str(home),
+            "LANG": "C.UTF-8",
+            "MPI_BOOTSTRAP_STATE_DIR": str(home / "state"),
+            "MPI_BOOTSTRAP_LOG_FORMAT": "json",
+            "MPI_BOOTSTRAP_EXCHANGE_DIR": str(self.xdir),
+            **extra,
+        }
+
+    def start_workers(self, timeout: float = 300) -> float:
+        """Start every worker at once; seconds until every record is published (a record
+        of the job before is replaced: the job-done mark makes the first pod clear them)."""
+        t0, wall = time.monotonic(), time.time() - 1
+        procs = []
+        for pod in self.c.pods[1:]:  # the log to a file: nobody reads a pipe here
+            with open(self.work / f"{pod.name}.log", "a") as out:
+                procs.append(
+                    subprocess.Popen(
+                        pod.argv([self.agent, "worker"], self.env(pod)),
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+        self.c.procs += procs
+        deadline = t0 + timeout
+        while time.monotonic() < deadline:
+            if all(_mtime(self.xdir / f"{w}.json") > wall for w in self.workers):
+                return time.monotonic() - t0
+            dead = [p for p in procs if p.poll() is not None]
+            if dead:
+                raise SystemExit(f"a worker exited {dead[0].returncode}: see {self.work}")
+            time.sleep(0.05)
+        raise SystemExit(f"not every worker published a record within {timeout:g} s")
+
+    def memory(self) -> dict[str, Any]:
+        """Per worker pod at rest: the agent's processes and sshd (not the simulation's
+        `unshare`/`sh` wrappers), summed; PSS and USS from /proc/PID/smaps_rollup."""
+        per_pod = []
+        for pod in self.c.pods[1:]:
+            pss = uss = rss = 0
+            for pid in pod.netns.pids():
+                try:
+                    comm = Path(f"/proc/{pid}/comm").read_text().strip()
+                    if comm not in ("sshd", "python3", "python", "mpi-bootstrap"):
+                        continue
+                    roll = _rollup(pid)
+                except OSError:
+                    continue
+                pss += roll["Pss"]
+                uss += roll["Private_Clean"] + roll["Private_Dirty"]
+                rss += roll["Rss"]
+            per_pod.append((pss, uss, rss))
+        mib = 1024.0
+        return {
+            "pss_mib_median": round(statistics.median(p[0] for p in per_pod) / mib, 2),
+            "uss_mib_median": round(statistics.median(p[1] for p in per_pod) / mib, 2),
+            "rss_mib_median": round(statistics.median(p[2] for p in per_pod) / mib, 2),
+            "pss_mib_max": round(max(p[0] for p in per_pod) / mib, 2),
+        }
+
+    def plan_argv(self) -> list[str]:
+        """The argv the agent would run (its --explain --json), for the bare run."""
+        pod = self.c.pods[0]
+        done = pod.run(
+            [
+                self.agent,
+                "launcher",
+                "--explain",
+                "--json",
+                "--mpirun",
+                self.mpirun,
+                "--",
+                "/bin/hostname",
+            ],
+            self.env(pod, MPI_HOSTFILE=str(self.hostfile)),
+            timeout=300,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"--explain failed: {done.stderr}")
+        return list(json.loads(done.stdout)["argv"])
+
+    def bare(self, argv: list[str]) -> dict[str, Any]:
+        """mpirun by hand: the plan's flags, its ssh pointed at a hand-made config."""
+        hand = self.work / "by-hand"
+        hand.mkdir(exist_ok=True)
+        recs = {w: json.loads((self.xdir / f"{w}.json").read_text()) for w in self.workers}
+        (hand / "known_hosts").write_text(
+            "".join(f"{w} {r['host_key']}\n" for w, r in recs.items())
+        )
+        cfg = "".join(
+            f"Host {w}\n  HostName {r['addresses'][0]}\n  Port {r['port']}\n  User {r['user']}\n"
+            f"  HostKeyAlias {w}\n"
+            for w, r in recs.items()
+        )
+        cfg += (
+            f"Host *\n  IdentityFile {self.xdir}/job-key/id\n  IdentitiesOnly yes\n"
+            f"  UserKnownHostsFile {hand}/known_hosts\n  StrictHostKeyChecking yes\n"
+            "  BatchMode yes\n  LogLevel ERROR\n"
+        )
+        (hand / "ssh_config").write_text(cfg)
+        ssh = f"ssh -F {hand}/ssh_config"
+        # The agent's files → ours: its ssh command, the hostfile it writes.
+        out = [ssh if a.startswith("ssh -F ") else a for a in argv]
+        out[out.index("--hostfile") + 1] = str(self.hostfile)
+        pod = self.c.pods[0]
+        t0 = time.monotonic()
+        done = pod.run(out, self.env(pod), timeout=600)
+        total = time.monotonic() - t0
+        return {
+            "total_s": round(total, 3),
+            "exit_code": done.returncode,
+            "all_hosts_ran": self._all_ran(done.stdout),
+            "ssh": ssh,
+            "stderr_tail": done.stderr[-500:] if done.returncode else "",
+        }
+
+    def agent_job(self, **extra: str) -> dict[str, Any]:
+        pod = self.c.pods[0]
+        env = self.env(pod, MPI_HOSTFILE=str(self.hostfile), **extra)
+        t0 = time.time()
+        done = pod.run(
+            [self.agent, "launcher", "--mpirun", self.mpirun, "--", "/bin/hostname"],
+            env,
+            timeout=600,
+        )
+        total = time.time() - t0
+        ev = {e["event"]: e for e in logs.events(done.stderr, partial=True)}
+        phases = {k: round(_stamp(ev[name]) - t0, 3) for k, name in PHASES if name in ev}
+        out = {
+            "total_s": round(total, 3),
+            "exit_code": done.returncode,
+            "all_hosts_ran": self._all_ran(done.stdout),
+            "phases_s": phases,
+            "stderr_tail": done.stderr[-800:] if done.returncode else "",
+        }
+        if "mpirun_start" in phases:
+            out["mpirun_run_s"] = round(total - phases["mpirun_start"], 3)
+        return out
+
+    def logins(self) -> int:
+        """Logins the workers' sshd accepted so far (one per ssh connection)."""
+        return sum(
+            (self.work / f"{w}.log").read_text().count("Accepted publickey") for w in self.workers
+        )
+
+    def counted(self, job: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """job's result, with the logins the workers accepted meanwhile."""
+        before = self.logins()
+        out = job()
+        out["logins"] = self.logins() - before
+        return out
+
+    def _all_ran(self, stdout: str) -> bool:
+        return sorted(set(stdout.split())) == sorted(self.workers)
+
+    def close(self) -> None:
+        self.c.close()
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def _rollup(pid: int) -> dict[str, int]:
+    out = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        key, _, rest = line.partition(":")
+        out[key] = int(rest.split()[0])
+    return out
+
+
+def one_size(n: int, agent: str, mpirun: str, runs: int, compare: bool) -> dict[str, Any]:
+    """`runs` rounds on one cluster of `n` workers: workers started, the bare mpirun, then
+    the agent's job (which ends the workers). With `compare`, as many rounds again with
+    the agent's ssh reuse off."""
+    work = Path(tempfile.mkdtemp(prefix="mpib-scale-", dir="/run"))
+    work.chmod(0o755)  # sshd's StrictModes: the keys' directories not writable by others
+    s = None
+    try:
+        s = Scale(n, work, agent, mpirun)
+        result: dict[str, Any] = {
+            "workers": n,
+            "cluster_build_s": round(s.build_s, 2),
+            "bare": [],
+            "agent": [],
+            "agent_reuse_off": [],
+        }
+        variants = [("agent", {})] * runs + (
+            [("agent_reuse_off", {"MPI_BOOTSTRAP_SSH_REUSE": "off"})] * runs if compare else []
+        )
+        argv: list[str] = []
+        for r, (key, extra) in enumerate(variants):
+            up = s.start_workers()
+            time.sleep(1.0)  # at rest: start-up done
+            if r == 0:
+                result["workers_up_s"] = round(up, 2)
+                result["memory_per_worker_pod"] = s.memory()
+                argv = result["argv"] = s.plan_argv()
+            if key == "agent":
+                result["bare"].append(s.counted(lambda argv=argv: s.bare(argv)))
+            result[key].append(s.counted(lambda extra=extra: s.agent_job(**extra)))
+            for p in s.c.procs:  # the workers end once the job is done (job-done)
+                p.wait(timeout=60)
+            s.c.procs.clear()
+        return result
+    finally:
+        if s is not None:
+            s.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _median(runs: list[dict[str, Any]], *keys: str) -> float | None:
+    vals = []
+    for r in runs:
+        v: Any = r
+        for k in keys:
+            v = v.get(k) if isinstance(v, dict) else None
+        if isinstance(v, (int, float)):
+            vals.append(float(v))
+    return round(statistics.median(vals), 2) if vals else None
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    head = (
+        "| workers | records | sshd ready | preflight done = mpirun start | mpirun's own "
+        "run | total (agent) | bare mpirun | agent/bare | agent, reuse off | logins "
+        "agent/bare | worker pod PSS (USS) |\n" + "|---" * 11 + "|\n"
+    )
+    rows = []
+    for r in results:
+        a, b, off = r["agent"], r["bare"], r["agent_reuse_off"]
+        total, bare = _median(a, "total_s"), _median(b, "total_s")
+        ok = all(x["exit_code"] == 0 and x["all_hosts_ran"] for x in a + b + off)
+        mem = r["memory_per_worker_pod"]
+        rows.append(
+            "| "
+            + " | ".join(
+                str(x)
+                for x in (
+                    r["workers"],
+                    _median(a, "phases_s", "records"),
+                    _median(a, "phases_s", "sshd_ready"),
+                    _median(a, "phases_s", "mpirun_start"),
+                    _median(a, "mpirun_run_s"),
+                    total,
+                    bare,
+                    f"{total / bare:.2f}x" if total and bare else "n/a",
+                    _median(off, "total_s") if off else "",
+                    f"{_median(a, 'logins')}/{_median(b, 'logins')}",
+                    f"{mem['pss_mib_median']} MiB ({mem['uss_mib_median']} MiB)",
+                )
+            )
+            + " |"
+            + ("" if ok else " FAILED")
+        )
+    return head + "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("workers", nargs="*", type=int, default=[16, 32, 64, 128])
+    ap.add_argument("--mpirun", default=shutil.which("mpirun") or "mpirun")
+    ap.add_argument("--runs", type=int, default=3, help="jobs per size (medians reported)")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument(
+        "--compare-reuse",
+        action="store_true",
+        help="also run the agent with MPI_BOOTSTRAP_SSH_REUSE=off",
+    )
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        raise SystemExit("needs root (network namespaces)")
+    agent = _agent()
+    results = []
+    for n in args.workers:
+        r = one_size(n, agent, args.mpirun, args.runs, args.compare_reuse)
+        results.append(r)
+        print(table([r]).splitlines()[-1], flush=True)
+    print()
+    print(f"cores: {os.cpu_count()}; mpirun: {args.mpirun}; runs per size: {args.runs}")
+    print(table(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
