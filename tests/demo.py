@@ -57,12 +57,6 @@ def rank_lines(stdout: str) -> str:
     )
 
 
-def stamp(event: dict[str, Any]) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
-
-
 def run_job(
     mpi: str = "openmpi4",
     workers: int = 2,
@@ -110,9 +104,9 @@ def run_job(
         "pods_up_to_first_rank_s": round(min(starts) - pods_up, 3) if starts else None,
     }
     if "MPI" in by and "mpirun start" in by:
-        t0 = stamp(by["MPI"])
+        t0 = logs.stamp(by["MPI"])
         summary["launcher_phases_s"] = {
-            phase: round(stamp(by[name]) - t0, 3)
+            phase: round(logs.stamp(by[name]) - t0, 3)
             for phase, name in (
                 ("dns", "DNS done"),
                 ("records", "records"),

@@ -29,7 +29,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.support import logs
-from tests.support.cluster import Cluster, Pod
+from tests.support.cluster import Cluster, Pod, agent_env
 
 PATH = "/usr/local/bin:/usr/bin:/bin"
 PHASES = (
@@ -56,10 +55,6 @@ def _agent() -> str:
     return found
 
 
-def _stamp(event: dict[str, Any]) -> float:
-    return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
-
-
 class Scale:
     """N workers up in a fresh cluster; the jobs run against them."""
 
@@ -75,17 +70,12 @@ class Scale:
         self.hostfile.write_text("".join(f"{w} slots=1\n" for w in self.workers))
 
     def env(self, pod: Pod, **extra: str) -> dict[str, str]:
-        home = self.work / pod.name
-        home.mkdir(exist_ok=True)
-        return {
-            "PATH": f"{Path(self.mpirun).parent}:{PATH}",
-            "HOME": str(home),
-            "LANG": "C.UTF-8",
-            "MPI_BOOTSTRAP_STATE_DIR": str(home / "state"),
-            "MPI_BOOTSTRAP_LOG_FORMAT": "json",
-            "MPI_BOOTSTRAP_EXCHANGE_DIR": str(self.xdir),
-            **extra,
-        }
+        return agent_env(
+            self.work,
+            pod,
+            path=f"{Path(self.mpirun).parent}:{PATH}",
+            **{"MPI_BOOTSTRAP_EXCHANGE_DIR": str(self.xdir), **extra},
+        )
 
     def start_workers(self, timeout: float = 300) -> float:
         """Start every worker at once; seconds until every record is published (a record
@@ -205,7 +195,7 @@ class Scale:
         )
         total = time.time() - t0
         ev = {e["event"]: e for e in logs.events(done.stderr, partial=True)}
-        phases = {k: round(_stamp(ev[name]) - t0, 3) for k, name in PHASES if name in ev}
+        phases = {k: round(logs.stamp(ev[name]) - t0, 3) for k, name in PHASES if name in ev}
         out = {
             "total_s": round(total, 3),
             "exit_code": done.returncode,

@@ -51,6 +51,13 @@ def event(text: str, name: str, *, partial: bool = False, **match: object) -> Ev
     return found[0] if found else None
 
 
+def stamp(event: Event) -> float:
+    """An event's time (its ISO "timestamp", UTC), as seconds since the epoch."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
 def messages(text: str) -> list[str]:
     """The other lines: what a person reads (the agent's messages, other programs' output)."""
     return [ln for ln in text.splitlines() if ln and not ln.startswith("{")]
