@@ -235,6 +235,7 @@ EXPECTED: dict[str, Callable[[object], bool]] = {
     "sshd": _is_path,
     "ssh_user": _optional(lambda v: type(v) is str and names.is_user_name(v)),
     "preflight": lambda v: type(v) is bool,
+    "ssh_reuse": lambda v: type(v) is bool,
     "state_dir": _is_plain_path,
     "log_format": _one_of(cfg.LOG_FORMATS),
     "log_level": _one_of(cfg.LOG_LEVELS),
