@@ -85,6 +85,8 @@ lint: install
 
 bench: system-deps install
 	$(PY) tests/bench/run.py
+	# The data-plane check's cost: 16 workers with net1, the check on and off.
+	$(PY) tests/bench/scale.py 16 --data --runs 3 --json bench-data-check.json
 
 # Needs only root, iproute2, OpenSSH, an MPI (MPIRUN, default: mpirun on PATH) and the
 # agent: no Debian package is installed here.

@@ -36,13 +36,14 @@ class TestEveryMPI:
         self, real_mpi: RealMPI, work: Path, programs: Path
     ) -> None:
         """Each MPI runs an allreduce on 2 worker pods × 2 slots through the agent, every rank on
-        a worker."""
+        a worker, after the workers tested their data NIC (net1) between them."""
         exe = compile_allreduce(real_mpi, programs)
         with Cluster(PODS, dns=True, pid1=True) as c:
             job = Job(c, work, real_mpi)
             job.start_workers()
             done = job.launch([str(exe)])
             check_allreduce(done, 4, WORKERS)
+            assert logs.event(done.stderr, "data check ok", workers=2, nic="net1") is not None
 
     def test_mpirun_reuses_preflight_connections(
         self, real_mpi: RealMPI, work: Path, programs: Path

@@ -61,6 +61,8 @@ class Config:
     ssh_user: str | None
     preflight: bool
     ssh_reuse: bool
+    data_check: bool
+    sysfs: str
     startup_timeout: float
     ssh_connect_timeout: int
     state_dir: str

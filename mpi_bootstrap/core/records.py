@@ -1,6 +1,7 @@
 """A worker's record: where its sshd listens and which host key it presents — the one
 thing every exchange carries (`secret` makes it up, `dir` files it, `net` sends it):
-`{"v": 1, "host", "addresses", "port", "host_key", "user"}`. Nothing in it is secret.
+`{"v": 1, "host", "addresses", "port", "host_key", "user"}`, and `"data"` (the data NIC:
+core/datanet.py) when the worker has one. Nothing in it is secret.
 
 Also what the `dir` exchange's own files say (ssh/dirx.py reads and writes them): a
 job is identified by its key, and `job-done` names the key of the job that ended.
@@ -13,6 +14,7 @@ import dataclasses
 import json
 from typing import Any
 
+from mpi_bootstrap.core.datanet import DataNIC, data_from
 from mpi_bootstrap.core.names import is_dns_name, is_ip_literal, is_public_key, is_user_name
 
 VERSION = 1  # of a record
@@ -40,10 +42,14 @@ class Record:
     port: int
     host_key: str  # "ssh-ed25519 AAAA…"
     user: str
+    data: DataNIC | None = None  # the data NIC, when the worker has one
 
     def to_dict(self) -> dict[str, Any]:
-        return {"v": VERSION, "host": self.host, "addresses": list(self.addresses),
-                "port": self.port, "host_key": self.host_key, "user": self.user}
+        out = {"v": VERSION, "host": self.host, "addresses": list(self.addresses),
+               "port": self.port, "host_key": self.host_key, "user": self.user}
+        if self.data is not None:
+            out["data"] = self.data.to_dict()
+        return out
 
 
 def record_from(data: Any) -> Record:
@@ -51,8 +57,9 @@ def record_from(data: Any) -> Record:
     if not isinstance(data, dict):
         raise RecordError("not a JSON object")
     expected = {"v", "host", "addresses", "port", "host_key", "user"}
-    if set(data) != expected:
-        raise RecordError(f"fields {sorted(set(data) ^ expected)} unexpected or missing")
+    if set(data) - {"data"} != expected:
+        raise RecordError(f"fields {sorted((set(data) - {'data'}) ^ expected)} unexpected "
+                          "or missing")
     if not is_version(data["v"]):
         raise RecordError(f"version {data['v']!r} is not {VERSION}")
     host, port, key, user, addrs = (data["host"], data["port"], data["host_key"],
@@ -68,7 +75,11 @@ def record_from(data: Any) -> Record:
     if not isinstance(addrs, list) or len(addrs) > 16 or not all(
             isinstance(a, str) and is_ip_literal(a) for a in addrs):
         raise RecordError("addresses is not a list of IP addresses")
-    return Record(host, tuple(addrs), port, key, user)
+    try:
+        nic = data_from(data["data"]) if "data" in data else None
+    except ValueError as exc:
+        raise RecordError(str(exc)) from None
+    return Record(host, tuple(addrs), port, key, user, nic)
 
 
 def decode(text: str | bytes, where: str) -> Record:

@@ -239,6 +239,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("ssh_reuse", "--ssh-reuse", ("MPI_BOOTSTRAP_SSH_REUSE",), True, _bool,
             "keep preflight's ssh connection to each worker open (ControlMaster, socket in "
             "the state dir) so mpirun's ssh reuses it instead of connecting again"),
+    Setting("data_check", "--data-check", ("MPI_BOOTSTRAP_DATA_CHECK",), True, _bool,
+            "before mpirun, test the data network between workers (ring and random pairs: "
+            "TCP, and full-MTU packets that may not fragment); on when a data NIC is planned"),
+    Setting("sysfs", "--sysfs", ("MPI_BOOTSTRAP_SYSFS",), "/sys", _path,
+            "where sysfs is mounted (a data NIC's RDMA device is read from it)"),
     Setting("state_dir", "--state-dir", ("MPI_BOOTSTRAP_STATE_DIR",), None,
             _plain_dir,
             "private directory for generated files (default /run/mpi-bootstrap as root)"),

@@ -1,6 +1,6 @@
 """`mpi-bootstrap doctor`: why a job cannot start, host by host, each finding ending in
-what to do. The DNS checks are in dnscheck.py, the ssh checks in sshcheck.py; everything
-runs in parallel under one deadline.
+what to do. The DNS checks are in dnscheck.py, the ssh checks in sshcheck.py, the data
+network's in datacheck.py; everything runs in parallel under one deadline.
 
 Exit status: 0 when every check passed, 1 (ExitStatus.PROBLEMS_FOUND) when any did not.
 `--json` prints one object: {"version": 1, "findings": [...], "problems": N}.
@@ -18,6 +18,7 @@ from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import ExitStatus
 from mpi_bootstrap.core.names import is_ip_literal
+from mpi_bootstrap.doctor import datacheck
 from mpi_bootstrap.doctor.dnscheck import dns_findings, service_finding
 from mpi_bootstrap.doctor.finding import Finding
 from mpi_bootstrap.doctor.sshcheck import ssh_jobs
@@ -44,8 +45,9 @@ def within(deadline: float, jobs: Sequence[Callable[[], list[Finding]]],
     return found + (on_late(late) if late else [])
 
 
-def run(config: Config, *, deadline_s: float = 10.0) -> list[Finding]:
-    """Every check for every host in the hostfile (and the launcher), in parallel."""
+def run(config: Config, *, deadline_s: float = 10.0, data: bool = True) -> list[Finding]:
+    """Every check for every host in the hostfile (and the launcher), in parallel; with
+    `data`, the data network's too (not when explaining a failed preflight)."""
     import socket
 
     deadline = time.monotonic() + deadline_s
@@ -63,6 +65,8 @@ def run(config: Config, *, deadline_s: float = 10.0) -> list[Finding]:
         functools.partial(dns_findings, n, conf, deadline) for n in [*names, own]]
     jobs.append(lambda: service_finding(names, config.cluster_domain, conf, deadline))
     jobs.extend(ssh_jobs(config, names, deadline))
+    if data:
+        jobs.extend(datacheck.jobs(config, names, deadline))
     return within(deadline + 0.5, jobs, lambda n: [Finding(
         "doctor", "deadline", False, f"{n} checks did not finish in {deadline_s:g} s",
         "a nameserver or a worker does not answer; the findings above say which")])

@@ -1,8 +1,10 @@
-"""Carry a Plan out: write its files, wait for the workers' sshd, preflight them, then
-hand mpirun to the resident supervisor (or exec it)."""
+"""Carry a Plan out: write its files, wait for the workers' sshd, preflight them, test
+the data network between them, then hand mpirun to the resident supervisor (or exec
+it)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 
 from mpi_bootstrap.core.config import Config
@@ -12,6 +14,7 @@ from mpi_bootstrap.launcher import preflight
 from mpi_bootstrap.launcher.plan import Plan
 from mpi_bootstrap.proc import handoff
 from mpi_bootstrap.proc.spawn import resolve
+from mpi_bootstrap.ssh import datacheck
 from mpi_bootstrap.system import files
 
 
@@ -40,10 +43,14 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> in
         except PeerUnavailableError as exc:
             from mpi_bootstrap.doctor import diagnose
 
-            problems = [f.line() for f in diagnose.run(config, deadline_s=5.0) if not f.ok]
+            found = diagnose.run(config, deadline_s=5.0, data=False)
+            problems = [f.line() for f in found if not f.ok]
             exc.details = "\n".join(filter(None, [
                 exc.details, "--- doctor", *(problems or ["(no other problem found)"])]))
             raise
+    if p.data_check:
+        datacheck.run(p.remote, p.ssh_command, p.data_check, python=sys.executable,
+                      sysfs=config.sysfs, env=env, deadline=p.deadline, log=log)
     if config.exec:
         log("mpirun exec", argv=list(p.argv), forwarded=list(p.forwarded))
         handoff.exec_replace(p.argv, env)

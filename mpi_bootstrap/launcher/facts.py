@@ -22,7 +22,7 @@ from mpi_bootstrap.launcher.plan import Facts, host_entries, lookup_name
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.proc.spawn import resolve
 from mpi_bootstrap.ssh import peers
-from mpi_bootstrap.system import dns, hostfiles, netif
+from mpi_bootstrap.system import dataprobe, dns, hostfiles, netif
 
 RESOLV_CONF = "/etc/resolv.conf"
 ETC_HOSTS = "/etc/hosts"
@@ -172,8 +172,11 @@ def gather(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Facts,
         records = peers.collect(config, remote, client, deadline, log,
                                 fetch=not config.explain)
         log("records", exchange=config.exchange, found=len(records), remote=len(remote))
+    interfaces = netif.present()
+    rdma = {nic: tuple(devs) for nic in interfaces
+            if (devs := dataprobe.rdma_devices(nic, config.sysfs))}
     facts = Facts(environ=env, hostfile=hostfile, answers=answers, mpi=info,
-                  interfaces=netif.present(), is_root=os.geteuid() == 0,
+                  interfaces=interfaces, rdma=rdma, is_root=os.geteuid() == 0,
                   is_pid1=os.getpid() == 1, client=client,
                   records=records, remote=tuple(new for _, new, _ in remote),
                   deadline=deadline)

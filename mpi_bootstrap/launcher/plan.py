@@ -45,6 +45,7 @@ class Facts:
     records: Mapping[str, records.Record] = dataclasses.field(default_factory=dict)
     remote: tuple[str, ...] = ()  # names mpirun reaches over ssh
     deadline: float = 0.0  # monotonic: DNS, records, sshd readiness and preflight share it
+    rdma: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # own NICs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +67,7 @@ class Plan:
     preflight: bool = False
     prefix: str | None = None  # Open MPI's --prefix, where preflight looks for orted
     control_dir: str | None = None  # ssh's ControlPath directory (connection reuse)
+    data_check: str | None = None  # the data NIC the workers test before mpirun
     done_file: str | None = None  # dir exchange: `job-done`, written after success
     done_text: str = ""
     deadline: float = 0.0
@@ -140,8 +142,47 @@ def _interfaces(config: Config, facts: Facts, decisions: list[Decision]) -> str 
     return data
 
 
+def data_nics(config: Config, facts: Facts, data: str | None,
+              decisions: list[Decision]) -> tuple[tuple[str, str], ...]:
+    """Each worker's data NIC as its record says (--explain), flagged where it differs
+    from the plan's; and the RDMA devices behind the plan's data NIC, by host."""
+    rdma = [("launcher", dev) for dev in facts.rdma.get(data or "", ())]
+    if config.exchange == "secret" and facts.remote:
+        decisions.append(Decision("data NICs", "(found by the data check)", "exchange",
+                                  "secret: workers publish no record"))
+    for host in facts.remote if config.exchange != "secret" else ():
+        rec = facts.records.get(host)
+        nic = rec.data if rec is not None else None
+        if rec is None:
+            continue
+        if nic is None:
+            why = f"WARNING: no data NIC ({data} planned)" if data else "none"
+            decisions.append(Decision(f"data NIC {host}", "(none)", "exchange record", why))
+            continue
+        why = "as the worker published it"
+        if data and nic.nic != data:
+            why = f"WARNING: not {data}, the data NIC NCCL_SOCKET_IFNAME names"
+        elif nic.nic == data:
+            rdma += [(host, dev) for dev in nic.rdma]
+        decisions.append(Decision(f"data NIC {host}", nic.summary(), "exchange record", why))
+    return tuple(rdma) if data else ()
+
+
+def _data_check(config: Config, data: str | None, preflight: bool) -> Decision:
+    why = ("disabled" if not config.data_check else "no data NIC in the plan" if not data
+           else "needs preflight's ssh sessions (preflight is off or all ranks are local)"
+           if not preflight else
+           f"the workers test {data} among themselves before mpirun: ring neighbours and "
+           "one random peer each, a TCP connection and full-MTU packets that may not "
+           "fragment, in parallel; a failure names the pair and exits 69")
+    on = config.data_check and bool(data) and preflight
+    return Decision("data check", "on" if on else "off", str(config.source("data_check")),
+                    why)
+
+
 def _launch(config: Config, facts: Facts, data: str | None,
-            ssh_cmd: tuple[str, ...]) -> mpi.LaunchSpec:
+            ssh_cmd: tuple[str, ...], rdma: tuple[tuple[str, str], ...] = ()
+            ) -> mpi.LaunchSpec:
     return mpi.build(mpi.LaunchFacts(
         mpi=facts.mpi, program=config.program, hostfile=config.output_hostfile,
         input_hostfile=facts.hostfile.path, total_slots=facts.hostfile.total_slots,
@@ -150,7 +191,7 @@ def _launch(config: Config, facts: Facts, data: str | None,
         is_root=facts.is_root, ssh_command=ssh_cmd,
         ssh_wrapper=f"{config.state_dir}/ssh-launcher",
         forward_patterns=config.forward_env, startup_timeout=config.startup_timeout,
-        multi_host=bool(facts.remote),
+        multi_host=bool(facts.remote), rdma=rdma,
     ))
 
 
@@ -184,9 +225,12 @@ def build_plan(config: Config, facts: Facts) -> Plan:
     preflight, run_decisions = _run_decisions(config, facts)
     control = control_dir(config, facts, preflight, decisions)
     ssh_cmd, ssh_files, targets = ssh_setup(config, facts, entries, decisions, control)
-    spec = _launch(config, facts, data, ssh_cmd)
+    rdma = data_nics(config, facts, data, decisions)
+    spec = _launch(config, facts, data, ssh_cmd, rdma)
     decisions.extend(spec.decisions)
     decisions.extend(run_decisions)
+    check = _data_check(config, data, preflight)
+    decisions.append(check)
     files = (
         PlannedFile(f"{config.output_hostfile}.orig", facts.hostfile.text, 0o644,
                     f"original text of {facts.hostfile.path}, kept for reference"),
@@ -206,7 +250,8 @@ def build_plan(config: Config, facts: Facts) -> Plan:
                 program_index=spec.program_index, ssh_command=ssh_cmd, ssh_targets=targets,
                 remote=facts.remote, preflight=preflight, prefix=prefix, done_file=done,
                 done_text=done_text or "", deadline=facts.deadline,
-                control_dir=control if ssh_files else None)
+                control_dir=control if ssh_files else None,
+                data_check=data if check.value == "on" else None)
 
 
 def control_dir(config: Config, facts: Facts, preflight: bool,

@@ -14,10 +14,14 @@ import os
 import signal
 import time
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from mpi_bootstrap.proc import signals
 from mpi_bootstrap.proc.spawn import exec_error, exit_code, shell_code, start
 from mpi_bootstrap.system.retry import LOCAL, retry_until
+
+if TYPE_CHECKING:
+    import subprocess
 
 # PID → whether it leads its own process group.
 _pending: dict[int, bool] = {}
@@ -160,3 +164,44 @@ def capture(argv: Sequence[str], env: Mapping[str, str] | None = None,
         finally:
             _pending.pop(child.pid, None)
     return shell_code(child.returncode), out.decode("utf-8", "replace")
+
+
+def open_piped(argv: Sequence[str], env: Mapping[str, str] | None = None
+               ) -> subprocess.Popen[bytes]:
+    """Start argv with pipes on stdin, stdout and stderr, registered like any pending
+    child (its own session); the caller ends it with `close_piped`."""
+    import subprocess
+
+    if _stopping:
+        raise Interrupted(signal.SIGTERM)
+    try:
+        child = subprocess.Popen(list(argv), env=None if env is None else dict(env),
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, start_new_session=True,
+                                 restore_signals=True)
+    except OSError as exc:
+        raise exec_error(argv[0], exc) from None
+    _pending[child.pid] = True
+    return child
+
+
+def close_piped(child: subprocess.Popen[bytes], timeout: float = 2.0) -> tuple[int, str]:
+    """Close its stdin (the remote side's cue to end), wait up to `timeout`, then kill
+    its group; (exit code, what it wrote to stderr)."""
+    import subprocess
+
+    with contextlib.suppress(OSError):
+        if child.stdin is not None:
+            child.stdin.close()
+    child.stdin = None  # closed: communicate() must not flush it
+    try:
+        _, err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _signal(child.pid, True, signal.SIGKILL)
+        err = b""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=2.0)
+    finally:
+        _pending.pop(child.pid, None)
+    return shell_code(child.returncode if child.returncode is not None else -9), \
+        (err or b"").decode("utf-8", "replace")

@@ -15,14 +15,15 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from mpi_bootstrap.core import records
+from mpi_bootstrap.core import datanet, records
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import ConfigError, ExitStatus, PeerUnavailableError
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import fingerprint
+from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
 from mpi_bootstrap.proc.handoff import handoff
 from mpi_bootstrap.ssh import dirx, keys, sshd
-from mpi_bootstrap.system import netif
+from mpi_bootstrap.system import dataprobe, netif
 from mpi_bootstrap.system.files import atomic_write, read_regular, state_dir
 
 RECORD_FILE = "record.json"
@@ -137,6 +138,26 @@ def _publish(config: Config, record: records.Record, ident: Identity, bind_addr:
     return extra
 
 
+def data_nic(config: Config, environ: Mapping[str, str], log: Log) -> datanet.DataNIC | None:
+    """This pod's data NIC for its record: the one configured (MPI_BOOTSTRAP_DATA_IFACE,
+    NCCL_SOCKET_IFNAME), else the first of net1, dranet0 present; None without one."""
+    nccl = environ.get("NCCL_SOCKET_IFNAME", "")
+    wanted = config.data_iface or (nccl if datanet.NIC_NAME.fullmatch(nccl) else None)
+    present = netif.present()
+    nic = wanted or next((n for n in DATA_IFACE_CANDIDATES if n in present), None)
+    if nic is None:
+        return None
+    facts = dataprobe.nic_facts(nic, config.sysfs)
+    if "error" in facts:
+        log("data NIC missing", level="warning", nic=nic, have=facts.get("have"))
+        return None
+    found = datanet.DataNIC(nic, tuple(facts["addresses"])[:16], int(facts["mtu"]),
+                            tuple(facts["rdma"])[:16])
+    log("data NIC", nic=nic, mtu=found.mtu, addresses=list(found.addresses),
+        rdma=list(found.rdma), memlock=facts["memlock"])
+    return found
+
+
 def start(config: Config, environ: Mapping[str, str], log: Log) -> int:
     state = config.state_dir
     account = pwd.getpwuid(os.geteuid())
@@ -164,7 +185,8 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> int:
     pid, port, argv = sshd.start(argv_for, env, fixed_port=config.sshd_port or 0,
                                  probe_address=probe_addr, bind_address=bind_addr, log=log)
     record = records.Record(host=short, addresses=tuple(listen), port=port,
-                            host_key=ident.host_key_public, user=account.pw_name)
+                            host_key=ident.host_key_public, user=account.pw_name,
+                            data=data_nic(config, environ, log))
     extra = _publish(config, record, ident, bind_addr, authorized_path=authorized_path, log=log)
     handoff(argv, env, grace=config.grace_seconds, group=False, role="worker",
             log_level=config.log_level, log_format=config.log_format,

@@ -43,6 +43,7 @@ PHASES = (
     ("records", "records"),
     ("sshd_ready", "sshd ready"),
     ("preflight", "preflight ok"),
+    ("data_check", "data check ok"),
     ("mpirun_start", "mpirun start"),
 )
 
@@ -58,13 +59,13 @@ def _agent() -> str:
 class Scale:
     """N workers up in a fresh cluster; the jobs run against them."""
 
-    def __init__(self, n: int, work: Path, agent: str, mpirun: str) -> None:
+    def __init__(self, n: int, work: Path, agent: str, mpirun: str, data: bool = False) -> None:
         self.n, self.work, self.agent, self.mpirun = n, work, agent, mpirun
         self.workers = [f"w{i}" for i in range(n)]
         self.xdir = work / "exchange"
         self.xdir.mkdir()
         t0 = time.monotonic()
-        self.c = Cluster(["launcher", *self.workers], pid1=True, data=False, private_root=True)
+        self.c = Cluster(["launcher", *self.workers], pid1=True, data=data, private_root=True)
         self.build_s = time.monotonic() - t0
         self.hostfile = work / "hostfile"
         self.hostfile.write_text("".join(f"{w} slots=1\n" for w in self.workers))
@@ -203,6 +204,10 @@ class Scale:
             "phases_s": phases,
             "stderr_tail": done.stderr[-800:] if done.returncode else "",
         }
+        if "data check ok" in ev:
+            out["data_check"] = {
+                k: ev["data check ok"].get(k) for k in ("listen_s", "probe_s", "probes")
+            }
         if "mpirun_start" in phases:
             out["mpirun_run_s"] = round(total - phases["mpirun_start"], 3)
         return out
@@ -242,25 +247,33 @@ def _rollup(pid: int) -> dict[str, int]:
     return out
 
 
-def one_size(n: int, agent: str, mpirun: str, runs: int, compare: bool) -> dict[str, Any]:
+def one_size(
+    n: int, agent: str, mpirun: str, runs: int, compare: bool, *, data: bool = False
+) -> dict[str, Any]:
     """`runs` rounds on one cluster of `n` workers: workers started, the bare mpirun, then
     the agent's job (which ends the workers). With `compare`, as many rounds again with
-    the agent's ssh reuse off."""
+    the agent's ssh reuse off. With `data`, the pods have a data NIC (net1) and as many
+    rounds again run with the data check off (its cost)."""
     work = Path(tempfile.mkdtemp(prefix="mpib-scale-", dir="/run"))
     work.chmod(0o755)  # sshd's StrictModes: the keys' directories not writable by others
     s = None
     try:
-        s = Scale(n, work, agent, mpirun)
+        s = Scale(n, work, agent, mpirun, data)
         result: dict[str, Any] = {
             "workers": n,
             "cluster_build_s": round(s.build_s, 2),
             "bare": [],
             "agent": [],
             "agent_reuse_off": [],
+            "agent_data_check_off": [],
         }
         variants = [("agent", {})] * runs + (
             [("agent_reuse_off", {"MPI_BOOTSTRAP_SSH_REUSE": "off"})] * runs if compare else []
         )
+        if data:  # interleaved, so both see the same machine
+            off = ("agent_data_check_off", {"MPI_BOOTSTRAP_DATA_CHECK": "off"})
+            offs = [off] * len(variants)
+            variants = [v for pair in zip(variants, offs, strict=True) for v in pair]
         argv: list[str] = []
         for r, (key, extra) in enumerate(variants):
             up = s.start_workers()
@@ -329,6 +342,27 @@ def table(results: list[dict[str, Any]]) -> str:
     return head + "\n".join(rows) + "\n"
 
 
+def data_table(results: list[dict[str, Any]]) -> str:
+    """The data check's cost: launcher start → mpirun start with it and without."""
+    head = (
+        "| workers | data check's own time | start → mpirun start, check on | check off "
+        "| cost |\n" + "|---" * 5 + "|\n"
+    )
+    rows = []
+    for r in results:
+        on = _median(r["agent"], "phases_s", "mpirun_start")
+        off = _median(r["agent_data_check_off"], "phases_s", "mpirun_start")
+        pre = [
+            x["phases_s"]["data_check"] - x["phases_s"]["preflight"]
+            for x in r["agent"]
+            if "data_check" in x["phases_s"]
+        ]
+        own = round(statistics.median(pre), 2) if pre else None
+        cost = f"+{(on - off) / off:.0%}" if on and off else "n/a"
+        rows.append(f"| {r['workers']} | {own} s | {on} s | {off} s | {cost} |")
+    return head + "\n".join(rows) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("workers", nargs="*", type=int, default=[16, 32, 64, 128])
@@ -340,18 +374,25 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run the agent with MPI_BOOTSTRAP_SSH_REUSE=off",
     )
+    ap.add_argument(
+        "--data",
+        action="store_true",
+        help="pods with a data NIC; also run the agent with MPI_BOOTSTRAP_DATA_CHECK=off",
+    )
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("needs root (network namespaces)")
     agent = _agent()
     results = []
     for n in args.workers:
-        r = one_size(n, agent, args.mpirun, args.runs, args.compare_reuse)
+        r = one_size(n, agent, args.mpirun, args.runs, args.compare_reuse, data=args.data)
         results.append(r)
         print(table([r]).splitlines()[-1], flush=True)
     print()
     print(f"cores: {os.cpu_count()}; mpirun: {args.mpirun}; runs per size: {args.runs}")
     print(table(results))
+    if args.data:
+        print(data_table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

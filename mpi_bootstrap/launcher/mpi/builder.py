@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
+from mpi_bootstrap.core import datanet
 from mpi_bootstrap.core.model import Decision, PlannedFile
 from mpi_bootstrap.launcher.mpi.command import HOSTFILE_OPTIONS, scan_user_command
 from mpi_bootstrap.launcher.mpi.detect import MPIInfo, is_launcher
@@ -38,6 +39,9 @@ class LaunchFacts:
     forward_patterns: tuple[str, ...]
     startup_timeout: float
     multi_host: bool = True  # some rank runs on another host (over ssh)
+    # The RDMA devices behind the data NIC, with where each was seen ("job-worker-1
+    # mlx5_0"): NCCL_IB_HCA names exactly them.
+    rdma: tuple[tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +181,18 @@ class Builder:
         else:
             self.decide("NCCL_SOCKET_IFNAME", "(unset)", "agent default",
                         "no data interface (net1, dranet0) found; NCCL picks its own")
+        if not self.f.rdma:
+            return
+        if "NCCL_IB_HCA" in self.f.environ:
+            self.decide("NCCL_IB_HCA", "(user's)", "env NCCL_IB_HCA", "user wins")
+            return
+        value = datanet.ib_hca([dev for _, dev in self.f.rdma])
+        self.env_set["NCCL_IB_HCA"] = value
+        seen = "; ".join(f"{where}: {dev}" for where, dev in self.f.rdma[:4])
+        more = f" (+{len(self.f.rdma) - 4} more)" if len(self.f.rdma) > 4 else ""
+        self.decide("NCCL_IB_HCA", value, "detected",
+                    f"the RDMA device behind {self.f.data_iface} (sysfs device/infiniband): "
+                    f"{seen}{more}; NCCL uses no other HCA in the pod")
 
     def forward(self) -> list[str]:
         env = {**self.f.environ, **self.env_set}

@@ -1,0 +1,186 @@
+"""Before mpirun, after preflight (and in `doctor`): the data network, tested by the
+workers themselves.
+
+Over the preflight's ssh (its connections, when reused), one session per worker runs
+system/dataprobe.py with the worker's Python:
+  1. it reports its data NIC (MTU, addresses, RDMA devices, locked-memory limit) and
+     opens one port, TCP and UDP, on its data address;
+  2. once every worker has, the launcher sends each its peers: its ring neighbours and
+     one random worker (core/datanet.py); it probes them from its data address (TCP,
+     then full-MTU datagrams that may not fragment) while answering its own probers;
+  3. the launcher closes the sessions, which closes the ports.
+Everything runs in parallel within the launcher's one deadline. A failure names the
+pair, the addresses, the NIC and the kind, and mpirun never starts (exit 69).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shlex
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mpi_bootstrap.core import datanet, failures
+from mpi_bootstrap.core.errors import PeerUnavailableError, some
+from mpi_bootstrap.core.log import Log
+from mpi_bootstrap.proc import children
+from mpi_bootstrap.system import dataprobe, parallel
+
+# A session ends by itself after this, should the launcher vanish. Sessions stay open
+# together (each listens while the others probe); their starts and probes are bounded
+# like preflight's ssh.
+LISTEN_SECONDS = 60.0
+MAX_PARALLEL = max(8, 4 * len(os.sched_getaffinity(0)))  # as preflight's ssh
+
+
+def command(python: str, *args: str) -> str:
+    """The remote shell command: the probe program's text run by the worker's Python (the
+    launcher's interpreter path, else `python3` on the session's PATH)."""
+    source = Path(dataprobe.__file__).read_text(encoding="utf-8")
+    return (f"P={shlex.quote(python)}; [ -x \"$P\" ] || P=$(command -v python3) || "
+            "{ echo 'data check: no Python on this worker' >&2; exit 127; }; "
+            f"exec \"$P\" -I -S -c {shlex.quote(source)} {shlex.join(args)}")
+
+
+class _Lines:
+    """A session's stdout, line by line, each wait bounded by a deadline (select() on the
+    pipe itself: a buffered reader would hide lines already read from it)."""
+
+    def __init__(self, child: Any) -> None:
+        self.fd, self.buf, self.eof = child.stdout.fileno(), b"", False
+
+    def next(self, deadline: float) -> str | None:
+        """The next line, or None (the session ended, or `deadline` passed)."""
+        while b"\n" not in self.buf and not self.eof:
+            ready, _, _ = select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            chunk = os.read(self.fd, 65536)
+            self.buf += chunk
+            self.eof = not chunk
+        if b"\n" not in self.buf:
+            return None
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode("utf-8", "replace").strip()
+
+
+def mismatch(nic: str, facts: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """Workers whose data NIC's MTU differs from the most common one."""
+    mtus = Counter(f["mtu"] for f in facts.values())
+    if len(mtus) < 2:
+        return None
+    usual = mtus.most_common(1)[0][0]
+    odd = [f"{h} ({f['mtu']})" for h, f in facts.items() if f["mtu"] != usual]
+    return (f"MTU mismatch: {nic} has MTU {usual} on {mtus[usual]} workers but not on "
+            f"{some(odd, shown=3)}: jumbo frames must be on every node or none")
+
+
+class _Run:
+    """One ssh session per worker, all at once (system/dataprobe.py says what each does)."""
+
+    def __init__(self, ssh: Sequence[str], nic: str, *, python: str, sysfs: str,
+                 env: Mapping[str, str], deadline: float) -> None:
+        self.ssh, self.nic, self.python, self.sysfs = list(ssh), nic, python, sysfs
+        self.env, self.deadline = env, deadline
+        self.sessions: dict[str, Any] = {}
+        self.lines: dict[str, _Lines] = {}
+
+    def start(self, host: str) -> tuple[dict[str, Any] | None, str | None]:
+        """Its data NIC as the session reports it, or why it cannot take part."""
+        seconds = min(LISTEN_SECONDS, max(1.0, self.deadline - time.monotonic() + 5))
+        child = children.open_piped([*self.ssh, host, command(
+            self.python, "session", self.nic, f"{seconds:g}", self.sysfs)], self.env)
+        self.sessions[host] = child
+        self.lines[host] = _Lines(child)
+        line = self.lines[host].next(self.deadline)
+        if not line:
+            code, err = children.close_piped(child, 1.0)
+            why = failures.explain_ssh(host, err, code) if code == 255 else \
+                f"{host}: the data check did not start (exit {code}: {err.strip()[:200]!r})"
+            return None, why
+        try:
+            facts = json.loads(line)
+        except ValueError:
+            return None, f"{host}: the data check answered {line[:200]!r}"
+        return facts, datanet.listener_problem(host, facts)
+
+    def probe(self, host: str, targets: list[str]) -> list[tuple[str, str]]:
+        """The failures `host` finds probing `targets` (`NAME=ADDR:PORT:MTU`): (the
+        pair's other worker, what failed)."""
+        child = self.sessions[host]
+        try:
+            child.stdin.write((" ".join(targets) + "\n").encode())
+            child.stdin.flush()
+        except OSError:
+            pass  # the session is gone: said below
+        problems: list[tuple[str, str]] = []
+        while (line := self.lines[host].next(self.deadline)) is not None:
+            try:
+                result = json.loads(line)
+            except ValueError:
+                break
+            if "done" in result:
+                return problems
+            if (why := datanet.probe_problem(self.nic, host, result)) is not None:
+                problems.append((str(result.get("peer")), why))
+        return [*problems, (host, f"{host}: the data check's session ended before every "
+                                  "probe answered (the deadline, or the worker went away)")]
+
+    def close(self) -> None:
+        for child in self.sessions.values():  # all at once: each cue first, then waits
+            if child.stdin is not None:
+                child.stdin.close()
+                child.stdin = None
+        for child in self.sessions.values():
+            children.close_piped(child)
+
+
+def run(hosts: Sequence[str], ssh_command: Sequence[str], nic: str, *, python: str,
+        sysfs: str, env: Mapping[str, str], deadline: float, log: Log, seed: int = 0
+        ) -> dict[str, dict[str, Any]]:
+    """Test the data network among `hosts`; their data NICs as found, or raise
+    PeerUnavailableError naming every failure."""
+    started = time.monotonic()
+    r = _Run(ssh_command, nic, python=python, sysfs=sysfs, env=env, deadline=deadline)
+    try:
+        found = parallel.map_all(r.start, list(hosts), MAX_PARALLEL)
+        problems = [why for _, why in found if why]
+        facts = {h: f for h, (f, why) in zip(hosts, found, strict=True) if f and not why}
+        for host, f in facts.items():
+            log("data NIC", level="debug", host=host, nic=nic, mtu=f["mtu"],
+                addresses=f["addresses"], rdma=f["rdma"])
+        if (odd := mismatch(nic, facts)) is not None:
+            problems.append(odd)
+        ready = list(facts)
+        targets: dict[str, list[str]] = {h: [] for h in ready}
+        for i, j in datanet.pairs(len(ready), seed):
+            peer = facts[ready[j]]
+            targets[ready[i]].append(f"{ready[j]}={peer['addresses'][0]}:{peer['port']}:"
+                                     f"{peer['mtu']}")
+        todo = [h for h in ready if targets[h]]
+        listened = time.monotonic()
+        failed = parallel.map_all(lambda h: r.probe(h, targets[h]), todo, MAX_PARALLEL)
+        pairs = [({host, peer}, why) for host, found in zip(todo, failed, strict=True)
+                 for peer, why in found]
+        common = set.intersection(*(p for p, _ in pairs)) if len(pairs) > 1 else set()
+        if len(common) == 1:  # one worker in every failing pair: say so first
+            problems.append(f"every failing pair involves {common.pop()}; {pairs[0][1]}")
+            problems.extend(why for _, why in pairs[1:])
+        else:
+            problems.extend(why for _, why in pairs)
+        probed = time.monotonic()
+    finally:
+        r.close()
+    if problems:
+        raise PeerUnavailableError(f"data network: {some(problems)}",
+                                   details="\n".join(problems) if len(problems) > 1 else "")
+    log("data check ok", workers=len(hosts), nic=nic, probes=sum(map(len, targets.values())),
+        mtu=sorted({f["mtu"] for f in facts.values()}),
+        listen_s=round(listened - started, 3), probe_s=round(probed - listened, 3),
+        elapsed_s=round(time.monotonic() - started, 3))
+    return facts

@@ -1,0 +1,320 @@
+"""The data-plane check's program on a worker: standard library only, and no import of
+the agent, because the launcher runs this file's text over ssh with the worker's Python
+(`python -I -S -c <this file> …`): nothing on the worker needs to be installed but an
+interpreter.
+
+    session NIC SECONDS SYSFS
+      1. prints this pod's data NIC as one JSON line (name, MTU, addresses, RDMA devices,
+         locked-memory limit) and the port it opened on its data address, TCP and UDP;
+      2. answers probes: TCP connections are echoed, a datagram is answered with its size;
+      3. reads one line on stdin, `NAME=ADDR:PORT:MTU …`, and probes each peer from its
+         data address: a TCP connect and echo, then a datagram of the path's full MTU
+         that may not fragment (and, if it is lost, the largest size that passes); one
+         JSON line per peer, then `{"done": N}`;
+      4. ends when stdin closes (the launcher has every answer) or SECONDS pass.
+
+The worker's agent also imports `nic_facts` for its record (worker/main.py).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import resource
+import select
+import socket
+import struct
+import sys
+import threading
+import time
+
+TYPE_CHECKING = False  # the typing module alone would add 3 ms to every start
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+SIOCGIFADDR, SIOCGIFMTU = 0x8915, 0x8921
+IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2  # <linux/in.h>
+IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO = 23, 2  # <linux/in6.h>
+MIN_PACKET = 576  # bytes: every IPv4 path carries this much (RFC 791)
+HELLO = b"mpi-bootstrap data check\n"
+PROBE_SECONDS = 5.0  # a TCP connect to one peer: ARP gives up on an absent one in 3 s
+
+
+def _ioctl(nic: str, request: int) -> bytes:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        return fcntl.ioctl(s.fileno(), request, struct.pack("256s", nic.encode()[:15]))
+
+
+def addresses(nic: str) -> list[str]:
+    """The NIC's IPv4 address (the primary one) and its global IPv6 addresses."""
+    found = []
+    try:  # noqa: SIM105 - contextlib would add 5 ms to every start
+        found.append(socket.inet_ntoa(_ioctl(nic, SIOCGIFADDR)[20:24]))
+    except OSError:
+        pass
+    try:
+        with open("/proc/net/if_inet6", encoding="ascii") as fh:
+            for line in fh:
+                hexaddr, _, _, scope, _, name = line.split()
+                if name == nic and scope == "00":
+                    found.append(socket.inet_ntop(socket.AF_INET6, bytes.fromhex(hexaddr)))
+    except OSError:
+        pass
+    return found
+
+
+def rdma_devices(nic: str, sysfs: str = "/sys") -> list[str]:
+    """The RDMA devices behind a netdev: `SYSFS/class/net/NIC/device/infiniband/*`."""
+    try:
+        return sorted(os.listdir(os.path.join(sysfs, "class", "net", nic, "device",
+                                              "infiniband")))
+    except OSError:
+        return []
+
+
+def memlock() -> int:
+    """This process's locked-memory limit (soft) in bytes; -1 for unlimited."""
+    soft = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    return -1 if soft == resource.RLIM_INFINITY else soft
+
+
+def nic_facts(nic: str, sysfs: str = "/sys") -> dict[str, Any]:
+    """What a pod says about its data NIC; `{"nic", "error": "missing", "have"}` if absent."""
+    try:
+        socket.if_nametoindex(nic)
+        mtu = struct.unpack("i", _ioctl(nic, SIOCGIFMTU)[16:20])[0]
+    except OSError:
+        return {"nic": nic, "error": "missing",
+                "have": sorted(name for _, name in socket.if_nameindex())}
+    return {"nic": nic, "mtu": mtu, "addresses": addresses(nic),
+            "rdma": rdma_devices(nic, sysfs), "memlock": memlock()}
+
+
+def _open(address: str) -> tuple[socket.socket, socket.socket, int]:
+    """A TCP listener and a UDP socket on one port of `address`."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    for _ in range(20):
+        tcp = socket.socket(family, socket.SOCK_STREAM)
+        tcp.bind((address, 0))
+        port = tcp.getsockname()[1]
+        udp = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            udp.bind((address, port))
+        except OSError:
+            tcp.close()
+            udp.close()
+            continue
+        tcp.listen(128)
+        return tcp, udp, port
+    raise OSError(errno.EADDRINUSE, "no port free for both TCP and UDP")
+
+
+def session(nic: str, seconds: float, sysfs: str) -> int:
+    """Report the NIC, open the port, then answer probes while running the probes the
+    launcher sends (one stdin line); until stdin closes or `seconds` pass."""
+    facts = nic_facts(nic, sysfs)
+    addrs = facts.get("addresses") or []
+    if "error" in facts or not addrs:
+        facts.setdefault("error", "no address")
+        _say(facts)
+        return 0
+    try:
+        tcp, udp, port = _open(str(addrs[0]))
+    except OSError as exc:
+        _say({**facts, "error": f"cannot listen: {exc.strerror}"})
+        return 0
+    _say({**facts, "port": port})
+    serve(tcp, udp, time.monotonic() + seconds,
+          lambda line: threading.Thread(target=probe, args=(facts, line.split()),
+                                        daemon=True).start())
+    return 0
+
+
+def _echo(conn: socket.socket) -> bool:
+    """Send back what arrived; False once the connection is over."""
+    try:
+        data = conn.recv(4096)
+        if data:
+            conn.sendall(data)
+    except OSError:
+        return False
+    return bool(data)
+
+
+def serve(tcp: socket.socket, udp: socket.socket, end: float,
+          on_line: Callable[[str], None]) -> None:
+    """Answer probes until stdin closes (the launcher is done) or `end` (monotonic):
+    TCP connections are echoed, a UDP datagram is answered with its size; each line
+    on stdin goes to `on_line`."""
+    conns: list[socket.socket] = []
+    pending = b""
+    while time.monotonic() < end:
+        ready, _, _ = select.select([sys.stdin, tcp, udp, *conns], [], [],
+                                    max(0.0, end - time.monotonic()))
+        for r in ready:
+            if r is sys.stdin:
+                chunk = os.read(sys.stdin.fileno(), 65536)
+                if not chunk:
+                    return
+                pending += chunk
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    on_line(line.decode())
+            elif r is tcp:
+                conns.append(tcp.accept()[0])
+            elif r is udp:
+                data, peer = udp.recvfrom(65536)
+                udp.sendto(struct.pack("!I", len(data)), peer)  # the size, not the payload
+            elif isinstance(r, socket.socket) and not _echo(r):
+                conns.remove(r)
+                r.close()
+
+
+def _kind(exc: OSError) -> str:
+    if isinstance(exc, TimeoutError) or exc.errno == errno.ETIMEDOUT:
+        return "timeout"
+    if exc.errno == errno.ECONNREFUSED:
+        return "refused"
+    if exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL):
+        return "no route"
+    return f"error: {exc.strerror or exc}"
+
+
+def _tcp(src: str, addr: str, port: int, timeout: float) -> str | None:
+    """None if a TCP connection from `src` echoes our hello, else the kind of failure."""
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        try:
+            s.bind((src, 0))
+            s.connect((addr, port))
+            s.sendall(HELLO)
+            got = b""
+            while len(got) < len(HELLO):
+                chunk = s.recv(len(HELLO) - len(got))
+                if not chunk:
+                    return "closed by the peer"
+                got += chunk
+        except OSError as exc:
+            return _kind(exc)
+    return None
+
+
+def _udp_passes(s: socket.socket, payload: int, tries: int, wait: float) -> bool:
+    """Does a don't-fragment datagram of `payload` bytes reach the peer (its answer)?"""
+    for _ in range(tries):
+        try:
+            s.send(b"\0" * payload)
+        except OSError:  # EMSGSIZE: a route from here already says it is too big
+            return False
+        ready, _, _ = select.select([s], [], [], wait)
+        if ready:
+            try:
+                got = s.recv(16)
+            except OSError:
+                return False
+            if got == struct.pack("!I", payload):
+                return True
+    return False
+
+
+def _mtu(src: str, addr: str, port: int, mtu: int) -> tuple[str | None, int]:
+    """(None, mtu) when a full-MTU packet passes; else (why, the largest that passes)."""
+    v6 = ":" in addr
+    header = 48 if v6 else 28
+    with socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM) as s:
+        if v6:
+            s.setsockopt(socket.IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO)
+        else:
+            s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+        s.bind((src, 0))
+        s.connect((addr, port))
+        if _udp_passes(s, mtu - header, 3, 0.3):
+            return None, mtu
+        low = min(MIN_PACKET, mtu)
+        if not _udp_passes(s, low - header, 3, 0.3):
+            return "udp", 0
+        high = mtu  # low passes, high does not
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if _udp_passes(s, mid - header, 2, 0.15) else (low, mid)
+        return "mtu", low
+
+
+def probe_one(src: str, mtu: int, target: str, seconds: float) -> dict[str, object]:
+    name, _, rest = target.partition("=")
+    addr, port_text, peer_mtu = rest.rsplit(":", 2)
+    addr = addr.strip("[]")
+    port = int(port_text)
+    path_mtu = min(mtu, int(peer_mtu))
+    out: dict[str, object] = {"peer": name, "address": addr, "port": port,
+                              "mtu": path_mtu}
+    why = _tcp(src, addr, port, seconds)
+    if why is None:
+        why, out["reaches"] = _mtu(src, addr, port, path_mtu)
+    out["ok"] = why is None
+    if why is not None:
+        out["kind"] = why
+    return out
+
+
+def probe(facts: dict[str, Any], targets: list[str]) -> None:
+    """Probe every target at once; print one line per target, then `{"done": n}`."""
+    addrs = [str(a) for a in facts.get("addresses") or []]
+    lock = threading.Lock()
+
+    def one(target: str) -> None:
+        v6 = ":" in target.partition("=")[2].rsplit(":", 2)[0]
+        src = next((a for a in addrs if (":" in a) == v6), None)
+        if src is None:
+            result: dict[str, Any] = {"peer": target.partition("=")[0], "ok": False,
+                                      "kind": f"no {'IPv6' if v6 else 'IPv4'} address on "
+                                      f"{facts['nic']}"}
+        else:
+            result = probe_one(src, int(facts["mtu"]), target, PROBE_SECONDS)
+        with lock:
+            _say(result)
+
+    threads = [threading.Thread(target=one, args=(t,)) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    _say({"done": len(targets)})
+
+
+def _text(v: Any) -> str:
+    """JSON for what this program says (str, int, bool, lists, dicts): the json module
+    would double the start-up time of a program that lives for a few milliseconds."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return '"' + "".join(c if " " <= c < "\x7f" and c not in '"\\' else
+                             f"\\u{ord(c):04x}" for c in v) + '"'
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_text(str(k))}: {_text(x)}" for k, x in v.items()) + "}"
+    return "[" + ", ".join(_text(x) for x in v) + "]"
+
+
+_out = threading.Lock()
+
+
+def _say(obj: dict[str, Any]) -> None:
+    with _out:
+        sys.stdout.write(_text(obj) + "\n")
+        sys.stdout.flush()
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["session"] and len(argv) == 4:
+        return session(argv[1], float(argv[2]), argv[3])
+    sys.stderr.write("usage: session NIC SECONDS SYSFS\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,459 @@
+"""The data-plane check: the workers test the data NIC among themselves before mpirun
+(launcher/datacheck.py driving system/dataprobe.py over ssh), records carry each data
+NIC, and an RDMA data NIC pins NCCL_IB_HCA. Every fault on the simulated cluster is
+caused for real: a pod without net1, net1 on another bridge, a link down, a firewall
+rejecting TCP, an MTU mismatch and a path that drops jumbo frames."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mpi_bootstrap.core import datanet, records
+from mpi_bootstrap.core import hostfile as hf
+from mpi_bootstrap.core.config import Config
+from mpi_bootstrap.core.model import Answer, ClientKey
+from mpi_bootstrap.launcher import mpi
+from mpi_bootstrap.launcher.plan import Facts, Plan, build_plan
+from mpi_bootstrap.ssh.datacheck import mismatch
+from mpi_bootstrap.system import dataprobe
+from tests.conftest import AGENT, REAL_MPIS
+from tests.support import logs
+from tests.support.cluster import Cluster
+from tests.support.hostfacts import HOST
+from tests.support.job import Job
+
+HOSTFILE = "pi-worker-0.pi.default.svc slots=2\npi-worker-1.pi.default.svc slots=2\n"
+ADDRESSES = {"pi-worker-0.pi.default.svc": "10.1.0.10", "pi-worker-1.pi.default.svc": "10.1.0.11"}
+BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "NCCL_DEBUG": "INFO"}
+OMPI4 = mpi.MPIInfo(
+    "openmpi",
+    "4.1.4",
+    "orte",
+    "/opt/ompi4/bin/mpirun",
+    "mpirun (Open MPI) 4.1.4",
+    "detected",
+    "/opt/ompi4",
+)
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIL4FbUREZCX4XJ0cFCw6lRx4ehfW10t1GxS1s/M0/Gl2"
+
+
+class TestPairs:
+    """Which workers probe which: O(N), every ring edge both ways, repeatable."""
+
+    @pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 16, 512])
+    def test_ring_both_ways_and_one_random(self, n: int) -> None:
+        """Every worker probes both ring neighbours and, past 3 workers, one other: never
+        itself, at most 3 per worker, the same pairs for the same seed."""
+        pairs = datanet.pairs(n, seed=7)
+        assert len(pairs) == len(set(pairs)) <= 3 * n
+        assert all(i != j for i, j in pairs)
+        for i in range(n if n > 1 else 0):
+            assert (i, (i + 1) % n) in pairs and (i, (i - 1) % n) in pairs
+        if n > 3:
+            assert len(pairs) == 3 * n
+        assert pairs == datanet.pairs(n, seed=7)
+
+
+class TestRecords:
+    """A worker's record carries its data NIC, validated like every other field."""
+
+    def test_round_trip(self) -> None:
+        """The data NIC survives encoding; a record without one still decodes."""
+        nic = datanet.DataNIC("net1", ("10.251.0.11",), 9000, ("mlx5_0",))
+        rec = records.Record("w0", ("10.250.0.11",), 2222, KEY, "root", nic)
+        assert records.decode(json.dumps(rec.to_dict()), "x") == rec
+        plain = records.Record("w0", ("10.250.0.11",), 2222, KEY, "root")
+        assert "data" not in plain.to_dict()
+        assert records.decode(json.dumps(plain.to_dict()), "x") == plain
+
+    @pytest.mark.parametrize(
+        "data",
+        [
+            {"nic": "net1", "addresses": [], "mtu": 9000},
+            {"nic": "net1; rm", "addresses": [], "mtu": 9000, "rdma": []},
+            {"nic": "net1", "addresses": ["x"], "mtu": 9000, "rdma": []},
+            {"nic": "net1", "addresses": [], "mtu": True, "rdma": []},
+            {"nic": "net1", "addresses": [], "mtu": 10**6, "rdma": []},
+            {"nic": "net1", "addresses": [], "mtu": 1500, "rdma": ["../x"]},
+            [],
+        ],
+    )
+    def test_bad_data_refused(self, data: Any) -> None:
+        """A malformed data NIC makes the whole record invalid, naming the field."""
+        rec = records.Record("w0", (), 2222, KEY, "root").to_dict()
+        with pytest.raises(records.RecordError, match="data"):
+            records.record_from({**rec, "data": data})
+
+
+def plan_with(
+    nics: dict[str, datanet.DataNIC | None],
+    *flags: str,
+    env: dict[str, str] | None = None,
+    exchange: str = "dir",
+    rdma: dict[str, tuple[str, ...]] | None = None,
+) -> Plan:
+    """A launcher plan for test_plan's two workers whose records carry `nics` (by short
+    name), the launcher having eth0 and net1."""
+    environ = {
+        **BASE_ENV,
+        "MPI_BOOTSTRAP_EXCHANGE": exchange,
+        "MPI_BOOTSTRAP_EXCHANGE_DIR": "/shared/x",
+        **(env or {}),
+    }
+    config = Config.from_env(environ, [*flags, "launcher", "--", "python3", "t.py"], host=HOST)
+    recs = {
+        n: records.Record(n.split(".")[0], (a,), 2222, KEY, "root", nics.get(n.split(".")[0]))
+        for n, a in ADDRESSES.items()
+    }
+    facts = Facts(
+        environ=environ,
+        hostfile=hf.parse(HOSTFILE, "/etc/mpi/hostfile"),
+        answers={n: Answer(n, addresses=(a,)) for n, a in ADDRESSES.items()},
+        mpi=OMPI4,
+        interfaces=frozenset({"lo", "eth0", "net1"}),
+        is_root=True,
+        is_pid1=True,
+        client=ClientKey("/run/id", KEY, None),
+        records=recs,
+        remote=tuple(ADDRESSES),
+        rdma=rdma or {},
+    )
+    return build_plan(config, facts)
+
+
+def decision(plan: Plan, setting: str) -> Any:
+    return next(d for d in plan.decisions if d.setting == setting)
+
+
+NIC0 = datanet.DataNIC("net1", ("10.2.0.10",), 9000, ("mlx5_3",))
+NIC1 = datanet.DataNIC("net1", ("10.2.0.11",), 9000, ("mlx5_1",))
+
+
+class TestPlan:
+    """--explain shows each worker's data NIC; the check and NCCL_IB_HCA are planned."""
+
+    def test_data_nics_explained(self) -> None:
+        """Each worker's data NIC, as published, is a decision; the check is on."""
+        plan = plan_with({"pi-worker-0": NIC0, "pi-worker-1": NIC1})
+        shown = decision(plan, "data NIC pi-worker-0.pi.default.svc")
+        assert shown.value == "net1 10.2.0.10 MTU 9000, RDMA mlx5_3"
+        assert "WARNING" not in shown.reason
+        assert decision(plan, "data check").value == "on"
+        assert plan.data_check == "net1"
+
+    def test_missing_or_other_nic_flagged(self) -> None:
+        """A worker with no data NIC, or one named otherwise than the plan's
+        NCCL_SOCKET_IFNAME, is flagged in --explain."""
+        other = datanet.DataNIC("dranet0", ("10.3.0.1",), 1500)
+        plan = plan_with({"pi-worker-0": None, "pi-worker-1": other})
+        assert (
+            "WARNING: no data NIC (net1 planned)"
+            in decision(plan, "data NIC pi-worker-0.pi.default.svc").reason
+        )
+        assert "WARNING: not net1" in decision(plan, "data NIC pi-worker-1.pi.default.svc").reason
+
+    @pytest.mark.parametrize(
+        ("flags", "env", "why"),
+        [
+            (("--data-check", "off"), {}, "disabled"),
+            ((), {"MPI_BOOTSTRAP_DATA_CHECK": "false"}, "disabled"),
+            (("--preflight", "off"), {}, "needs preflight"),
+        ],
+    )
+    def test_off(self, flags: tuple[str, ...], env: dict[str, str], why: str) -> None:
+        """Switched off by flag or variable, or without preflight's ssh: no check."""
+        plan = plan_with({"pi-worker-0": NIC0}, *flags, env=env)
+        assert decision(plan, "data check").value == "off"
+        assert why in decision(plan, "data check").reason
+        assert plan.data_check is None
+
+    def test_ib_hca_from_the_rdma_devices(self) -> None:
+        """NCCL_IB_HCA names exactly the RDMA devices behind the data NIC (`=`: no prefix
+        match), from the records and the launcher's own sysfs, and is forwarded."""
+        plan = plan_with(
+            {"pi-worker-0": NIC0, "pi-worker-1": NIC1},
+            rdma={"net1": ("mlx5_0",), "eth0": ("mlx5_9",)},
+        )
+        assert plan.env_set["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1,mlx5_3"
+        assert "NCCL_IB_HCA" in plan.forwarded
+        d = decision(plan, "NCCL_IB_HCA")
+        assert "launcher: mlx5_0" in d.reason and "pi-worker-0.pi.default.svc: mlx5_3" in d.reason
+
+    def test_user_ib_hca_wins(self) -> None:
+        """A user's NCCL_IB_HCA is left alone, and --explain says so."""
+        plan = plan_with({"pi-worker-0": NIC0}, env={"NCCL_IB_HCA": "mlx5_7"})
+        assert "NCCL_IB_HCA" not in plan.env_set
+        assert decision(plan, "NCCL_IB_HCA").value == "(user's)"
+
+    def test_no_rdma_no_ib_hca(self) -> None:
+        """Without RDMA devices NCCL_IB_HCA is not set."""
+        plain = datanet.DataNIC("net1", ("10.2.0.10",), 1500)
+        plan = plan_with({"pi-worker-0": plain, "pi-worker-1": plain})
+        assert "NCCL_IB_HCA" not in plan.env_set
+
+
+class TestFailures:
+    """What a failure says: the pair, the addresses, the NIC and the kind."""
+
+    def test_messages(self) -> None:
+        """Each kind of failure reads as one precise line."""
+        mtu = {
+            "peer": "w4",
+            "address": "10.2.0.14",
+            "port": 40000,
+            "mtu": 9000,
+            "reaches": 1500,
+            "ok": False,
+            "kind": "mtu",
+        }
+        assert datanet.probe_problem("net1", "w3", mtu) == (
+            "net1 on w3 reaches w4 (10.2.0.14:40000) only up to 1500 bytes: the MTU is 9000 "
+            "(a smaller MTU somewhere on the path; jumbo frames not on every node?)"
+        )
+        refused = {**mtu, "kind": "refused"}
+        assert datanet.probe_problem("net1", "w3", refused) == (
+            "net1 on w3 cannot reach w4 (10.2.0.14:40000): refused"
+        )
+        assert datanet.probe_problem("net1", "w3", {"ok": True}) is None
+        missing = {"nic": "net1", "error": "missing", "have": ["eth0", "lo"]}
+        assert datanet.listener_problem("w2", missing) == (
+            "w2 has no net1 (it has eth0, lo): NCCL_SOCKET_IFNAME=net1 fails there; attach "
+            "the data network to it"
+        )
+
+    def test_mtu_mismatch(self) -> None:
+        """Workers whose MTU differs from the rest are named; equal MTUs pass."""
+        facts = {f"w{i}": {"mtu": 9000} for i in range(4)}
+        assert mismatch("net1", facts) is None
+        facts["w2"] = {"mtu": 1500}
+        assert mismatch("net1", facts) == (
+            "MTU mismatch: net1 has MTU 9000 on 3 workers but not on w2 (1500): jumbo "
+            "frames must be on every node or none"
+        )
+
+
+def _fake_sysfs(root: Path, nic: str, *devices: str) -> Path:
+    for dev in devices:
+        (root / "class" / "net" / nic / "device" / "infiniband" / dev).mkdir(parents=True)
+    return root
+
+
+class TestRDMA:
+    """The RDMA device behind a netdev, from a sysfs tree given as a parameter, and the
+    locked-memory limit checked in a real process under `prlimit`."""
+
+    def test_mapping(self, tmp_path: Path) -> None:
+        """`class/net/NIC/device/infiniband/*` names the devices; no tree, none."""
+        root = _fake_sysfs(tmp_path, "dranet0", "mlx5_2")
+        assert dataprobe.rdma_devices("dranet0", str(root)) == ["mlx5_2"]
+        assert dataprobe.rdma_devices("net1", str(root)) == []
+
+    def session_facts(self, sysfs: Path, memlock: str) -> dict[str, Any]:
+        """The first line a real session prints for `lo`, run under prlimit."""
+        src = Path(dataprobe.__file__).read_text()
+        argv = [
+            "prlimit",
+            f"--memlock={memlock}",
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            src,
+            "session",
+            "lo",
+            "5",
+            str(sysfs),
+        ]
+        with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as p:
+            assert p.stdout is not None and p.stdin is not None
+            line = p.stdout.readline()
+            p.stdin.close()
+            assert p.wait(timeout=10) == 0
+        return dict(json.loads(line))
+
+    def test_small_memlock_refused(self, tmp_path: Path) -> None:
+        """With an RDMA device behind the NIC, a 64 KiB locked-memory limit is named by host,
+        limit and device; the same session as reported with IPC_LOCK's unlimited passes
+        (raising the limit needs CAP_SYS_RESOURCE, which a test machine may lack)."""
+        root = _fake_sysfs(tmp_path, "lo", "mlx5_0")
+        small = self.session_facts(root, "65536:65536")
+        assert small["memlock"] == 65536 and small["rdma"] == ["mlx5_0"]
+        assert datanet.listener_problem("w1", small) == (
+            "w1: locked-memory limit is 64 KiB but lo is RDMA device mlx5_0: NCCL's IB "
+            "transport needs it unlimited (give the container IPC_LOCK, or `ulimit -l "
+            "unlimited`)"
+        )
+        assert datanet.listener_problem("w1", {**small, "memlock": -1}) is None
+        assert datanet.listener_problem("w1", {**small, "memlock": 2 << 30}) is None
+
+    def test_memlock_without_rdma_not_checked(self, tmp_path: Path) -> None:
+        """Without an RDMA device the limit does not matter (NCCL's sockets don't lock)."""
+        facts = self.session_facts(tmp_path, "65536:65536")
+        assert facts["rdma"] == [] and datanet.listener_problem("w1", facts) is None
+
+
+# On the simulated cluster -------------------------------------------------------------
+
+W3 = ["job-worker-0", "job-worker-1", "job-worker-2"]
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    with Cluster(["job-launcher", *W3]) as c:
+        yield c
+
+
+def run_job(c: Cluster, work: Path, **extra: str) -> subprocess.CompletedProcess[str]:
+    job = Job(c, work, REAL_MPIS["openmpi4"])
+    for w in job.start_workers():
+        job.wait_ready(w)
+    return job.launch(["/bin/true"], slots=1, names=W3, timeout=120, **extra)
+
+
+def outer(c: Cluster, i: int, *cmd: str) -> None:
+    """`ip link set` on the bridge side of worker i's net1 (pods[i + 1])."""
+    c.switch.exec_checked(["ip", "link", "set", f"p{i + 1}-net1", *cmd])
+
+
+def set_mtu(c: Cluster, mtu: int) -> None:
+    for pod in c.pods:
+        c.switch.exec_checked(["ip", "link", "set", f"p{pod.index}-net1", "mtu", str(mtu)])
+        pod.netns.exec_checked(["ip", "link", "set", "net1", "mtu", str(mtu)])
+
+
+def other_bridge(c: Cluster) -> None:
+    c.switch.exec_checked(["ip", "link", "add", "br-other", "type", "bridge"])
+    c.switch.exec_checked(["ip", "link", "set", "br-other", "up"])
+    outer(c, 1, "master", "br-other")
+
+
+def reject_tcp(c: Cluster) -> None:
+    ns = c.pods[2].netns  # its own netns: the rules go with it
+    ns.exec_checked(["nft", "add", "table", "inet", "mpib"])
+    ns.exec_checked(
+        ["nft", "add", "chain", "inet", "mpib", "in", "{ type filter hook input priority 0 ; }"]
+    )
+    ns.exec_checked(
+        [
+            "nft",
+            "add",
+            "rule",
+            "inet",
+            "mpib",
+            "in",
+            "iifname",
+            "net1",
+            "meta",
+            "l4proto",
+            "tcp",
+            "reject",
+            "with",
+            "tcp",
+            "reset",
+        ]
+    )
+
+
+def one_at_1500(c: Cluster) -> None:
+    set_mtu(c, 9000)
+    outer(c, 1, "mtu", "1500")
+    c.pods[2].netns.exec_checked(["ip", "link", "set", "net1", "mtu", "1500"])
+
+
+def jumbo_dropped(c: Cluster) -> None:
+    set_mtu(c, 9000)
+    outer(c, 1, "mtu", "1500")  # the pod's own net1 stays at 9000: a black hole
+
+
+FAULTS: dict[str, tuple[Callable[[Cluster], None], list[str]]] = {
+    "no net1": (
+        lambda c: c.pods[2].netns.exec_checked(["ip", "link", "del", "net1"]),
+        ["job-worker-1 has no net1 (it has eth0, lo)"],
+    ),
+    "another bridge": (other_bridge, ["net1 on job-worker-1 cannot reach", "no route"]),
+    "link down": (lambda c: outer(c, 1, "down"), ["job-worker-1", "cannot reach"]),
+    "tcp rejected": (reject_tcp, ["cannot reach job-worker-1 (10.251.0.12:", "refused"]),
+    "mtu mismatch": (
+        one_at_1500,
+        ["MTU mismatch: net1 has MTU 9000 on 2 workers but not on job-worker-1 (1500)"],
+    ),
+    "jumbo dropped": (jumbo_dropped, ["job-worker-1", "only up to 1500 bytes: the MTU is 9000"]),
+}
+
+
+@pytest.mark.netns
+@pytest.mark.realmpi
+@pytest.mark.timeout(180)
+class TestOnTheCluster:
+    """Real workers, real sshd, real sockets between the pods' data NICs."""
+
+    def test_happy_path_and_records(self, cluster: Cluster, work: Path) -> None:
+        """The check passes on a healthy data network, before mpirun; the workers' records
+        carry net1 with its address and MTU; the sessions' ports are closed after."""
+        done = run_job(cluster, work)
+        assert done.returncode == 0, done.stderr
+        ok = logs.event(done.stderr, "data check ok")
+        assert ok is not None and ok["workers"] == 3 and ok["probes"] == 6 and ok["mtu"] == [1500]
+        names = [e["event"] for e in logs.events(done.stderr)]
+        assert names.index("data check ok") < names.index("mpirun start")
+        rec = json.loads((work / "exchange" / "job-worker-0.json").read_text())
+        assert rec["data"] == {"nic": "net1", "addresses": ["10.251.0.11"], "mtu": 1500, "rdma": []}
+        for pod in cluster.pods[1:]:
+            listening = pod.netns.run(
+                ["ss", "-Htlnu", "src", pod.data_address], capture_output=True
+            )
+            assert listening.returncode == 0 and listening.stdout.strip() == "", listening
+
+    @pytest.mark.parametrize("fault", sorted(FAULTS))
+    def test_fault_named_before_mpirun(self, cluster: Cluster, work: Path, fault: str) -> None:
+        """Each fault, caused for real, exits 69 before mpirun starts, naming the pair, the
+        NIC and the kind."""
+        cause, said = FAULTS[fault]
+        cause(cluster)
+        done = run_job(cluster, work)
+        assert done.returncode == 69, done.stderr
+        assert "mpirun start" not in [e["event"] for e in logs.events(done.stderr)]
+        for words in said:
+            assert words in done.stderr, done.stderr
+
+    def test_doctor_runs_the_same_check(self, cluster: Cluster, work: Path) -> None:
+        """`doctor --json` reports this pod's data NIC and, over the pinned ssh config a
+        launcher wrote, the same test between the workers: the missing net1 is a finding."""
+        cluster.pods[2].netns.exec_checked(["ip", "link", "del", "net1"])
+        job = Job(cluster, work, REAL_MPIS["openmpi4"])
+        for w in job.start_workers():
+            job.wait_ready(w)
+        assert job.launch(["/bin/true"], slots=1, names=W3).returncode == 69
+        env = job.launcher_env(slots=1, names=W3)
+        done = cluster.pods[0].run([AGENT, "doctor", "--json"], env, timeout=60)
+        findings = json.loads(done.stdout)["findings"]
+        nic = next(f for f in findings if f["check"] == "data NIC")
+        assert nic["ok"] and nic["detail"].startswith("net1 10.251.0.10 MTU 1500, RDMA none"), nic
+        bad = [f for f in findings if f["host"] == "data network" and not f["ok"]]
+        assert [f["detail"] for f in bad] == [
+            "job-worker-1 has no net1 (it has eth0, lo): NCCL_SOCKET_IFNAME=net1 fails there; "
+            "attach the data network to it"
+        ], findings
+        assert done.returncode == 1
+
+    def test_off_skips_it(self, cluster: Cluster, work: Path) -> None:
+        """MPI_BOOTSTRAP_DATA_CHECK=off: even a pod without net1 does not stop the job (the
+        control: the same fault fails it above)."""
+        cluster.pods[2].netns.exec_checked(["ip", "link", "del", "net1"])
+        done = run_job(cluster, work, MPI_BOOTSTRAP_DATA_CHECK="off")
+        assert done.returncode == 0, done.stderr
+        assert logs.event(done.stderr, "data check ok") is None
+
+
+def test_dranet_manifest_locks_memory() -> None:
+    """The DraNet example gives both containers IPC_LOCK, as RDMA needs."""
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "container" / "k8s" / "dranet-allreduce.yaml").read_text()
+    assert text.count("IPC_LOCK") == 2, text
