@@ -48,16 +48,17 @@ class TestEveryMPI:
     def test_mpirun_reuses_preflight_connections(
         self, real_mpi: RealMPI, work: Path, programs: Path
     ) -> None:
-        """mpirun's ssh runs over the connection preflight opened (ControlMaster): each worker's
-        sshd accepts one login per job, not two; the sockets' directory is private."""
+        """mpirun's ssh (and the data check's session) runs over the connection preflight
+        opened (ControlMaster): each worker's sshd accepts one login per job, not three; the
+        sockets' directory is private."""
         exe = compile_allreduce(real_mpi, programs)
         assert logins_per_worker(work, real_mpi, exe, "on") == [1, 1]
 
     def test_without_reuse_every_ssh_logs_in(self, work: Path, programs: Path) -> None:
-        """The control for the test above: with MPI_BOOTSTRAP_SSH_REUSE=off, preflight and
-        mpirun each log in to every worker."""
+        """The control for the test above: with MPI_BOOTSTRAP_SSH_REUSE=off, preflight, the
+        data check and mpirun each log in to every worker."""
         m = REAL_MPIS["openmpi4"]
-        assert logins_per_worker(work, m, compile_allreduce(m, programs), "off") == [2, 2]
+        assert logins_per_worker(work, m, compile_allreduce(m, programs), "off") == [3, 3]
 
     def test_late_dns_record(self, real_mpi: RealMPI, work: Path, programs: Path) -> None:
         """The launcher keeps waiting (DNS WAIT) for a worker's late DNS record, then runs the job
@@ -104,7 +105,8 @@ class TestEveryMPI:
         self, real_mpi: RealMPI, work: Path, probe: list[str]
     ) -> None:
         """NCCL_SOCKET_IFNAME=net1, the user's NCCL_* and LD_LIBRARY_PATH on every rank;
-        nothing of ssh or MPI on net1 while it runs, and plenty on eth0."""
+        nothing of ssh or MPI on net1 while it runs, and plenty on eth0. (The data check,
+        which uses net1 on purpose, is off here: tests/test_datacheck.py covers it.)"""
         with Cluster(PODS, dns=True, pid1=True) as c:
             job = Job(c, work, real_mpi)
             job.start_workers()
@@ -124,7 +126,11 @@ class TestEveryMPI:
                 "tcpdump to open its capture files",
             )
             done = job.launch(
-                probe, NCCL_DEBUG="INFO", NCCL_IB_HCA="mlx5_0", LD_LIBRARY_PATH="/opt/user-lib"
+                probe,
+                NCCL_DEBUG="INFO",
+                NCCL_IB_HCA="mlx5_0",
+                LD_LIBRARY_PATH="/opt/user-lib",
+                MPI_BOOTSTRAP_DATA_CHECK="off",
             )
             for _, p in caps.values():
                 c.signal(p)
