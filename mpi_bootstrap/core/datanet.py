@@ -41,6 +41,17 @@ class DataNIC:
         return f"{self.nic} {' '.join(self.addresses) or '(no address)'} MTU {self.mtu}{rdma}"
 
 
+def choose(configured: str | None, nccl: str, present: frozenset[str],
+           candidates: Sequence[str]) -> str | None:
+    """A pod's data NIC: the one configured, else NCCL_SOCKET_IFNAME when it names one
+    interface, else the first candidate present; None without one."""
+    if configured:
+        return configured
+    if NIC_NAME.fullmatch(nccl):
+        return nccl
+    return next((n for n in candidates if n in present), None)
+
+
 def data_from(data: Any) -> DataNIC:
     """Validate the `data` of a record: exactly these fields, typed and in range."""
     if not isinstance(data, dict) or set(data) != {"nic", "addresses", "mtu", "rdma"}:

@@ -23,8 +23,7 @@ ADVICE = "fix the data network before the job: NCCL hangs or fails on it"
 
 
 def data_nic(config: Config) -> str | None:
-    present = netif.present()
-    return config.data_iface or next((n for n in DATA_IFACE_CANDIDATES if n in present), None)
+    return datanet.choose(config.data_iface, "", netif.present(), DATA_IFACE_CANDIDATES)
 
 
 def local(config: Config) -> list[Finding]:

@@ -138,16 +138,7 @@ def capture(argv: Sequence[str], env: Mapping[str, str] | None = None,
     """
     import subprocess
 
-    if _stopping:
-        raise Interrupted(signal.SIGTERM)
-    try:
-        child = subprocess.Popen(list(argv), env=None if env is None else dict(env),
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, start_new_session=True,
-                                 restore_signals=True)
-    except OSError as exc:
-        raise exec_error(argv[0], exc) from None
-    _pending[child.pid] = True
+    child = open_piped(argv, env, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     with child:
         try:
             out, _ = child.communicate(timeout=timeout)
@@ -166,19 +157,19 @@ def capture(argv: Sequence[str], env: Mapping[str, str] | None = None,
     return shell_code(child.returncode), out.decode("utf-8", "replace")
 
 
-def open_piped(argv: Sequence[str], env: Mapping[str, str] | None = None
-               ) -> subprocess.Popen[bytes]:
-    """Start argv with pipes on stdin, stdout and stderr, registered like any pending
-    child (its own session); the caller ends it with `close_piped`."""
+def open_piped(argv: Sequence[str], env: Mapping[str, str] | None = None, *,
+               stdin: int = -1, stderr: int = -1) -> subprocess.Popen[bytes]:
+    """Start argv in its own session with its stdout (and by default stdin and stderr:
+    -1 is subprocess.PIPE) on pipes, registered like any pending child; `capture` and
+    `close_piped` end it."""
     import subprocess
 
     if _stopping:
         raise Interrupted(signal.SIGTERM)
     try:
         child = subprocess.Popen(list(argv), env=None if env is None else dict(env),
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, start_new_session=True,
-                                 restore_signals=True)
+                                 stdin=stdin, stdout=subprocess.PIPE, stderr=stderr,
+                                 start_new_session=True, restore_signals=True)
     except OSError as exc:
         raise exec_error(argv[0], exc) from None
     _pending[child.pid] = True

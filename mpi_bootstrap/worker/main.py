@@ -141,10 +141,8 @@ def _publish(config: Config, record: records.Record, ident: Identity, bind_addr:
 def data_nic(config: Config, environ: Mapping[str, str], log: Log) -> datanet.DataNIC | None:
     """This pod's data NIC for its record: the one configured (MPI_BOOTSTRAP_DATA_IFACE,
     NCCL_SOCKET_IFNAME), else the first of net1, dranet0 present; None without one."""
-    nccl = environ.get("NCCL_SOCKET_IFNAME", "")
-    wanted = config.data_iface or (nccl if datanet.NIC_NAME.fullmatch(nccl) else None)
-    present = netif.present()
-    nic = wanted or next((n for n in DATA_IFACE_CANDIDATES if n in present), None)
+    nic = datanet.choose(config.data_iface, environ.get("NCCL_SOCKET_IFNAME", ""),
+                         netif.present(), DATA_IFACE_CANDIDATES)
     if nic is None:
         return None
     facts = dataprobe.nic_facts(nic, config.sysfs)
