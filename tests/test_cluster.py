@@ -48,17 +48,17 @@ class TestEveryMPI:
     def test_mpirun_reuses_preflight_connections(
         self, real_mpi: RealMPI, work: Path, programs: Path
     ) -> None:
-        """mpirun's ssh (and the data check's session) runs over the connection preflight
-        opened (ControlMaster): each worker's sshd accepts one login per job, not three; the
-        sockets' directory is private."""
+        """mpirun's ssh runs over the connection preflight opened (ControlMaster), whose
+        session also runs the data check: each worker's sshd accepts one login per job, not
+        two; the sockets' directory is private."""
         exe = compile_allreduce(real_mpi, programs)
         assert logins_per_worker(work, real_mpi, exe, "on") == [1, 1]
 
     def test_without_reuse_every_ssh_logs_in(self, work: Path, programs: Path) -> None:
-        """The control for the test above: with MPI_BOOTSTRAP_SSH_REUSE=off, preflight, the
-        data check and mpirun each log in to every worker."""
+        """The control for the test above: with MPI_BOOTSTRAP_SSH_REUSE=off, preflight (with
+        the data check in its session) and mpirun each log in to every worker."""
         m = REAL_MPIS["openmpi4"]
-        assert logins_per_worker(work, m, compile_allreduce(m, programs), "off") == [3, 3]
+        assert logins_per_worker(work, m, compile_allreduce(m, programs), "off") == [2, 2]
 
     def test_late_dns_record(self, real_mpi: RealMPI, work: Path, programs: Path) -> None:
         """The launcher keeps waiting (DNS WAIT) for a worker's late DNS record, then runs the job

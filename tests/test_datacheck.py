@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,11 @@ import pytest
 from mpi_bootstrap.core import datanet, records
 from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
+from mpi_bootstrap.core.errors import PeerUnavailableError
 from mpi_bootstrap.core.model import Answer, ClientKey
-from mpi_bootstrap.launcher import mpi
+from mpi_bootstrap.launcher import mpi, preflight
 from mpi_bootstrap.launcher.plan import Facts, Plan, build_plan
+from mpi_bootstrap.proc import children
 from mpi_bootstrap.ssh.datacheck import mismatch
 from mpi_bootstrap.system import dataprobe
 from tests.conftest import AGENT, REAL_MPIS
@@ -28,6 +31,7 @@ from tests.support import logs
 from tests.support.cluster import Cluster
 from tests.support.hostfacts import HOST
 from tests.support.job import Job
+from tests.support.wait import wait_until
 
 HOSTFILE = "pi-worker-0.pi.default.svc slots=2\npi-worker-1.pi.default.svc slots=2\n"
 ADDRESSES = {"pi-worker-0.pi.default.svc": "10.1.0.10", "pi-worker-1.pi.default.svc": "10.1.0.11"}
@@ -457,3 +461,62 @@ def test_dranet_manifest_locks_memory() -> None:
     root = Path(__file__).resolve().parents[1]
     text = (root / "container" / "k8s" / "dranet-allreduce.yaml").read_text()
     assert text.count("IPC_LOCK") == 2, text
+
+
+# `ssh HOST SCRIPT` played by the local shell: it runs SCRIPT ($2), so preflight's
+# sessions are real processes without a worker. A host named "down" is ssh failing.
+LOCAL_SSH = [
+    "sh",
+    "-c",
+    '[ "$1" != down ] || { echo "ssh: connect: No route" >&2; exit 255; }; exec sh -c "$2"',
+    "ssh",
+]
+
+
+class TestPreflightHandsOverItsSession:
+    """With the data check on, preflight's own ssh session goes on to run it (one login per
+    worker, not two): a session whose check passed is kept open and handed over; when
+    preflight fails, no kept session is left running."""
+
+    def run(self, hosts: list[str], then: str) -> dict[str, Any]:
+        check = preflight.RemoteCheck(mpi=OMPI4, prefix=None, want_ld=None, then=then)
+        return preflight.run(
+            hosts,
+            LOCAL_SSH,
+            check,
+            env=BASE_ENV,
+            deadline=time.monotonic() + 20,
+            log=lambda *a, **k: None,
+        )
+
+    def test_kept_after_the_check(self) -> None:
+        """Each session prints the check's report, then runs `then`, which reads the
+        session's stdin: it is still running, and ends once its stdin closes."""
+        kept = self.run(["a", "b"], 'echo "then $$"; read line; echo "got $line"')
+        assert sorted(kept) == ["a", "b"]
+        for lines in kept.values():
+            first = lines.next(time.monotonic() + 10)
+            assert first is not None and first.startswith("then ")
+            assert lines.child.poll() is None  # waiting on its stdin
+            lines.child.stdin.write(b"hello\n")
+            lines.child.stdin.flush()
+            assert lines.next(time.monotonic() + 10) == "got hello"
+            code, _ = children.close_piped(lines.child)
+            assert code == 0
+
+    def test_none_left_on_a_failure(self, tmp_path: Path) -> None:
+        """One host's ssh fails: preflight raises, and the other host's session, which had
+        passed and was running `then`, is ended, not left behind."""
+        pids = tmp_path / "pids"
+        with pytest.raises(PeerUnavailableError, match="down"):
+            self.run(["a", "down"], f"echo $$ >> {pids}; exec sleep 60")
+        (pid,) = map(int, pids.read_text().split())
+        wait_until(
+            lambda: not Path(f"/proc/{pid}").exists(),
+            5,
+            lambda: f"the kept session (pid {pid}) to end",
+        )
+
+    def test_without_then_nothing_kept(self) -> None:
+        """Without the data check the session ends with the check: nothing is handed over."""
+        assert self.run(["a"], "") == {}

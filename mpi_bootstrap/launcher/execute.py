@@ -4,6 +4,7 @@ it)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Mapping
 
@@ -33,11 +34,16 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> in
         files.state_dir(p.control_dir, "the ssh ControlPath directory")
     if p.ssh_targets and not p.preflight:
         preflight.wait_sshd(p.ssh_targets, p.deadline, log)
+    opened = {}
     if p.preflight:
         check = remote_check(p, config, env)
+        if p.data_check:  # the same session goes on to run the data check's program
+            check = dataclasses.replace(check, then=datacheck.session_command(
+                sys.executable, p.data_check, config.sysfs, p.deadline))
         try:
-            preflight.run(p.remote, p.ssh_command, check, env=env, deadline=p.deadline,
-                          log=log, targets=p.ssh_targets or None)
+            opened = preflight.run(p.remote, p.ssh_command, check, env=env,
+                                   deadline=p.deadline, log=log,
+                                   targets=p.ssh_targets or None)
         except NotSetUpError:
             raise  # said all there is to say; DNS and the Service are beside the point
         except PeerUnavailableError as exc:
@@ -50,7 +56,8 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> in
             raise
     if p.data_check:
         datacheck.run(p.remote, p.ssh_command, p.data_check, python=sys.executable,
-                      sysfs=config.sysfs, env=env, deadline=p.deadline, log=log)
+                      sysfs=config.sysfs, env=env, deadline=p.deadline, log=log,
+                      opened=opened, reaper=not config.exec)
     if config.exec:
         log("mpirun exec", argv=list(p.argv), forwarded=list(p.forwarded))
         handoff.exec_replace(p.argv, env)

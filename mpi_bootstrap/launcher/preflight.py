@@ -5,12 +5,13 @@ A failure is one line naming the host and the reason (exit 69), and mpirun never
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mpi_bootstrap.core import failures, remote
 from mpi_bootstrap.core.errors import NotSetUpError, PeerUnavailableError, some
@@ -50,16 +51,23 @@ class RemoteCheck:
     # (None: until the deadline — a worker's sshd may be restarting, or still coming).
     refused_patience: float | None = None
     refused_hint: str = ""
+    # A command the same session runs once the check has printed its report (the data
+    # check's program): the session is then kept open and handed over (`run`'s result).
+    then: str | None = None
 
     def script(self) -> str:
         """Where is the daemon, what LD_LIBRARY_PATH arrived, and where the program
-        resolves with the ranks' PATH (core/remote.py)."""
+        resolves with the ranks' PATH (core/remote.py); then `then`, after a marker."""
         # Open MPI with --prefix runs PREFIX/bin/orted; hydra runs its proxy from mpiexec's
         # own directory; otherwise the non-interactive PATH must find it (mpi-operator #488).
         bindir = os.path.join(self.mpi.prefix, "bin")  # where mpirun really is
         dirs = [d for d in dict.fromkeys([f"{self.prefix}/bin" if self.prefix else "",
                                           bindir]) if d]
-        return remote.script(daemon_names(self.mpi), dirs, self.program, self.ranks_path)
+        check = remote.script(daemon_names(self.mpi), dirs, self.program, self.ranks_path)
+        return f"{check}; echo {END}; {self.then}" if self.then else check
+
+
+END = "END-OF-CHECK"  # between the check's report and what the session runs `then`
 
 
 def program_of(argv: Sequence[str], program_index: int) -> str | None:
@@ -170,14 +178,42 @@ class _Session:
         self.final: str | None = None  # a failure no retry cures
         self.not_set_up = False  # only refusals, for longer than check.refused_patience
         self.tries = 0
+        self.kept: children.Lines | None = None  # the session running `check.then`, once it passed
+
+    def session(self, deadline: float) -> tuple[int, str]:
+        """One ssh session: (exit code, what it printed). With `check.then`, the session
+        is kept once the check has reported (code 0) rather than awaited."""
+        argv = [*self.argv, self.host, self.check.script()]
+        timeout = max(1.0, deadline - time.monotonic())
+        if not self.check.then:
+            return children.capture(argv, env=self.env, timeout=timeout)
+        child = children.open_piped(argv, self.env)
+        lines = children.Lines(child)
+        report: list[str] = []
+        while (line := lines.next(time.monotonic() + timeout)) is not None:
+            if line == END:
+                self.kept = lines
+                return 0, "\n".join(report)
+            report.append(line)
+        timed_out = not lines.eof
+        code, err = children.close_piped(child, 1.0)
+        output = "\n".join([*report, lines.rest(), err])
+        return (124, f"{output}\n(timed out after {timeout:g} s)") if timed_out else \
+            (code, output)
+
+    def release(self) -> None:
+        """End the kept session, if any."""
+        if self.kept is not None:
+            children.close_piped(self.kept.child, 1.0)
+            self.kept = None
 
     def attempt(self, deadline: float) -> bool | None:
         """True when done (passed, or `final` says why not); None to try again."""
-        code, output = children.capture([*self.argv, self.host, self.check.script()],
-                                        env=self.env,
-                                        timeout=max(1.0, deadline - time.monotonic()))
+        code, output = self.session(deadline)
         if code == 0:
             self.final = check_output(self.host, output, self.check)
+            if self.final is not None:
+                self.release()
             return True
         self.reason = failures.explain_ssh(self.host, output, code)
         now = time.monotonic()
@@ -201,11 +237,12 @@ class _Session:
 
 def run(hosts: Sequence[str], ssh_command: Sequence[str], check: RemoteCheck, *,
         env: Mapping[str, str], deadline: float, log: Log,
-        targets: Mapping[str, tuple[str, int]] | None = None) -> None:
+        targets: Mapping[str, tuple[str, int]] | None = None) -> dict[str, children.Lines]:
     """ssh to every host in parallel; raise PeerUnavailableError naming the first failure
     (NotSetUpError when the workers' sshd was never set up). With `targets`, each host's
     sshd is first awaited (its banner), in the same step: a host's ssh starts as soon as
-    its own sshd answers, not once every sshd does."""
+    its own sshd answers, not once every sshd does. With `check.then`, the sessions still
+    running it, by host (the caller ends them); none are left running on a failure."""
     started = time.monotonic()
     sessions = {h: _Session(h, list(ssh_command), check, env, log) for h in hosts}
     waiting = set(targets or ())
@@ -232,7 +269,17 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], check: RemoteCheck, *,
                            backoff=2.0, most=2.0)
         return s.final if done else s.reason
 
-    failed = _failures(list(hosts), one)
+    try:
+        _raise_failures(list(hosts), sessions, unreachable, _failures(list(hosts), one))
+    except BaseException:
+        _release(sessions.values())
+        raise
+    log("preflight ok", workers=len(hosts), elapsed_s=round(time.monotonic() - started, 3))
+    return {h: s.kept for h, s in sessions.items() if s.kept is not None}
+
+
+def _raise_failures(hosts: list[str], sessions: Mapping[str, _Session],
+                    unreachable: Mapping[str, str], failed: Mapping[str, str]) -> None:
     if unreachable:
         raise _unreachable({h: unreachable[h] for h in hosts if h in unreachable})
     if failed:
@@ -240,7 +287,16 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], check: RemoteCheck, *,
         error = NotSetUpError if sessions[first].not_set_up else PeerUnavailableError
         raise error(f"preflight: {some(list(failed.values()))}",
                     details="\n".join(failed.values()) if len(failed) > 1 else "")
-    log("preflight ok", workers=len(hosts), elapsed_s=round(time.monotonic() - started, 3))
+
+
+def _release(sessions: Iterable[_Session]) -> None:
+    kept = [s for s in sessions if s.kept is not None]
+    for s in kept:  # every session's cue to end first, then the waits
+        with contextlib.suppress(OSError):
+            if s.kept is not None and s.kept.child.stdin is not None:
+                s.kept.child.stdin.close()
+    for s in kept:
+        s.release()
 
 
 def _port(output: str) -> str:

@@ -196,3 +196,36 @@ def close_piped(child: subprocess.Popen[bytes], timeout: float = 2.0) -> tuple[i
         _pending.pop(child.pid, None)
     return shell_code(child.returncode if child.returncode is not None else -9), \
         (err or b"").decode("utf-8", "replace")
+
+
+class Lines:
+    """A piped child (open_piped) and its stdout, line by line, each wait bounded by a
+    deadline (select() on the pipe itself: a buffered reader would hide lines already
+    read from it)."""
+
+    def __init__(self, child: subprocess.Popen[bytes]) -> None:
+        if child.stdout is None:
+            raise ValueError("Lines needs a child started with its stdout on a pipe")
+        self.child = child
+        self.fd, self.buf, self.eof = child.stdout.fileno(), b"", False
+
+    def next(self, deadline: float) -> str | None:
+        """The next line, or None (the child's stdout ended, or `deadline` passed)."""
+        import select
+
+        while b"\n" not in self.buf and not self.eof:
+            ready, _, _ = select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            chunk = os.read(self.fd, 65536)
+            self.buf += chunk
+            self.eof = not chunk
+        if b"\n" not in self.buf:
+            return None
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode("utf-8", "replace").strip()
+
+    def rest(self) -> str:
+        """What arrived after the last line returned (the child ended mid-line)."""
+        return self.buf.decode("utf-8", "replace")
+

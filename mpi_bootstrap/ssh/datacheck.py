@@ -1,14 +1,15 @@
 """Before mpirun, after preflight (and in `doctor`): the data network, tested by the
 workers themselves.
 
-Over the preflight's ssh (its connections, when reused), one session per worker runs
-system/dataprobe.py with the worker's Python:
+One session per worker runs system/dataprobe.py with the worker's Python. In the
+launcher that session is preflight's own (its check's script goes on to run the program:
+no second ssh session, no second login); the doctor opens its own.
   1. it reports its data NIC (MTU, addresses, RDMA devices, locked-memory limit) and
      opens one port, TCP and UDP, on its data address;
   2. once every worker has, the launcher sends each its peers: its ring neighbours and
      one random worker (core/datanet.py); it probes them from its data address (TCP,
      then full-MTU datagrams that may not fragment) while answering its own probers;
-  3. the launcher closes the sessions, which closes the ports.
+  3. the launcher closes the sessions' stdin, which ends them and closes the ports.
 Everything runs in parallel within the launcher's one deadline. A failure names the
 pair, the addresses, the NIC and the kind, and mpirun never starts (exit 69).
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shlex
 import time
 from collections import Counter
@@ -38,35 +38,20 @@ LISTEN_SECONDS = 60.0
 MAX_PARALLEL = max(8, 4 * len(os.sched_getaffinity(0)))  # as preflight's ssh
 
 
+def session_command(python: str, nic: str, sysfs: str, deadline: float) -> str:
+    """The shell command of one worker's session, which ends by itself at the latest a
+    few seconds after `deadline` (monotonic)."""
+    seconds = min(LISTEN_SECONDS, max(1.0, deadline - time.monotonic() + 5))
+    return command(python, "session", nic, f"{seconds:g}", sysfs)
+
+
 def command(python: str, *args: str) -> str:
-    """The remote shell command: the probe program's text run by the worker's Python (the
+    """The remote shell command: the probe program run by the worker's Python (the
     launcher's interpreter path, else `python3` on the session's PATH)."""
     source = Path(dataprobe.__file__).read_text(encoding="utf-8")
     return (f"P={shlex.quote(python)}; [ -x \"$P\" ] || P=$(command -v python3) || "
             "{ echo 'data check: no Python on this worker' >&2; exit 127; }; "
             f"exec \"$P\" -I -S -c {shlex.quote(source)} {shlex.join(args)}")
-
-
-class _Lines:
-    """A session's stdout, line by line, each wait bounded by a deadline (select() on the
-    pipe itself: a buffered reader would hide lines already read from it)."""
-
-    def __init__(self, child: Any) -> None:
-        self.fd, self.buf, self.eof = child.stdout.fileno(), b"", False
-
-    def next(self, deadline: float) -> str | None:
-        """The next line, or None (the session ended, or `deadline` passed)."""
-        while b"\n" not in self.buf and not self.eof:
-            ready, _, _ = select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                return None
-            chunk = os.read(self.fd, 65536)
-            self.buf += chunk
-            self.eof = not chunk
-        if b"\n" not in self.buf:
-            return None
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line.decode("utf-8", "replace").strip()
 
 
 def mismatch(nic: str, facts: Mapping[str, Mapping[str, Any]]) -> str | None:
@@ -84,19 +69,21 @@ class _Run:
     """One ssh session per worker, all at once (system/dataprobe.py says what each does)."""
 
     def __init__(self, ssh: Sequence[str], nic: str, *, python: str, sysfs: str,
-                 env: Mapping[str, str], deadline: float) -> None:
+                 env: Mapping[str, str], deadline: float,
+                 opened: Mapping[str, children.Lines]) -> None:
         self.ssh, self.nic, self.python, self.sysfs = list(ssh), nic, python, sysfs
         self.env, self.deadline = env, deadline
-        self.sessions: dict[str, Any] = {}
-        self.lines: dict[str, _Lines] = {}
+        self.lines: dict[str, children.Lines] = dict(opened)
+        self.sessions: dict[str, Any] = {h: lines.child for h, lines in opened.items()}
 
     def start(self, host: str) -> tuple[dict[str, Any] | None, str | None]:
         """Its data NIC as the session reports it, or why it cannot take part."""
-        seconds = min(LISTEN_SECONDS, max(1.0, self.deadline - time.monotonic() + 5))
-        child = children.open_piped([*self.ssh, host, command(
-            self.python, "session", self.nic, f"{seconds:g}", self.sysfs)], self.env)
-        self.sessions[host] = child
-        self.lines[host] = _Lines(child)
+        if host not in self.lines:
+            child = children.open_piped([*self.ssh, host, session_command(
+                self.python, self.nic, self.sysfs, self.deadline)], self.env)
+            self.sessions[host] = child
+            self.lines[host] = children.Lines(child)
+        child = self.sessions[host]
         line = self.lines[host].next(self.deadline)
         if not line:
             code, err = children.close_piped(child, 1.0)
@@ -131,22 +118,35 @@ class _Run:
         return [*problems, (host, f"{host}: the data check's session ended before every "
                                   "probe answered (the deadline, or the worker went away)")]
 
-    def close(self) -> None:
+    def close(self, wait: bool) -> None:
+        """Tell every session to end (its stdin closes: the worker's program closes its
+        port and exits); with `wait`, wait for them, else hand them to the process that
+        will reap them."""
         for child in self.sessions.values():  # all at once: each cue first, then waits
             if child.stdin is not None:
                 child.stdin.close()
                 child.stdin = None
         for child in self.sessions.values():
-            children.close_piped(child)
+            if wait:
+                children.close_piped(child)
+            else:
+                children.handed_off(child.pid)
 
 
 def run(hosts: Sequence[str], ssh_command: Sequence[str], nic: str, *, python: str,
-        sysfs: str, env: Mapping[str, str], deadline: float, log: Log, seed: int = 0
+        sysfs: str, env: Mapping[str, str], deadline: float, log: Log, seed: int = 0,
+        opened: Mapping[str, children.Lines] | None = None, reaper: bool = False
         ) -> dict[str, dict[str, Any]]:
     """Test the data network among `hosts`; their data NICs as found, or raise
-    PeerUnavailableError naming every failure."""
+    PeerUnavailableError naming every failure. `opened`: sessions already running
+    `session_command` (preflight's, which ran it after its check), by host; the others
+    are opened here. Every session is told to end before this returns, and waited for
+    unless it passed and `reaper` (this process goes on to reap all its children: the
+    resident supervisor), which saves mpirun's start that wait (40 ms at 16 workers)."""
     started = time.monotonic()
-    r = _Run(ssh_command, nic, python=python, sysfs=sysfs, env=env, deadline=deadline)
+    r = _Run(ssh_command, nic, python=python, sysfs=sysfs, env=env, deadline=deadline,
+             opened=opened or {})
+    passed = False
     try:
         found = parallel.map_all(r.start, list(hosts), MAX_PARALLEL)
         problems = [why for _, why in found if why]
@@ -174,8 +174,9 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], nic: str, *, python: s
         else:
             problems.extend(why for _, why in pairs)
         probed = time.monotonic()
+        passed = not problems
     finally:
-        r.close()
+        r.close(wait=not (passed and reaper))
     if problems:
         raise PeerUnavailableError(f"data network: {some(problems)}",
                                    details="\n".join(problems) if len(problems) > 1 else "")
