@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,11 @@ import pytest
 from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core import records
 from mpi_bootstrap.core.config import Config
-from mpi_bootstrap.core.errors import HostfileError
+from mpi_bootstrap.core.errors import ConfigError, HostfileError
 from mpi_bootstrap.launcher import mpi, render
 from mpi_bootstrap.launcher.plan import Facts, Plan, build_plan
+from mpi_bootstrap.ssh import sshconfig
+from mpi_bootstrap.ssh.sshconfig import UnsafeValue
 from mpi_bootstrap.system.dns import Answer
 from tests.support.hostfacts import HOST
 
@@ -523,6 +526,48 @@ class TestSSHTrust:
         assert plan.control_dir is None
         decision = next(d for d in plan.decisions if d.setting == "ssh reuse")
         assert decision.value == "off" and why in decision.reason
+
+    def test_kex_default_is_ssh_own(self) -> None:
+        """Without MPI_BOOTSTRAP_SSH_KEX the config names no key exchange (ssh's own choice,
+        post-quantum in OpenSSH 9) and --explain says so and how to trade it for speed."""
+        plan = self.plan("openmpi4", "dir")
+        cfg = next(f for f in plan.files if f.path.endswith("/ssh_config")).text
+        assert "KexAlgorithms" not in cfg
+        decision = next(d for d in plan.decisions if d.setting == "ssh key exchange")
+        assert decision.value == "ssh's default" and "curve25519-sha256" in decision.reason
+
+    def test_kex_set(self, tmp_path: Path) -> None:
+        """--ssh-kex is written for every host of the config, and real ssh reads it back (ssh -G
+        rejects a config whose KexAlgorithms it cannot parse)."""
+        plan = self.plan("openmpi4", "dir", "--ssh-kex", "curve25519-sha256")
+        cfg = next(f for f in plan.files if f.path.endswith("/ssh_config")).text
+        blocks = cfg.split("\nHost ")[1:]
+        assert blocks and all("  KexAlgorithms curve25519-sha256" in b.splitlines() for b in blocks)
+        decision = next(d for d in plan.decisions if d.setting == "ssh key exchange")
+        assert (decision.value, decision.source) == ("curve25519-sha256", "flag --ssh-kex")
+        path = tmp_path / "ssh_config"
+        path.write_text(cfg)
+        shown = subprocess.run(
+            ["ssh", "-G", "-F", str(path), "pi-worker-0.pi.default.svc"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "kexalgorithms curve25519-sha256\n" in shown
+
+    @pytest.mark.parametrize("bad", ["a b", "curve25519-sha256\nProxyCommand x", "x,,y", ""])
+    def test_kex_refused(self, bad: str) -> None:
+        """A value that is not a plain list of names (a second config line, spaces) is a
+        configuration error naming the variable, never written to the config."""
+        env = {"MPI_BOOTSTRAP_ROLE": "launcher", "MPI_BOOTSTRAP_SSH_KEX": bad}
+        with pytest.raises(ConfigError) as err:
+            Config.from_env(env, [], HOST)
+        assert [p for p in err.value.problems if p.startswith("MPI_BOOTSTRAP_SSH_KEX: ")]
+        if bad:  # the config writer refuses it too, whoever calls it
+            with pytest.raises(UnsafeValue):
+                sshconfig.client_config(
+                    [], identity="/k", known_hosts="/h", connect_timeout=5, kex=bad
+                )
 
     def test_private_key_never_explained(self) -> None:
         """The job's private key is planned as a 0600 file but appears in neither --explain text nor

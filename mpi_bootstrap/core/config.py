@@ -61,6 +61,7 @@ class Config:
     ssh_user: str | None
     preflight: bool
     ssh_reuse: bool
+    ssh_kex: str | None
     data_check: bool
     sysfs: str
     startup_timeout: float

@@ -16,6 +16,8 @@ _DNS_NAME = re.compile(DNS_NAME_PATTERN)
 _MAYBE_IPV4 = re.compile(r"[0-9.]+")
 # Linux interface names: up to 15 bytes, no '/', ':' or whitespace. We are stricter.
 _IFACE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
+# OpenSSH's KexAlgorithms: names and commas; a leading +, - or ^ edits ssh's default list.
+_KEX = re.compile(r"[+^-]?[A-Za-z0-9@._-]+(,[A-Za-z0-9@._-]+)*")
 # A path the agent writes into ssh_config/sshd_config, or into `ssh -F PATH` (split on
 # spaces by Open MPI): absolute, and no character that could end a value or a line.
 _PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./@+-]*")
@@ -57,6 +59,11 @@ def is_host(text: str) -> bool:
 
 def is_iface_name(text: str) -> bool:
     return _IFACE.fullmatch(text) is not None
+
+
+def is_kex_list(text: str) -> bool:
+    """A value for ssh's KexAlgorithms (nothing that could end the config line)."""
+    return _KEX.fullmatch(text) is not None
 
 
 def is_env_name(text: str) -> bool:

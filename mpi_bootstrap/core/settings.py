@@ -17,6 +17,7 @@ from mpi_bootstrap.core.names import (
     is_dns_name,
     is_env_name,
     is_iface_name,
+    is_kex_list,
     is_plain_path,
     is_user_name,
 )
@@ -134,6 +135,13 @@ def _user(raw: str) -> str:
     return raw
 
 
+def _kex(raw: str) -> str:
+    value = raw.strip()
+    if not is_kex_list(value):
+        raise ValueError(f"{raw!r} is not an OpenSSH KexAlgorithms list (names and commas)")
+    return value
+
+
 def _iface(raw: str) -> str:
     if not is_iface_name(raw):
         raise ValueError(f"{raw!r} is not an interface name")
@@ -239,6 +247,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("ssh_reuse", "--ssh-reuse", ("MPI_BOOTSTRAP_SSH_REUSE",), True, _bool,
             "keep preflight's ssh connection to each worker open (ControlMaster, socket in "
             "the state dir) so mpirun's ssh reuses it instead of connecting again"),
+    Setting("ssh_kex", "--ssh-kex", ("MPI_BOOTSTRAP_SSH_KEX",), None, _kex,
+            "key exchange of the launcher's ssh (OpenSSH KexAlgorithms; default: ssh's own, "
+            "post-quantum sntrup761x25519 since OpenSSH 9.0); curve25519-sha256 takes a "
+            "third of the CPU per handshake"),
     Setting("data_check", "--data-check", ("MPI_BOOTSTRAP_DATA_CHECK",), True, _bool,
             "before mpirun, test the data network between workers (ring and random pairs: "
             "TCP, and full-MTU packets that may not fragment); on when a data NIC is planned"),

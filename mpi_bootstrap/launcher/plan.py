@@ -293,6 +293,18 @@ def host_entries(config: Config, hostfile: hf.Hostfile, answers: Mapping[str, An
 SshSetup = tuple[tuple[str, ...], list[PlannedFile], dict[str, tuple[str, int]]]
 
 
+def kex_decision(config: Config) -> Decision:
+    """The key exchange of the generated ssh config: the one choice that sets each
+    handshake's CPU cost (preflight's, and mpirun's when connections are not reused)."""
+    if config.ssh_kex:
+        return Decision("ssh key exchange", config.ssh_kex, str(config.source("ssh_kex")),
+                        "KexAlgorithms in the ssh config")
+    return Decision("ssh key exchange", "ssh's default", str(config.source("ssh_kex")),
+                    "OpenSSH 9 picks post-quantum sntrup761x25519-sha512; "
+                    "MPI_BOOTSTRAP_SSH_KEX=curve25519-sha256 costs a third of its CPU "
+                    "per handshake")
+
+
 def ssh_setup(config: Config, facts: Facts, entries: list[HostEntry],
               decisions: list[Decision], control: str | None = None) -> SshSetup:
     """The ssh command mpirun uses, the files behind it, and where each sshd listens."""
@@ -311,7 +323,8 @@ def ssh_setup(config: Config, facts: Facts, entries: list[HostEntry],
                      config.ssh_user)
     text = sshconfig.client_config(ps, identity=facts.client.path, known_hosts=kh_path,
                                    connect_timeout=config.ssh_connect_timeout,
-                                   control_dir=control)
+                                   control_dir=control, kex=config.ssh_kex)
+    decisions.append(kex_decision(config))
     files = [PlannedFile(cfg_path, text, 0o600, "ssh client config: pinned host keys",
                          shown=True),
              PlannedFile(kh_path, sshconfig.known_hosts(ps), 0o644,

@@ -11,7 +11,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from mpi_bootstrap.core.names import is_host, is_plain_path, is_public_key, is_user_name
+from mpi_bootstrap.core.names import (
+    is_host,
+    is_kex_list,
+    is_plain_path,
+    is_public_key,
+    is_user_name,
+)
 from mpi_bootstrap.core.records import Record
 
 # Sent by the client; the worker's sshd accepts the same list (sshd.ACCEPT_ENV).
@@ -42,6 +48,12 @@ def _name(value: str) -> str:
 def _path(value: str) -> str:
     if not is_plain_path(value):
         raise UnsafeValue(f"{value!r} is not a plain absolute path")
+    return value
+
+
+def _kex(value: str) -> str:
+    if not is_kex_list(value):
+        raise UnsafeValue(f"{value!r} is not a KexAlgorithms list")
     return value
 
 
@@ -81,9 +93,11 @@ def control_lines(control_dir: str | None) -> list[str]:
 
 
 def client_config(peers: Sequence[Peer], *, identity: str, known_hosts: str,
-                  connect_timeout: int, control_dir: str | None = None) -> str:
+                  connect_timeout: int, control_dir: str | None = None,
+                  kex: str | None = None) -> str:
     """`ssh -F` config: pinned host keys, batch mode, the job's key, LD_LIBRARY_PATH sent;
-    with `control_dir`, connections kept for reuse (control_lines)."""
+    with `control_dir`, connections kept for reuse (control_lines); with `kex`, the key
+    exchange algorithms (settings.py checked the list)."""
     common = [
         f"  IdentityFile {_path(identity)}",
         "  IdentitiesOnly yes",
@@ -98,6 +112,7 @@ def client_config(peers: Sequence[Peer], *, identity: str, known_hosts: str,
         f"  SendEnv {' '.join(SEND_ENV)}",
         "  LogLevel ERROR",
         *control_lines(control_dir),
+        *([f"  KexAlgorithms {_kex(kex)}"] if kex else []),
     ]
     out = ["# Written by mpi-bootstrap: how this job's ssh reaches its workers."]
     for p in map(check_peer, peers):

@@ -59,8 +59,10 @@ def _agent() -> str:
 class Scale:
     """N workers up in a fresh cluster; the jobs run against them."""
 
-    def __init__(self, n: int, work: Path, agent: str, mpirun: str, data: bool = False) -> None:
-        self.n, self.work, self.agent, self.mpirun = n, work, agent, mpirun
+    def __init__(
+        self, n: int, work: Path, agent: str, mpirun: str, data: bool = False, *, kex: str = ""
+    ) -> None:
+        self.n, self.work, self.agent, self.mpirun, self.kex = n, work, agent, mpirun, kex
         self.workers = [f"w{i}" for i in range(n)]
         self.xdir = work / "exchange"
         self.xdir.mkdir()
@@ -76,6 +78,7 @@ class Scale:
             pod,
             path=f"{Path(self.mpirun).parent}:{PATH}",
             **{"MPI_BOOTSTRAP_EXCHANGE_DIR": str(self.xdir), **extra},
+            **({"MPI_BOOTSTRAP_SSH_KEX": self.kex} if self.kex else {}),
         )
 
     def start_workers(self, timeout: float = 300) -> float:
@@ -167,7 +170,7 @@ class Scale:
             f"Host *\n  IdentityFile {self.xdir}/job-key/id\n  IdentitiesOnly yes\n"
             f"  UserKnownHostsFile {hand}/known_hosts\n  StrictHostKeyChecking yes\n"
             "  BatchMode yes\n  LogLevel ERROR\n"
-        )
+        ) + (f"  KexAlgorithms {self.kex}\n" if self.kex else "")
         (hand / "ssh_config").write_text(cfg)
         ssh = f"ssh -F {hand}/ssh_config"
         # The agent's files → ours: its ssh command, the hostfile it writes.
@@ -248,7 +251,7 @@ def _rollup(pid: int) -> dict[str, int]:
 
 
 def one_size(
-    n: int, agent: str, mpirun: str, runs: int, compare: bool, *, data: bool = False
+    n: int, agent: str, mpirun: str, runs: int, compare: bool, *, data: bool = False, kex: str = ""
 ) -> dict[str, Any]:
     """`runs` rounds on one cluster of `n` workers: workers started, the bare mpirun, then
     the agent's job (which ends the workers). With `compare`, as many rounds again with
@@ -258,9 +261,10 @@ def one_size(
     work.chmod(0o755)  # sshd's StrictModes: the keys' directories not writable by others
     s = None
     try:
-        s = Scale(n, work, agent, mpirun, data)
+        s = Scale(n, work, agent, mpirun, data, kex=kex)
         result: dict[str, Any] = {
             "workers": n,
+            "kex": kex or None,
             "cluster_build_s": round(s.build_s, 2),
             "bare": [],
             "agent": [],
@@ -379,17 +383,28 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="pods with a data NIC; also run the agent with MPI_BOOTSTRAP_DATA_CHECK=off",
     )
+    ap.add_argument(
+        "--kex",
+        default="",
+        help="the key exchange of both jobs' ssh (the agent's MPI_BOOTSTRAP_SSH_KEX, the bare "
+        "run's KexAlgorithms), e.g. curve25519-sha256; default: ssh's own",
+    )
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("needs root (network namespaces)")
     agent = _agent()
     results = []
     for n in args.workers:
-        r = one_size(n, agent, args.mpirun, args.runs, args.compare_reuse, data=args.data)
+        r = one_size(
+            n, agent, args.mpirun, args.runs, args.compare_reuse, data=args.data, kex=args.kex
+        )
         results.append(r)
         print(table([r]).splitlines()[-1], flush=True)
     print()
-    print(f"cores: {os.cpu_count()}; mpirun: {args.mpirun}; runs per size: {args.runs}")
+    print(
+        f"cores: {os.cpu_count()}; mpirun: {args.mpirun}; runs per size: {args.runs}; "
+        f"key exchange: {args.kex or 'ssh default'}"
+    )
     print(table(results))
     if args.data:
         print(data_table(results))
