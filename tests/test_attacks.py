@@ -310,8 +310,9 @@ class TestBakedKeys:
 
     @pytest.mark.parametrize("mode", ["net", "dir"])
     def test_image_key_is_not_trusted(self, cluster: Cluster, base: Path, mode: str) -> None:
-        """Keys baked into the image's ~/.ssh cannot log in under the net or dir exchange; only the
-        job's key is logged as authorised (dir), and none at all (net)."""
+        """Keys baked into the image's ~/.ssh cannot log in under the net or dir exchange, while
+        the job's key does (dir); only the job's key is logged as authorised (dir), and none
+        at all (net)."""
         worker = cluster.pods[1]
         home = base / worker.name
         home.mkdir()
@@ -338,6 +339,10 @@ class TestBakedKeys:
         )
         for key in (baked / "id_rsa", base / "other"):
             assert_kept_out(login(cluster, worker.address, 2222, key))
+        if mode == "dir":  # the control: the job's own key does log in, the same way
+            job_key = base / "exchange" / "job-key" / "id"
+            done = login(cluster, worker.address, 2222, job_key)
+            assert (done.returncode, done.stdout.strip()) == (0, "0"), done.stderr
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=20)
         authorized = logs.named(err, "key authorized")

@@ -148,17 +148,27 @@ class TestWait:
         assert result.answers["a"].error_kind == model.OTHER
 
     def test_on_answer_in_order(self) -> None:
-        """on_answer is called once for a resolved name, with its result and no previous answer."""
-        seen: list[tuple[str, bool, bool]] = []
+        """on_answer sees each name's first answer with no previous one, then a name that
+        resolves on a later round with its earlier failure as the previous answer."""
+        seen: list[tuple[str, bool, bool | None]] = []
         fake = FakeResolver({"a"})
+
+        def lookup(name: str) -> model.Answer:
+            answer = fake(name)
+            fake.present.add(name)  # every name resolves from its second lookup on
+            return answer
+
         dns.wait_for(
-            ["a"],
-            lookup=fake,
-            deadline=1,
-            interval=3,
-            on_answer=lambda a, prev: seen.append((a.name, a.ok, prev is None)),
+            ["a", "b"],
+            lookup=lookup,
+            deadline=5,
+            interval=0.05,
+            on_answer=lambda a, prev: seen.append(
+                (a.name, a.ok, None if prev is None else prev.ok)
+            ),
         )
-        assert seen == [("a", True, True)]
+        assert sorted(seen[:2]) == [("a", True, None), ("b", False, None)]
+        assert seen[2:] == [("b", True, False)]
 
 
 class TestSystemResolver:

@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import AGENT, Pod
 from tests.support import logs
 from tests.support.pid1 import CHILD, PY, agent_argv, agent_pid, run
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.timeout(180)]
 
@@ -99,15 +100,13 @@ class TestSignals:
         p = subprocess.Popen(agent_argv("sleep", "60"), stderr=subprocess.PIPE, text=True)
         started.append(p)
         pid = agent_pid(p)
-        deadline = time.monotonic() + 10
-        while (
-            "sleep" not in Path(f"/proc/{pid}/task/{pid}/children").read_text()
-            and time.monotonic() < deadline
-        ):
+
+        def sleep_started() -> bool:
             kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-            if kids and Path(f"/proc/{kids[0]}/comm").read_text().strip() == "sleep":
-                break
-            time.sleep(0.01)
+            return any(Path(f"/proc/{k}/comm").read_text().strip() == "sleep" for k in kids)
+
+        # The signal must meet the child, not an agent still starting it.
+        wait_until(sleep_started, 10, "the agent's child `sleep` to run", interval=0.01)
         t0 = time.monotonic()
         os.kill(pid, signal.SIGTERM)
         assert p.wait(timeout=10) == 143
@@ -197,9 +196,13 @@ class TestLauncherPhases:
         )
         started.append(p)
         assert p.stderr is not None
+        seen = []
         for line in p.stderr:
+            seen.append(line)
             if '"DNS WAIT"' in line:
                 break
+        else:  # stderr ended: the launcher never waited, so there was nothing to interrupt
+            pytest.fail(f"no DNS WAIT before the launcher ended: {''.join(seen)[-2000:]}")
         pid = agent_pid(p)
         t0 = time.monotonic()
         os.kill(pid, signal.SIGTERM)
