@@ -415,6 +415,27 @@ class TestOnTheCluster:
             )
             assert listening.returncode == 0 and listening.stdout.strip() == "", listening
 
+    def test_ipv6_only_data_network(self, cluster: Cluster, work: Path) -> None:
+        """A data NIC with IPv6 addresses only: the records carry them, the check probes over
+        IPv6 (TCP, then full-MTU datagrams that may not fragment), and a firewall there is
+        named with the peer's IPv6 address."""
+        for pod in cluster.pods:
+            pod.netns.exec_checked(["ip", "-4", "addr", "flush", "dev", "net1"])
+            pod.netns.exec_checked(
+                ["ip", "-6", "addr", "add", f"fd00:251::{pod.index}/64", "dev", "net1", "nodad"]
+            )
+        done = run_job(cluster, work)
+        assert done.returncode == 0, done.stderr
+        ok = logs.event(done.stderr, "data check ok")
+        assert ok is not None and ok["probes"] == 6 and ok["mtu"] == [1500]
+        rec = json.loads((work / "exchange" / "job-worker-0.json").read_text())
+        assert rec["data"]["addresses"] == [f"fd00:251::{cluster.pods[1].index}"]
+        reject_tcp(cluster)  # the same firewall, now meeting IPv6
+        done = run_job(cluster, work)
+        assert done.returncode == 69, done.stderr
+        assert f"cannot reach job-worker-1 ([fd00:251::{cluster.pods[2].index}]:" in done.stderr
+        assert "refused" in done.stderr and "mpirun start" not in done.stderr
+
     @pytest.mark.parametrize("fault", sorted(FAULTS))
     def test_fault_named_before_mpirun(self, cluster: Cluster, work: Path, fault: str) -> None:
         """Each fault, caused for real, exits 69 before mpirun starts, naming the pair, the
