@@ -24,6 +24,7 @@ from mpi_bootstrap.core.model import Answer, ClientKey
 from mpi_bootstrap.launcher import mpi, preflight
 from mpi_bootstrap.launcher.plan import Facts, Plan, build_plan
 from mpi_bootstrap.proc import children
+from mpi_bootstrap.ssh import datacheck
 from mpi_bootstrap.ssh.datacheck import mismatch
 from mpi_bootstrap.system import dataprobe
 from tests.conftest import AGENT, REAL_MPIS
@@ -537,6 +538,28 @@ class TestPreflightHandsOverItsSession:
             5,
             lambda: f"the kept session (pid {pid}) to end",
         )
+
+    def test_handed_over_session_that_dies(self) -> None:
+        """A kept session whose program ends at once (no Python on that worker) is the data
+        check's failure naming the host and what the session said, not a hang; the other
+        hosts' sessions are ended too."""
+        then = "echo 'data check: no Python on this worker' >&2; exit 127"
+        kept = self.run(["a", "b"], then)
+        with pytest.raises(PeerUnavailableError) as err:
+            datacheck.run(
+                ["a", "b"],
+                LOCAL_SSH,
+                "net1",
+                python=sys.executable,
+                sysfs="/sys",
+                env=BASE_ENV,
+                deadline=time.monotonic() + 10,
+                log=lambda *a, **k: None,
+                opened=kept,
+            )
+        assert "a: the data check did not start (exit 127" in str(err.value) + err.value.details
+        assert "no Python on this worker" in err.value.details
+        assert all(lines.child.poll() is not None for lines in kept.values())
 
     def test_without_then_nothing_kept(self) -> None:
         """Without the data check the session ends with the check: nothing is handed over."""
