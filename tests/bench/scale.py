@@ -191,17 +191,18 @@ class Scale:
     def agent_job(self, **extra: str) -> dict[str, Any]:
         pod = self.c.pods[0]
         env = self.env(pod, MPI_HOSTFILE=str(self.hostfile), **extra)
-        t0 = time.time()
+        t0, cpu0 = time.time(), _busy_cpu_s()
         done = pod.run(
             [self.agent, "launcher", "--mpirun", self.mpirun, "--", "/bin/hostname"],
             env,
             timeout=600,
         )
-        total = time.time() - t0
+        total, cpu = time.time() - t0, _busy_cpu_s() - cpu0
         ev = {e["event"]: e for e in logs.events(done.stderr, partial=True)}
         phases = {k: round(logs.stamp(ev[name]) - t0, 3) for k, name in PHASES if name in ev}
         out = {
             "total_s": round(total, 3),
+            "busy_cpu_s": round(cpu, 2),
             "exit_code": done.returncode,
             "all_hosts_ran": self._all_ran(done.stdout),
             "phases_s": phases,
@@ -233,6 +234,13 @@ class Scale:
 
     def close(self) -> None:
         self.c.close()
+
+
+def _busy_cpu_s() -> float:
+    """CPU seconds this machine has spent busy (every pod's processes: they share it)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def _mtime(path: Path) -> float:
@@ -350,7 +358,7 @@ def data_table(results: list[dict[str, Any]]) -> str:
     """The data check's cost: launcher start → mpirun start with it and without."""
     head = (
         "| workers | data check's own time | start → mpirun start, check on | check off "
-        "| cost |\n" + "|---" * 5 + "|\n"
+        "| cost | CPU the check adds (all pods) |\n" + "|---" * 6 + "|\n"
     )
     rows = []
     for r in results:
@@ -363,7 +371,10 @@ def data_table(results: list[dict[str, Any]]) -> str:
         ]
         own = round(statistics.median(pre), 2) if pre else None
         cost = f"+{(on - off) / off:.0%}" if on and off else "n/a"
-        rows.append(f"| {r['workers']} | {own} s | {on} s | {off} s | {cost} |")
+        cpu_on = _median(r["agent"], "busy_cpu_s")
+        cpu_off = _median(r["agent_data_check_off"], "busy_cpu_s")
+        cpu = f"{cpu_on - cpu_off:.2f} s" if cpu_on and cpu_off else "n/a"
+        rows.append(f"| {r['workers']} | {own} s | {on} s | {off} s | {cost} | {cpu} |")
     return head + "\n".join(rows) + "\n"
 
 
