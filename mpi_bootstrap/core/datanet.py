@@ -118,8 +118,7 @@ def probe_problem(nic: str, host: str, result: Mapping[str, Any]) -> str | None:
         return None
     peer, kind = result.get("peer", "?"), result.get("kind", "?")
     address = str(result.get("address", "?"))
-    where = f"[{address}]:{result.get('port', '?')}" if ":" in address else \
-        f"{address}:{result.get('port', '?')}"
+    where = f"{f'[{address}]' if ':' in address else address}:{result.get('port', '?')}"
     if kind == "mtu":
         return (f"{nic} on {host} reaches {peer} ({where}) only up to "
                 f"{result.get('reaches')} bytes: the MTU is {result.get('mtu')} (a "

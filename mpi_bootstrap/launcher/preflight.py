@@ -5,7 +5,6 @@ A failure is one line naming the host and the reason (exit 69), and mpirun never
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
@@ -190,7 +189,8 @@ class _Session:
         child = children.open_piped(argv, self.env)
         lines = children.Lines(child)
         report: list[str] = []
-        while (line := lines.next(time.monotonic() + timeout)) is not None:
+        end = time.monotonic() + timeout  # for the whole report, as capture's timeout
+        while (line := lines.next(end)) is not None:
             if line == END:
                 self.kept = lines
                 return 0, "\n".join(report)
@@ -290,13 +290,11 @@ def _raise_failures(hosts: list[str], sessions: Mapping[str, _Session],
 
 
 def _release(sessions: Iterable[_Session]) -> None:
-    kept = [s for s in sessions if s.kept is not None]
-    for s in kept:  # every session's cue to end first, then the waits
-        with contextlib.suppress(OSError):
-            if s.kept is not None and s.kept.child.stdin is not None:
-                s.kept.child.stdin.close()
-    for s in kept:
-        s.release()
+    """End every kept session (all at once)."""
+    sessions = list(sessions)
+    children.close_all([s.kept.child for s in sessions if s.kept is not None], 1.0)
+    for s in sessions:
+        s.kept = None
 
 
 def _port(output: str) -> str:

@@ -122,15 +122,7 @@ class _Run:
         """Tell every session to end (its stdin closes: the worker's program closes its
         port and exits); with `wait`, wait for them, else hand them to the process that
         will reap them."""
-        for child in self.sessions.values():  # all at once: each cue first, then waits
-            if child.stdin is not None:
-                child.stdin.close()
-                child.stdin = None
-        for child in self.sessions.values():
-            if wait:
-                children.close_piped(child)
-            else:
-                children.handed_off(child.pid)
+        children.close_all(self.sessions.values(), wait=wait)
 
 
 def run(hosts: Sequence[str], ssh_command: Sequence[str], nic: str, *, python: str,
