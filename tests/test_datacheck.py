@@ -21,7 +21,7 @@ from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import PeerUnavailableError
 from mpi_bootstrap.core.model import Answer, ClientKey
-from mpi_bootstrap.launcher import mpi, preflight
+from mpi_bootstrap.launcher import preflight
 from mpi_bootstrap.launcher.plan import Facts, Plan, build_plan
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.ssh import datacheck
@@ -30,22 +30,14 @@ from mpi_bootstrap.system import dataprobe
 from tests.conftest import AGENT, REAL_MPIS
 from tests.support import logs
 from tests.support.cluster import Cluster
-from tests.support.hostfacts import HOST
+from tests.support.hostfacts import HOST, MPIS
 from tests.support.job import Job
 from tests.support.wait import wait_until
 
 HOSTFILE = "pi-worker-0.pi.default.svc slots=2\npi-worker-1.pi.default.svc slots=2\n"
 ADDRESSES = {"pi-worker-0.pi.default.svc": "10.1.0.10", "pi-worker-1.pi.default.svc": "10.1.0.11"}
 BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "NCCL_DEBUG": "INFO"}
-OMPI4 = mpi.MPIInfo(
-    "openmpi",
-    "4.1.4",
-    "orte",
-    "/opt/ompi4/bin/mpirun",
-    "mpirun (Open MPI) 4.1.4",
-    "detected",
-    "/opt/ompi4",
-)
+OMPI4 = MPIS["openmpi4"]
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIL4FbUREZCX4XJ0cFCw6lRx4ehfW10t1GxS1s/M0/Gl2"
 
 

@@ -24,48 +24,9 @@ from mpi_bootstrap.launcher.plan import Facts, Plan, build_plan
 from mpi_bootstrap.ssh import sshconfig
 from mpi_bootstrap.ssh.sshconfig import UnsafeValue
 from mpi_bootstrap.system.dns import Answer
-from tests.support.hostfacts import HOST
+from tests.support.hostfacts import HOST, MPIS
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
-
-MPIS = {
-    "openmpi4": mpi.MPIInfo(
-        "openmpi",
-        "4.1.4",
-        "orte",
-        "/opt/ompi4/bin/mpirun",
-        "mpirun (Open MPI) 4.1.4",
-        "detected",
-        "/opt/ompi4",
-    ),
-    "openmpi5": mpi.MPIInfo(
-        "openmpi",
-        "5.0.11",
-        "prrte",
-        "/opt/ompi5/bin/mpirun",
-        "mpirun (Open MPI) 5.0.11",
-        "detected",
-        "/opt/ompi5",
-    ),
-    "mpich": mpi.MPIInfo(
-        "mpich",
-        "5.0.2",
-        "hydra",
-        "/opt/mpich/bin/mpirun",
-        "HYDRA build details:",
-        "detected",
-        "/opt/mpich",
-    ),
-    "intel": mpi.MPIInfo(
-        "intel",
-        "2021.18.1",
-        "hydra",
-        "/opt/intel/bin/mpirun",
-        "Intel(R) MPI Library for Linux* OS, Version 2021.18.1",
-        "detected",
-        "/opt/intel",
-    ),
-}
 
 BASE_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
