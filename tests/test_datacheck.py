@@ -393,9 +393,19 @@ class TestOnTheCluster:
 
     def test_happy_path_and_records(self, cluster: Cluster, work: Path) -> None:
         """The check passes on a healthy data network, before mpirun; the workers' records
-        carry net1 with its address and MTU; the sessions' ports are closed after."""
-        done = run_job(cluster, work)
+        carry net1 with its address and MTU; the sessions' ports are closed after. Each
+        worker's PID 1 served its session (its sshd names the FIFO: SetEnv), but the one
+        whose FIFO is gone, which the worker's Python served instead."""
+        job = Job(cluster, work, REAL_MPIS["openmpi4"])
+        workers = job.start_workers()
+        for w in workers:
+            job.wait_ready(w)
+        (job.state("job-worker-2") / datanet.PROBE_FIFO).unlink()
+        done = job.launch(["/bin/true"], slots=1, names=W3, timeout=120)
         assert done.returncode == 0, done.stderr
+        served = [logs.event(w.stderr(), "data probe served", partial=True) for w in workers]
+        assert [e is not None for e in served] == [True, True, False], served
+        assert all(not list(job.state(h).glob("probe-*")) for h in W3)
         ok = logs.event(done.stderr, "data check ok")
         assert ok is not None and ok["workers"] == 3 and ok["probes"] == 6 and ok["mtu"] == [1500]
         names = [e["event"] for e in logs.events(done.stderr)]

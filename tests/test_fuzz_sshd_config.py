@@ -42,6 +42,7 @@ SSHD_KEYWORDS = {
     "StrictModes",
     "AcceptEnv",
     "LogLevel",
+    "SetEnv",
 }
 plain_paths = st.builds(lambda p: "/" + p, st.text(LDH + "_./@+-", max_size=20))
 any_paths = st.one_of(plain_paths, tainted(st.just("/run/mpi-bootstrap/key")), st.text(max_size=20))
@@ -67,6 +68,7 @@ class TestSshdConfigFuzz:
                 "user": mostly(users, st.text(max_size=12)),
                 "listen": st.lists(mostly(ipv4 | ipv6, any_hosts), max_size=3),
                 "port": st.one_of(st.integers(1, 65535), st.integers(-2, 70000)),
+                "data_probe": st.one_of(st.none(), mostly(plain_paths, any_paths)),
             }
         )
     )
@@ -90,6 +92,17 @@ class TestSshdConfigFuzz:
             "port": 22,
         }
     )
+    @example(
+        {
+            "host_key": "/k",
+            "authorized_keys": "/a",
+            "pid_file": "/p",
+            "user": "root",
+            "listen": [],
+            "port": 22,
+            "data_probe": "/f LD_PRELOAD=/tmp/x.so",
+        }
+    )
     def test_config_text(self, args: dict[str, Any]) -> None:
         """config_text refuses (UnsafeValue) any unsafe path, user, address or port; else each line
         is a known keyword, once, so no value can turn on password login or forwarding."""
@@ -101,7 +114,12 @@ class TestSshdConfigFuzz:
                 all(
                     map(
                         names.is_plain_path,
-                        (args["host_key"], args["authorized_keys"], args["pid_file"]),
+                        (
+                            args["host_key"],
+                            args["authorized_keys"],
+                            args["pid_file"],
+                            args.get("data_probe") or "/",
+                        ),
                     )
                 )
                 and names.is_user_name(args["user"])
@@ -118,3 +136,6 @@ class TestSshdConfigFuzz:
         assert words.count("ListenAddress") == len(args["listen"])
         assert "PasswordAuthentication no" in lines
         assert "StrictModes yes" in lines and "DisableForwarding yes" in lines
+        setenv = [ln for ln in lines if ln.startswith("SetEnv ")]
+        probe = args.get("data_probe")
+        assert setenv == ([f"SetEnv MPI_BOOTSTRAP_DATA_PROBE={probe}"] if probe else [])

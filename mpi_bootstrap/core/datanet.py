@@ -23,6 +23,10 @@ from mpi_bootstrap.core.names import is_ip_literal
 MIN_MEMLOCK = 1 << 30
 RDMA_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 NIC_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,15}")
+# A worker's PID 1 serves the check's sessions (pid1/dataserve.py) through a FIFO of
+# this name in its state directory, which sshd names to every session in this variable.
+PROBE_FIFO = "data-probe"
+PROBE_ENV = "MPI_BOOTSTRAP_DATA_PROBE"
 
 
 @dataclasses.dataclass(frozen=True)

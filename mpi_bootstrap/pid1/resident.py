@@ -40,6 +40,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mpi_bootstrap.ssh import netserver
 
         netserver.serve(spec["net"], log, sup.readers)
+    if spec.get("probe"):
+        from mpi_bootstrap.pid1 import dataserve
+
+        dataserve.serve(spec["probe"], log, sup.readers)
     sup.install()
     if os.getpid() != 1 and become_subreaper():
         log("subreaper", reason="not PID 1: orphans re-parent to the agent and are reaped")
@@ -48,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ExecError as exc:
         output.write(f"mpi-bootstrap: {exc.message}\n".encode())
         code = int(exc.status)
+    if spec.get("probe"):  # nobody reads it now: a session must not wait on it
+        with contextlib.suppress(OSError):
+            os.unlink(spec["probe"]["fifo"])
     # Tells the workers (dir exchange) that the job is over — on success only: after a
     # failure the orchestrator may restart the launcher, which needs its workers.
     if spec.get("done_file") and code == 0:
@@ -72,6 +79,8 @@ def read_spec(args: list[str]) -> dict[str, Any] | str:
             spec["grace"] = float(args.pop(0))
         elif opt == "--group":
             spec["group"] = True
+        elif opt == "--data-probe":  # serve the data check's FIFO (pid1/dataserve.py)
+            spec["probe"] = {"fifo": args.pop(0)}
         elif opt == "--explain":
             spec["explain"] = True
         elif opt == "--restart":  # LIMIT/WINDOW, e.g. 5/60

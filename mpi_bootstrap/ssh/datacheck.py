@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import time
 from collections import Counter
@@ -35,6 +36,7 @@ from mpi_bootstrap.system import dataprobe, parallel
 # together (each listens while the others probe); their starts and probes are bounded
 # like preflight's ssh.
 LISTEN_SECONDS = 60.0
+PLAIN = re.compile(r"[A-Za-z0-9_.:/@+-]+")  # words PID 1's request line may carry
 MAX_PARALLEL = max(8, 4 * len(os.sched_getaffinity(0)))  # as preflight's ssh
 
 
@@ -46,9 +48,22 @@ def session_command(python: str, nic: str, sysfs: str, deadline: float) -> str:
 
 
 def command(python: str, *args: str) -> str:
-    """The remote shell command: the probe program run by the worker's Python (the
-    launcher's interpreter path, else `python3` on the session's PATH)."""
+    """The remote shell command. Where the worker's PID 1 serves the check (its FIFO in
+    PROBE_ENV: pid1/dataserve.py has the protocol), the session asks it through two
+    FIFOs of its own and copies them to and from its stdin and stdout: three small
+    programs and a fork, no interpreter. Else the probe program is run by the worker's
+    Python (the launcher's interpreter path, else `python3` on the session's PATH)."""
     source = Path(dataprobe.__file__).read_text(encoding="utf-8")
+    if not all(PLAIN.fullmatch(a) for a in args):  # PID 1 reads plain words only
+        return _program(python, source, args)
+    served = (f'F="${{{datanet.PROBE_ENV}:-}}"; if [ -p "$F" ] && i="${{F%/*}}/probe-$$.in" '
+              '&& o="${F%/*}/probe-$$.out" && mkfifo -m 600 "$i" "$o" 2>/dev/null; then '
+              f"echo {' '.join(args)} \"$$\" >\"$F\" && "
+              '{ cat "$o" & cat >"$i"; wait; }; exit; fi; ')
+    return served + _program(python, source, args)
+
+
+def _program(python: str, source: str, args: Sequence[str]) -> str:
     return (f"P={shlex.quote(python)}; [ -x \"$P\" ] || P=$(command -v python3) || "
             "{ echo 'data check: no Python on this worker' >&2; exit 127; }; "
             f"exec \"$P\" -I -S -c {shlex.quote(source)} {shlex.join(args)}")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from mpi_bootstrap.core.datanet import PROBE_ENV
 from mpi_bootstrap.core.errors import PeerUnavailableError
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import is_ip_literal, is_plain_path, is_user_name
@@ -19,17 +21,20 @@ from mpi_bootstrap.system.retry import LOCAL, retry_until
 ACCEPT_ENV = ("LD_LIBRARY_PATH", "NCCL_*", "UCX_*", "OMPI_*", "PRTE_*", "PMIX_*", "FI_*",
               "I_MPI_*", "HYDRA_*")
 BANNER = b"SSH-2.0-"
+SETENV_SINCE = (8, 7)  # sshd_config's SetEnv; older sshd refuses the whole file
 PORT_TRIES = 5
 
 
 def config_text(*, port: int, listen: Sequence[str], host_key: str, authorized_keys: str,
-                pid_file: str, user: str) -> str:
-    """sshd_config for one job: public-key login for the job's user only.
+                pid_file: str, user: str, data_probe: str | None = None) -> str:
+    """sshd_config for one job: public-key login for the job's user only. `data_probe`:
+    the request FIFO of the worker's PID 1 (pid1/dataserve.py), named to every session
+    by `SetEnv` (OpenSSH 8.7 or later: see `takes_setenv`).
 
     Every value is checked first (UnsafeValue otherwise): sshd takes the *first* value of
     a keyword, so one injected line (`PasswordAuthentication yes`) would win.
     """
-    for path in (host_key, authorized_keys, pid_file):
+    for path in (host_key, authorized_keys, pid_file, data_probe or "/"):
         if not is_plain_path(path):
             raise UnsafeValue(f"{path!r} is not a plain absolute path")
     if not all(is_ip_literal(a) for a in listen) or not is_user_name(user) or \
@@ -67,7 +72,22 @@ def config_text(*, port: int, listen: Sequence[str], host_key: str, authorized_k
         f"AcceptEnv {' '.join(ACCEPT_ENV)}",
         "LogLevel INFO",
     ]
+    if data_probe:
+        lines.append(f"SetEnv {PROBE_ENV}={data_probe}")
     return "\n".join(lines) + "\n"
+
+
+def version(sshd: str) -> tuple[int, int] | None:
+    """OpenSSH's version of the `sshd` binary (`sshd -V`; one before 9.1 names it in
+    its usage message), or None if it does not say."""
+    _, out = children.capture([sshd, "-V"], timeout=5.0)
+    found = re.search(r"OpenSSH_(\d+)\.(\d+)", out)
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def takes_setenv(sshd: str) -> bool:
+    found = version(sshd)
+    return found is not None and found >= SETENV_SINCE
 
 
 def free_port(address: str) -> int:

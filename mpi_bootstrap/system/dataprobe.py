@@ -158,7 +158,7 @@ def serve(tcp: _socket.socket, udp: _socket.socket, end: float,
     on stdin goes to `on_line` (which must not block: the probes need answers)."""
     conns: list[_socket.socket] = []
     pending = b""
-    stdin = sys.stdin.fileno()
+    stdin: Any = 0  # the session's stdin (a FIFO where PID 1 serves it)
     while time.monotonic() < end:
         ready, _, _ = select.select([stdin, tcp, udp, *conns], [], [],
                                     max(0.0, end - time.monotonic()))
@@ -172,7 +172,7 @@ def serve(tcp: _socket.socket, udp: _socket.socket, end: float,
                     line, pending = pending.split(b"\n", 1)
                     on_line(line.decode())
             elif r is tcp:
-                conns.append(_socket.socket(fileno=tcp._accept()[0]))  # type: ignore[attr-defined]
+                conns.append(_socket.socket(fileno=tcp._accept()[0]))
             elif r is udp:
                 data, peer = udp.recvfrom(65536)
                 udp.sendto(struct.pack("!I", len(data)), peer)  # the size, not the payload

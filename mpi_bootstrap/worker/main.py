@@ -21,6 +21,7 @@ from mpi_bootstrap.core.errors import ConfigError, ExitStatus, PeerUnavailableEr
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import fingerprint
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
+from mpi_bootstrap.pid1 import dataserve
 from mpi_bootstrap.proc.handoff import handoff
 from mpi_bootstrap.ssh import dirx, keys, sshd
 from mpi_bootstrap.system import dataprobe, netif
@@ -156,6 +157,18 @@ def data_nic(config: Config, environ: Mapping[str, str], log: Log) -> datanet.Da
     return found
 
 
+def data_probe(config: Config, log: Log) -> str | None:
+    """The request FIFO through which PID 1 serves the data check's sessions
+    (pid1/dataserve.py), when this sshd can name it to them (`SetEnv`); else None, and
+    each session starts this worker's Python for the check instead."""
+    if not sshd.takes_setenv(config.sshd):
+        log("data probe by python", level="debug", sshd=config.sshd,
+            reason=f"sshd older than OpenSSH {'.'.join(map(str, sshd.SETENV_SINCE))} "
+            "has no SetEnv")
+        return None
+    return dataserve.make_fifo(config.state_dir)
+
+
 def start(config: Config, environ: Mapping[str, str], log: Log) -> int:
     state = config.state_dir
     account = pwd.getpwuid(os.geteuid())
@@ -166,11 +179,13 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> int:
     if os.geteuid() == 0:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # OpenSSH's privsep directory
     config_path = os.path.join(state, "sshd_config")
+    probe_fifo = data_probe(config, log)
 
     def argv_for(port: int) -> list[str]:
         text = sshd.config_text(port=port, listen=listen, host_key=ident.host_key_path,
                                 authorized_keys=authorized_path,
-                                pid_file=os.path.join(state, "sshd.pid"), user=account.pw_name)
+                                pid_file=os.path.join(state, "sshd.pid"), user=account.pw_name,
+                                data_probe=probe_fifo)
         atomic_write(config_path, text, 0o600)
         return sshd_argv(config, config_path)
 
@@ -186,6 +201,8 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> int:
                             host_key=ident.host_key_public, user=account.pw_name,
                             data=data_nic(config, environ, log))
     extra = _publish(config, record, ident, bind_addr, authorized_path=authorized_path, log=log)
+    if probe_fifo:
+        extra["probe"] = {"fifo": probe_fifo}
     handoff(argv, env, grace=config.grace_seconds, group=False, role="worker",
             log_level=config.log_level, log_format=config.log_format,
             restart={"limit": 5, "window": 60.0}, adopt=pid, **extra)

@@ -1,0 +1,132 @@
+"""The worker's side of the data check, served by the resident PID 1: no interpreter is
+started on a worker for it.
+
+The launcher's session (ssh/datacheck.py) finds this worker's request FIFO in the
+variable MPI_BOOTSTRAP_DATA_PROBE (set by sshd's `SetEnv`: ssh/sshd.py) and then, in
+place of starting the worker's Python for system/dataprobe.py:
+    1. makes two FIFOs beside it, `probe-PID.in` and `probe-PID.out` (PID: its shell's);
+    2. writes one line to the request FIFO: `session NIC SECONDS SYSFS PID`;
+    3. copies its stdin into `.in`, and `.out` to its stdout, until both end.
+PID 1 reads the line and forks (proc/spawn.py fork_call). The copy opens the two FIFOs
+(they must be this user's FIFOs, in the state directory, not reached through a link),
+removes their names, and runs `dataprobe.session` on them as the program would on its
+stdin and stdout; an alarm ends it a few seconds after its SECONDS whatever happens (a
+session that never opens its FIFOs). A fork of the running PID 1 costs about a
+millisecond of CPU, a new interpreter 16 ms: at 16 workers on 2 cores, most of the
+check's cost.
+
+PID 1 itself only reads the FIFO (opened read-write and non-blocking: it never sees an
+end, never blocks) and forks; a line it cannot read is logged and dropped.
+
+Standard library only (the resident PID 1 imports it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import stat
+import sys
+from collections.abc import Callable, MutableMapping
+from typing import Any
+
+from mpi_bootstrap.core.datanet import NIC_NAME, PROBE_FIFO
+from mpi_bootstrap.core.log import Log
+from mpi_bootstrap.core.names import is_plain_path
+from mpi_bootstrap.proc.spawn import fork_call
+
+# Imported by PID 1 when it serves the check, not by each copy: its C modules cost a
+# copy 7 ms of CPU to load, twice the rest of its work.
+from mpi_bootstrap.system import dataprobe
+
+MAX_SECONDS = 60.0  # as the launcher's sessions (ssh/datacheck.py LISTEN_SECONDS)
+ALARM_SLACK = 5  # seconds past a session's own end before its copy is ended
+MAX_LINE = 4096  # a request is one write of at most PIPE_BUF bytes: never interleaved
+
+
+def make_fifo(state: str) -> str:
+    """The request FIFO in `state` (private: 0600 in the 0700 state directory), made
+    afresh: a restarted worker's old one may remain."""
+    path = os.path.join(state, PROBE_FIFO)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    os.mkfifo(path, 0o600)
+    return path
+
+
+def parse(line: bytes) -> tuple[str, float, str, int] | None:
+    """`session NIC SECONDS SYSFS PID` → (nic, seconds, sysfs, pid); None if not that."""
+    try:
+        verb, nic, seconds_text, sysfs, pid_text = line.decode("ascii").split(" ")
+        seconds, pid = float(seconds_text), int(pid_text)
+    except ValueError:
+        return None
+    if verb != "session" or not NIC_NAME.fullmatch(nic) or not 0 < seconds <= MAX_SECONDS \
+            or not is_plain_path(sysfs) or not pid_text.isdigit() or pid <= 0:
+        return None
+    return nic, seconds, sysfs, pid
+
+
+def serve(spec: dict[str, Any], log: Log,
+          readers: MutableMapping[int, Callable[[], None]]) -> None:
+    """Serve the request FIFO `spec["fifo"]` from PID 1's loop (`readers`)."""
+    path = spec["fifo"]
+    state = os.path.dirname(path)
+    try:
+        fd = _own_fifo(path, os.O_RDWR | os.O_NONBLOCK)
+    except OSError as exc:
+        log("data probe not served", level="warning", path=path, error=str(exc),
+            reason="the data check starts the worker's Python instead")
+        return
+    pending = [b""]
+
+    def on_request() -> None:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        *lines, rest = (pending[0] + chunk).split(b"\n")
+        pending[0] = rest[-MAX_LINE:]
+        for line in lines:
+            request = parse(line)
+            if request is None:
+                log("data probe refused", level="warning", request=line[:120].decode(
+                    "ascii", "replace"))
+                continue
+            pid = fork_call(lambda r=request: run(state, *r))  # type: ignore[misc]
+            log("data probe served", pid=pid, nic=request[0], session=request[3])
+
+    readers[fd] = on_request
+
+
+def _own_fifo(path: str, flags: int) -> int:
+    """Open `path`, which must be a FIFO of this user reached without a link."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISFIFO(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise PermissionError(f"{path}: not a FIFO of this user")
+    return fd
+
+
+def _give_up(_signum: int, _frame: object) -> None:
+    raise TimeoutError("the data probe's session did not end in time")
+
+
+def run(state: str, nic: str, seconds: float, sysfs: str, pid: int) -> int:
+    """In the forked copy: one session, on the FIFOs of shell `pid`."""
+    names = [os.path.join(state, f"probe-{pid}.{end}") for end in ("in", "out")]
+    signal.signal(signal.SIGALRM, _give_up)
+    signal.alarm(int(seconds) + ALARM_SLACK)
+    try:
+        ends = [_own_fifo(names[0], os.O_RDONLY), _own_fifo(names[1], os.O_WRONLY)]
+    finally:
+        for name in names:  # both ends are open (or never will be): names are done
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+    for fd, end in zip(ends, (0, 1), strict=True):
+        os.dup2(fd, end)
+        os.close(fd)
+    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115 - lives as the copy
+    return dataprobe.session(nic, seconds, sysfs)

@@ -1,0 +1,220 @@
+"""The data check served by a worker's resident PID 1 (pid1/dataserve.py): the session's
+own shell command (ssh/datacheck.py) against a real resident supervisor, on loopback,
+with no Python on the session's PATH, so a session can only pass if PID 1 served it.
+Also what PID 1 refuses (lines it cannot read, links, files that are not FIFOs), the
+alarm that ends a request nobody picks up, and the sshd versions that can name the FIFO
+to a session (`SetEnv`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mpi_bootstrap.core import datanet
+from mpi_bootstrap.pid1 import dataserve
+from mpi_bootstrap.ssh import datacheck, sshd
+from tests.support import logs
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.timeout(60)
+SLEEP = ("--", "sleep", "300")  # the supervisor's main child
+
+
+class Served:
+    """A resident supervisor serving the request FIFO of a private state directory."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.state = tmp / "state"
+        self.state.mkdir(mode=0o700)
+        self.fifo = dataserve.make_fifo(str(self.state))
+        self.log = tmp / "pid1.log"
+        self.bin = tmp / "bin"  # the session's PATH: sh's helpers, and no python3
+        self.bin.mkdir()
+        for tool in ("cat", "mkfifo"):
+            (self.bin / tool).symlink_to(f"/bin/{tool}")
+        with self.log.open("w") as err:
+            self.p = subprocess.Popen(
+                [sys.executable, "-m", "mpi_bootstrap.pid1", "--data-probe", self.fifo, *SLEEP],
+                stderr=err,
+                env={"PATH": "/usr/bin:/bin"},
+            )
+
+    def started(self) -> bool:
+        assert self.p.poll() is None, self.log.read_text()
+        return logs.event(self.log.read_text(), "child started", partial=True) is not None
+        wait_until(self.started, 10, "the supervisor's child")
+
+    def session(self, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        """The launcher's command for one session, as a worker's sshd would run it."""
+        cmd = datacheck.command("/nonexistent/python3", "session", "lo", "20", "/sys")
+        env = env if env is not None else {datanet.PROBE_ENV: self.fifo}
+        return subprocess.Popen(
+            ["/bin/sh", "-c", cmd],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={"PATH": str(self.bin), **env},
+        )
+
+    def request(self, line: str) -> None:
+        with open(self.fifo, "w") as fh:
+            fh.write(line + "\n")
+
+    def events(self, name: str) -> list[logs.Event]:
+        return [e for e in logs.events(self.log.read_text(), partial=True) if e["event"] == name]
+
+    def close(self) -> None:
+        self.p.terminate()
+        self.p.wait(timeout=10)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    s = Served(tmp_path)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def results(p: subprocess.Popen[str], targets: list[str]) -> list[dict[str, Any]]:
+    """Send `targets`; one line per target (by peer), after which `done` comes."""
+    assert p.stdin is not None and p.stdout is not None
+    p.stdin.write(" ".join(targets) + "\n")
+    p.stdin.flush()
+    out = [json.loads(p.stdout.readline()) for _ in targets]
+    assert json.loads(p.stdout.readline()) == {"done": len(targets)}
+    return sorted(out, key=lambda r: str(r["peer"]))
+
+
+def end(p: subprocess.Popen[str]) -> int:
+    assert p.stdin is not None
+    p.stdin.close()
+    return p.wait(timeout=10)
+
+
+class TestServedSessions:
+    """Two sessions served by PID 1 probe each other, as the program itself would."""
+
+    def test_two_sessions_and_a_closed_port(self, served: Served) -> None:
+        """Each session reports lo and its port, reaches the other at the MTU asked for and
+        finds a closed port refused; closing stdin ends it (exit 0) and its copy, and no
+        FIFO of theirs is left. PID 1 forked one copy per session and is still running."""
+        a, b = served.session(), served.session()
+        assert a.stdout is not None and b.stdout is not None
+        fa, fb = json.loads(a.stdout.readline()), json.loads(b.stdout.readline())
+        assert fa["nic"] == "lo" and "127.0.0.1" in fa["addresses"] and fa["port"] != fb["port"]
+        got = results(a, [f"b=127.0.0.1:{fb['port']}:1500", "closed=127.0.0.1:1:1500"])
+        assert (got[0]["ok"], got[0]["reaches"]) == (True, 1500)
+        assert (got[1]["ok"], got[1]["kind"]) == (False, "refused")
+        assert results(b, [f"a=127.0.0.1:{fa['port']}:9000"])[0]["reaches"] == 9000
+        assert (end(a), end(b)) == (0, 0)
+        assert sorted(os.listdir(served.state)) == [datanet.PROBE_FIFO]
+        assert len(served.events("data probe served")) == 2 and served.p.poll() is None
+
+    def test_without_the_fifo_python_runs_it(self, served: Served) -> None:
+        """A session whose sshd names no FIFO (an sshd without SetEnv), or one nobody
+        serves, runs the program with Python; with none on PATH it says so (exit 127)."""
+        for env in ({}, {datanet.PROBE_ENV: str(served.state / "gone")}):
+            p = served.session(env)
+            assert p.stdout is not None and p.stdout.readline() == ""
+            assert end(p) == 127
+            assert p.stderr is not None and "no Python on this worker" in p.stderr.read()
+        assert served.events("data probe served") == []
+
+
+class TestRefused:
+    """What PID 1 will not act on, and what ends a request nobody picks up."""
+
+    @pytest.mark.parametrize(
+        "line",
+        [
+            "session lo 20 /sys",  # no PID
+            "session lo 20 /sys 12 extra",
+            "probe lo 20 /sys 12",
+            "session lo;id 20 /sys 12",
+            "session lo 61 /sys 12",  # longer than any session
+            "session lo nan /sys 12",
+            "session lo 20 sys 12",  # not an absolute path
+            "session lo 20 /sys -12",
+            "session lo 20 /sys 0x1f",
+            "session l\u00f6 20 /sys 12",
+        ],
+    )
+    def test_parse(self, line: str) -> None:
+        """A line that is not exactly `session NIC SECONDS SYSFS PID` (a NIC name, 0 < SECONDS
+        <= 60, a plain absolute path, a PID) is refused; the control parses."""
+        assert dataserve.parse(line.encode()) is None
+        assert dataserve.parse(b"session net1 20 /sys 12") == ("net1", 20.0, "/sys", 12)
+
+    def test_bad_lines_then_a_good_session(self, served: Served) -> None:
+        """Lines PID 1 cannot read are logged and dropped; it serves the next session."""
+        served.request("session lo 20 /sys\n\xff\xfe garbage\nsession lo 20 /sys 0")
+        wait_until(lambda: len(served.events("data probe refused")) == 3, 10, "3 refusals")
+        p = served.session()
+        assert p.stdout is not None and json.loads(p.stdout.readline())["nic"] == "lo"
+        assert end(p) == 0 and served.p.poll() is None
+
+    def test_links_and_plain_files_not_opened(self, served: Served, tmp_path: Path) -> None:
+        """A request whose FIFOs are links (to a file it would write) or plain files: the
+        copy opens nothing through a link, writes nothing, and removes the names."""
+        victim = tmp_path / "victim"
+        victim.write_text("untouched\n")
+        (served.state / "probe-4242.in").symlink_to(victim)
+        (served.state / "probe-4242.out").symlink_to(victim)
+        (served.state / "probe-4243.in").write_text("")
+        (served.state / "probe-4243.out").write_text("")
+        served.request("session lo 20 /sys 4242")
+        served.request("session lo 20 /sys 4243")
+        wait_until(lambda: sorted(os.listdir(served.state)) == [datanet.PROBE_FIFO], 10, "no names")
+        assert victim.read_text() == "untouched\n" and served.p.poll() is None
+
+    def test_alarm_ends_an_abandoned_request(self, served: Served) -> None:
+        """FIFOs that no session ever opens (it died after writing its request): the copy
+        blocked on them ends at the alarm, SECONDS + ALARM_SLACK, and removes them."""
+        for end_ in ("in", "out"):
+            os.mkfifo(served.state / f"probe-4244.{end_}", 0o600)
+        served.request("session lo 1 /sys 4244")
+        wait_until(lambda: served.events("data probe served"), 10, "the request read")
+        assert len(os.listdir(served.state)) == 3  # the copy waits on them
+        wait_until(
+            lambda: sorted(os.listdir(served.state)) == [datanet.PROBE_FIFO],
+            1 + dataserve.ALARM_SLACK + 5,
+            "the names removed at the alarm",
+        )
+        assert served.p.poll() is None
+
+
+class TestSshdVersion:
+    """sshd_config's SetEnv exists from OpenSSH 8.7; an older sshd refuses the whole file."""
+
+    def test_this_sshd_takes_it(self) -> None:
+        """Debian's sshd says its version to `-V` and is new enough."""
+        found = sshd.version("/usr/sbin/sshd")
+        assert found is not None and found >= (9, 0)
+        assert sshd.takes_setenv("/usr/sbin/sshd")
+
+    @pytest.mark.parametrize(
+        ("says", "takes"),
+        [
+            ("sshd: illegal option -- V\nOpenSSH_8.4p1 Debian-5+deb11u3, OpenSSL 1.1.1w", False),
+            ("OpenSSH_8.7p1, OpenSSL 3.0.7", True),
+            ("OpenSSH_10.0p2", True),
+            ("no version here", False),
+        ],
+    )
+    def test_older_or_unknown_is_left_without(self, tmp_path: Path, says: str, takes: bool) -> None:
+        """An sshd before 8.7 (which names its version only in its usage message), or one
+        that names none, gets no SetEnv: its sessions start Python for the check instead."""
+        fake = tmp_path / "sshd"
+        fake.write_text(f"#!/bin/sh\nprintf '%s\\n' '{says}' >&2\nexit 1\n")
+        fake.chmod(0o755)
+        assert sshd.takes_setenv(str(fake)) is takes
