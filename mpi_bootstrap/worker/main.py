@@ -159,8 +159,8 @@ def data_nic(config: Config, environ: Mapping[str, str], log: Log) -> datanet.Da
 
 def data_probe(config: Config, log: Log) -> str | None:
     """The request FIFO through which PID 1 serves the data check's sessions
-    (pid1/dataserve.py), when this sshd can name it to them (`SetEnv`); else None, and
-    each session starts this worker's Python for the check instead."""
+    (pid1/dataserve.py), for a worker with a data NIC, when its sshd can name it to them
+    (`SetEnv`); else None, and each session starts this worker's Python for the check."""
     if not sshd.takes_setenv(config.sshd):
         log("data probe by python", level="debug", sshd=config.sshd,
             reason=f"sshd older than OpenSSH {'.'.join(map(str, sshd.SETENV_SINCE))} "
@@ -179,7 +179,8 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> int:
     if os.geteuid() == 0:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # OpenSSH's privsep directory
     config_path = os.path.join(state, "sshd_config")
-    probe_fifo = data_probe(config, log)
+    nic = data_nic(config, environ, log)
+    probe_fifo = data_probe(config, log) if nic is not None else None
 
     def argv_for(port: int) -> list[str]:
         text = sshd.config_text(port=port, listen=listen, host_key=ident.host_key_path,
@@ -198,8 +199,7 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> int:
     pid, port, argv = sshd.start(argv_for, env, fixed_port=config.sshd_port or 0,
                                  probe_address=probe_addr, bind_address=bind_addr, log=log)
     record = records.Record(host=short, addresses=tuple(listen), port=port,
-                            host_key=ident.host_key_public, user=account.pw_name,
-                            data=data_nic(config, environ, log))
+                            host_key=ident.host_key_public, user=account.pw_name, data=nic)
     extra = _publish(config, record, ident, bind_addr, authorized_path=authorized_path, log=log)
     if probe_fifo:
         extra["probe"] = {"fifo": probe_fifo}
