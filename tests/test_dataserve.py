@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -129,6 +130,21 @@ class TestServedSessions:
             assert end(p) == 127
             assert p.stderr is not None and "no Python on this worker" in p.stderr.read()
         assert served.events("data probe served") == []
+
+    def test_a_copy_is_an_ordinary_child(self, served: Served) -> None:
+        """A copy takes signals at their default: SIGTERM ends it (and its session), and PID
+        1 neither takes the signal for its own (nothing forwarded, its child still runs)
+        nor stops serving; it reaps the copy."""
+        a = served.session()
+        assert a.stdout is not None and json.loads(a.stdout.readline())["nic"] == "lo"
+        copy = int(served.events("data probe served")[0]["pid"])
+        os.kill(copy, signal.SIGTERM)  # while its session is still open
+        wait_until(lambda: not Path(f"/proc/{copy}").exists(), 10, "the copy ended, reaped")
+        assert end(a) == 0 and a.stdout.read() == ""
+        b = served.session()
+        assert b.stdout is not None and json.loads(b.stdout.readline())["nic"] == "lo"
+        assert end(b) == 0 and served.p.poll() is None
+        assert served.events("signal forwarded") == []
 
 
 class TestRefused:

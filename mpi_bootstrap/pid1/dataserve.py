@@ -94,7 +94,11 @@ def serve(spec: dict[str, Any], log: Log,
                 log("data probe refused", level="warning", request=line[:120].decode(
                     "ascii", "replace"))
                 continue
-            pid = fork_call(lambda r=request: run(state, *r))  # type: ignore[misc]
+            try:
+                pid = fork_call(lambda r=request: run(state, *r))  # type: ignore[misc]
+            except OSError as exc:  # EAGAIN: that session waits out its deadline
+                log("data probe not served", level="error", error=str(exc))
+                continue
             log("data probe served", pid=pid, nic=request[0], session=request[3])
 
     readers[fd] = on_request

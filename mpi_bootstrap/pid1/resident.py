@@ -1,7 +1,7 @@
 """The resident process: `python -I -S … mpi_bootstrap.pid1.resident --plan-fd N` (the
 hand-off from the launcher or the worker), or, for tests and debugging,
 `python -m mpi_bootstrap.pid1 [--grace S] [--group] [--restart N/SECONDS] [--explain]
--- PROGRAM ARGS…`. Standard library only.
+[--data-probe FIFO] -- PROGRAM ARGS…`. Standard library only.
 """
 
 from __future__ import annotations

@@ -99,8 +99,16 @@ def fork_call(fn: Callable[[], int]) -> int:
     inherited ignored, an empty mask, no wakeup descriptor), keeps only descriptors 0, 1
     and 2, and ends with fn's code (70 if it raised) without this process's exit
     handlers or buffers. Call it from a single-threaded process."""
-    pid = os.fork()
+    # Blocked across the fork: a signal that reached the copy before its handlers are
+    # reset would go through the shared wakeup pipe, to be read as the parent's own.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signals.HANDLED)
+    try:
+        pid = os.fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        raise
     if pid:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return pid
     code = int(ExitStatus.INTERNAL)
     try:

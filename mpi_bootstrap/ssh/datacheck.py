@@ -1,9 +1,11 @@
 """Before mpirun, after preflight (and in `doctor`): the data network, tested by the
 workers themselves.
 
-One session per worker runs system/dataprobe.py with the worker's Python. In the
-launcher that session is preflight's own (its check's script goes on to run the program:
-no second ssh session, no second login); the doctor opens its own.
+One session per worker runs system/dataprobe.py's `session`: served by the worker's
+resident PID 1 where its sshd names PID 1's FIFO (pid1/dataserve.py: no interpreter
+starts), else by the worker's Python. In the launcher that session is preflight's own
+(its check's script goes on to run it: no second ssh session, no second login); the
+doctor opens its own.
   1. it reports its data NIC (MTU, addresses, RDMA devices, locked-memory limit) and
      opens one port, TCP and UDP, on its data address;
   2. once every worker has, the launcher sends each its peers: its ring neighbours and

@@ -13,9 +13,11 @@ interpreter.
          JSON line per peer, then `{"done": N}`;
       4. ends when stdin closes (the launcher has every answer) or SECONDS pass.
 
-The worker's agent also imports `nic_facts` for its record (worker/main.py).
+The worker's agent also imports `nic_facts` for its record (worker/main.py), and its
+resident PID 1 runs `session` in a forked copy of itself where it serves the check
+(pid1/dataserve.py): then no interpreter starts at all.
 
-Every worker starts this program once per check, so its start is the check's cost: it
+Where a worker does start this program, once per check, its start is the check's cost: it
 uses the C modules `_socket` and `_thread` rather than `socket` and `threading` (which
 import enum, selectors and collections: 19 of its 33 ms), and writes its own JSON.
 """
