@@ -400,10 +400,16 @@ def main(argv: list[str] | None = None) -> int:
         help="the key exchange of both jobs' ssh (the agent's MPI_BOOTSTRAP_SSH_KEX, the bare "
         "run's KexAlgorithms), e.g. curve25519-sha256; default: ssh's own",
     )
+    ap.add_argument(
+        "--agent",
+        default="",
+        help="the mpi-bootstrap command the pods run (default: .venv's, else on PATH); "
+        "`make bench-scale` gives a plain install with the runtime dependencies only",
+    )
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("needs root (network namespaces)")
-    agent = _agent()
+    agent = args.agent or _agent()
     results = []
     for n in args.workers:
         r = one_size(
