@@ -332,10 +332,11 @@ class TestRestartPolicy:
 
 def test_resident_imports_only_the_standard_library(tmp_path: Path) -> None:
     """What the resident process loads during a whole run — a failing child explained,
-    a restarted service — is the standard library and this package, nothing else, lazy
-    imports included."""
+    a restarted service, the data check's FIFO served — is the standard library and this
+    package, nothing else, lazy imports included."""
     root = str(Path(__file__).resolve().parent.parent)
     out = tmp_path / "modules"
+    os.mkfifo(fifo := tmp_path / "data-probe", 0o600)
     code = (
         f"import atexit, json, sys; sys.path.insert(0, {root!r}); "
         f"atexit.register(lambda: open({str(out)!r}, 'w').write("
@@ -347,6 +348,8 @@ def test_resident_imports_only_the_standard_library(tmp_path: Path) -> None:
         # is given up on as unavailable (the exit-code table)
         (["--explain"], ["sh", "-c", "echo 'Host key verification failed.' >&2; exit 255"], 255),
         (["--restart", "1/60"], ["sh", "-c", "exit 1"], 69),
+        # the data check's FIFO served: a garbage line refused, then the job ends
+        (["--data-probe", str(fifo)], ["sh", "-c", f"echo garbage >{fifo}; sleep 0.5"], 0),
     ):
         done = subprocess.run(
             [sys.executable, "-I", "-S", "-c", code, *options, "--", *program],
@@ -365,3 +368,4 @@ def test_resident_imports_only_the_standard_library(tmp_path: Path) -> None:
         ]
         assert foreign == []
         assert "mpi_bootstrap.core.failures" in modules or options != ["--explain"]
+        assert "mpi_bootstrap.pid1.dataserve" in modules or options[0] != "--data-probe"

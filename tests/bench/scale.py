@@ -210,7 +210,7 @@ class Scale:
         }
         if "data check ok" in ev:
             out["data_check"] = {
-                k: ev["data check ok"].get(k) for k in ("listen_s", "probe_s", "probes")
+                k: ev["data check ok"].get(k) for k in ("listen_s", "probe_s", "probes", "cpu_s")
             }
         if "mpirun_start" in phases:
             out["mpirun_run_s"] = round(total - phases["mpirun_start"], 3)
@@ -358,7 +358,7 @@ def data_table(results: list[dict[str, Any]]) -> str:
     """The data check's cost: launcher start → mpirun start with it and without."""
     head = (
         "| workers | data check's own time | start → mpirun start, check on | check off "
-        "| cost | CPU the check adds (all pods) |\n" + "|---" * 6 + "|\n"
+        "| cost | cost, paired | CPU the check adds (all pods) |\n" + "|---" * 7 + "|\n"
     )
     rows = []
     for r in results:
@@ -370,12 +370,26 @@ def data_table(results: list[dict[str, Any]]) -> str:
             if "data_check" in x["phases_s"]
         ]
         own = round(statistics.median(pre), 2) if pre else None
-        cost = f"+{(on - off) / off:.0%}" if on and off else "n/a"
+        cost = f"{(on - off) / off:+.0%}" if on and off else "n/a"
+        paired = _paired(r["agent"], r["agent_data_check_off"], off)
         cpu_on = _median(r["agent"], "busy_cpu_s")
         cpu_off = _median(r["agent_data_check_off"], "busy_cpu_s")
         cpu = f"{cpu_on - cpu_off:.2f} s" if cpu_on and cpu_off else "n/a"
-        rows.append(f"| {r['workers']} | {own} s | {on} s | {off} s | {cost} | {cpu} |")
+        rows.append(f"| {r['workers']} | {own} s | {on} s | {off} s | {cost} | {paired} | {cpu} |")
     return head + "\n".join(rows) + "\n"
+
+
+def _paired(on: list[dict[str, Any]], off: list[dict[str, Any]], base: float | None) -> str:
+    """The median of the differences within each back-to-back pair, over the check-off
+    median: the machine's slow drift cancels out of each pair."""
+    diffs = [
+        a["phases_s"]["mpirun_start"] - b["phases_s"]["mpirun_start"]
+        for a, b in zip(on, off, strict=False)
+        if "mpirun_start" in a["phases_s"] and "mpirun_start" in b["phases_s"]
+    ]
+    if not diffs or not base:
+        return "n/a"
+    return f"{statistics.median(diffs) / base:+.0%} ({statistics.median(diffs):+.2f} s)"
 
 
 def main(argv: list[str] | None = None) -> int:
