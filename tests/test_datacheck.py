@@ -32,6 +32,7 @@ from tests.support import logs
 from tests.support.cluster import Cluster
 from tests.support.hostfacts import HOST, MPIS
 from tests.support.job import Job
+from tests.support.probes import results
 from tests.support.wait import wait_until
 
 HOSTFILE = "pi-worker-0.pi.default.svc slots=2\npi-worker-1.pi.default.svc slots=2\n"
@@ -578,15 +579,6 @@ class TestProbeProgram:
         argv = [sys.executable, "-I", "-S", "-c", src, "session", "lo", "20", "/sys"]
         return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
-    def results(self, p: subprocess.Popen[str], targets: list[str]) -> list[dict[str, Any]]:
-        """Send `targets`, read one line per target, then the `done` line."""
-        assert p.stdin is not None and p.stdout is not None
-        p.stdin.write(" ".join(targets) + "\n")
-        p.stdin.flush()
-        out = [json.loads(p.stdout.readline()) for _ in targets]
-        assert json.loads(p.stdout.readline()) == {"done": len(targets)}
-        return sorted(out, key=lambda r: str(r["peer"]))
-
     def test_pairs_a_closed_port_and_a_bad_target(self) -> None:
         """Each session reaches the other at the full MTU asked for, a closed port is
         `refused`, and a target the program cannot even parse is that target's failure
@@ -595,14 +587,12 @@ class TestProbeProgram:
         try:
             assert a.stdout is not None and b.stdout is not None
             fa, fb = json.loads(a.stdout.readline()), json.loads(b.stdout.readline())
-            got = self.results(
-                a, [f"b=127.0.0.1:{fb['port']}:1500", "closed=127.0.0.1:1:1500", "bad=x"]
-            )
+            got = results(a, [f"b=127.0.0.1:{fb['port']}:1500", "closed=127.0.0.1:1:1500", "bad=x"])
             assert [r["peer"] for r in got] == ["b", "bad", "closed"]
             assert got[0]["ok"] and got[0]["reaches"] == 1500
             assert not got[1]["ok"] and got[1]["kind"].startswith("error: ")
             assert (got[2]["ok"], got[2]["kind"]) == (False, "refused")
-            back = self.results(b, [f"a=127.0.0.1:{fa['port']}:1500"])
+            back = results(b, [f"a=127.0.0.1:{fa['port']}:1500"])
             assert back[0]["ok"]
         finally:
             for p in (a, b):

@@ -14,7 +14,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,6 +21,7 @@ from mpi_bootstrap.core import datanet
 from mpi_bootstrap.pid1 import dataserve
 from mpi_bootstrap.ssh import datacheck, sshd
 from tests.support import logs
+from tests.support.probes import results
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -84,16 +84,6 @@ def served(tmp_path: Path) -> Iterator[Served]:
         yield s
     finally:
         s.close()
-
-
-def results(p: subprocess.Popen[str], targets: list[str]) -> list[dict[str, Any]]:
-    """Send `targets`; one line per target (by peer), after which `done` comes."""
-    assert p.stdin is not None and p.stdout is not None
-    p.stdin.write(" ".join(targets) + "\n")
-    p.stdin.flush()
-    out = [json.loads(p.stdout.readline()) for _ in targets]
-    assert json.loads(p.stdout.readline()) == {"done": len(targets)}
-    return sorted(out, key=lambda r: str(r["peer"]))
 
 
 def end(p: subprocess.Popen[str]) -> int:
