@@ -27,6 +27,9 @@ NIC_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,15}")
 # this name in its state directory, which sshd names to every session in this variable.
 PROBE_FIFO = "data-probe"
 PROBE_ENV = "MPI_BOOTSTRAP_DATA_PROBE"
+# A check's session ends by itself after this, should the launcher vanish; PID 1 serves
+# no longer one.
+SESSION_SECONDS = 60.0
 
 
 @dataclasses.dataclass(frozen=True)

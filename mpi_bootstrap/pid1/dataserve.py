@@ -31,7 +31,7 @@ import sys
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
-from mpi_bootstrap.core.datanet import NIC_NAME, PROBE_FIFO
+from mpi_bootstrap.core.datanet import NIC_NAME, PROBE_FIFO, SESSION_SECONDS
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import is_plain_path
 from mpi_bootstrap.proc.spawn import fork_call
@@ -40,7 +40,6 @@ from mpi_bootstrap.proc.spawn import fork_call
 # copy 7 ms of CPU to load, twice the rest of its work.
 from mpi_bootstrap.system import dataprobe
 
-MAX_SECONDS = 60.0  # as the launcher's sessions (ssh/datacheck.py LISTEN_SECONDS)
 ALARM_SLACK = 5  # seconds past a session's own end before its copy is ended
 MAX_LINE = 4096  # a request is one write of at most PIPE_BUF bytes: never interleaved
 
@@ -62,7 +61,7 @@ def parse(line: bytes) -> tuple[str, float, str, int] | None:
         seconds, pid = float(seconds_text), int(pid_text)
     except ValueError:
         return None
-    if verb != "session" or not NIC_NAME.fullmatch(nic) or not 0 < seconds <= MAX_SECONDS \
+    if verb != "session" or not NIC_NAME.fullmatch(nic) or not 0 < seconds <= SESSION_SECONDS \
             or not is_plain_path(sysfs) or not pid_text.isdigit() or pid <= 0:
         return None
     return nic, seconds, sysfs, pid

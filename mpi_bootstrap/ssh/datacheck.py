@@ -37,7 +37,7 @@ from mpi_bootstrap.system import dataprobe, parallel
 # A session ends by itself after this, should the launcher vanish. Sessions stay open
 # together (each listens while the others probe); their starts and probes are bounded
 # like preflight's ssh.
-LISTEN_SECONDS = 60.0
+LISTEN_SECONDS = datanet.SESSION_SECONDS
 PLAIN = re.compile(r"[A-Za-z0-9_.:/@+-]+")  # words PID 1's request line may carry
 MAX_PARALLEL = max(8, 4 * len(os.sched_getaffinity(0)))  # as preflight's ssh
 
