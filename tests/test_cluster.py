@@ -50,15 +50,20 @@ class TestEveryMPI:
     ) -> None:
         """mpirun's ssh runs over the connection preflight opened (ControlMaster), whose
         session also runs the data check: each worker's sshd accepts one login per job, not
-        two; the sockets' directory is private."""
+        two, and no connection that only looked at its banner; the sockets' directory is
+        private."""
         exe = compile_allreduce(real_mpi, programs)
-        assert logins_per_worker(work, real_mpi, exe, "on") == [1, 1]
+        sshd_logs = sshd_log_per_worker(work, real_mpi, exe, "on")
+        assert [log.count("Accepted publickey") for log in sshd_logs] == [1, 1]
+        # sshd's words for a client that left before its own banner (a readiness probe)
+        assert not [log for log in sshd_logs if "kex_exchange_identification" in log]
 
     def test_without_reuse_every_ssh_logs_in(self, work: Path, programs: Path) -> None:
         """The control for the test above: with MPI_BOOTSTRAP_SSH_REUSE=off, preflight (with
         the data check in its session) and mpirun each log in to every worker."""
         m = REAL_MPIS["openmpi4"]
-        assert logins_per_worker(work, m, compile_allreduce(m, programs), "off") == [2, 2]
+        sshd_logs = sshd_log_per_worker(work, m, compile_allreduce(m, programs), "off")
+        assert [log.count("Accepted publickey") for log in sshd_logs] == [2, 2]
 
     def test_late_dns_record(self, real_mpi: RealMPI, work: Path, programs: Path) -> None:
         """The launcher keeps waiting (DNS WAIT) for a worker's late DNS record, then runs the job
@@ -167,9 +172,9 @@ def failing_mpi(request: pytest.FixtureRequest) -> RealMPI:
     return REAL_MPIS[request.param]
 
 
-def logins_per_worker(work: Path, m: RealMPI, exe: Path, reuse: str) -> list[int]:
-    """Run the allreduce with MPI_BOOTSTRAP_SSH_REUSE=`reuse`; the logins each worker's sshd
-    accepted. The state directory is short (the socket's path must fit in 108 bytes)."""
+def sshd_log_per_worker(work: Path, m: RealMPI, exe: Path, reuse: str) -> list[str]:
+    """Run the allreduce with MPI_BOOTSTRAP_SSH_REUSE=`reuse`; each worker's log, sshd's
+    included. The state directory is short (the socket's path must fit in 108 bytes)."""
     state = Path(tempfile.mkdtemp(prefix="mpib-", dir="/run"))
     try:
         with Cluster(PODS, dns=True, pid1=True) as c:
@@ -187,7 +192,7 @@ def logins_per_worker(work: Path, m: RealMPI, exe: Path, reuse: str) -> list[int
             else:
                 assert not (state / "s" / "cm").exists()
             # The workers end on the job's end (job-done); sshd's log is in theirs.
-            return [w.finish(timeout=30)[2].count("Accepted publickey") for w in workers]
+            return [w.finish(timeout=30)[2] for w in workers]
     finally:
         shutil.rmtree(state, ignore_errors=True)
 

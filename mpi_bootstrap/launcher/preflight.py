@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -100,6 +99,17 @@ def transient(code: int, output: str) -> bool:
     return code == 255 and any(t in low for t in TRANSIENT) and "permission denied" not in low
 
 
+# ssh's words for "no SSH server spoke on that address and port" (refused, no route,
+# timed out, closed before its banner): then the wait for the worker's sshd takes over.
+UNREACHED = ("connect to host", "kex_exchange_identification", "banner exchange")
+
+
+def unreached(code: int, output: str) -> bool:
+    """ssh (255) got no SSH server to talk to, as opposed to one that said no."""
+    low = output.lower()
+    return code == 255 and any(u in low for u in UNREACHED)
+
+
 def check_output(host: str, output: str, check: RemoteCheck) -> str | None:
     """None if the session is fit for mpirun, else the reason."""
     report = remote.parse(output)
@@ -138,13 +148,18 @@ def _failures(items: Sequence[str], fn: Callable[[str], str | None]) -> dict[str
     return {item: result for item, result in zip(items, results, strict=True) if result}
 
 
+# How long one try to reach a worker's sshd may take (its banner; preflight's first ssh
+# to a worker with a record, as ConnectTimeout): a gone pod's SYNs are never answered.
+BANNER_S = 2
+
+
 def banner(name: str, target: tuple[str, int], deadline: float) -> str | None:
     """None once the worker's sshd answers with an SSH banner, else why not by `deadline`."""
     address, port = target
 
     def answers() -> bool | None:
         left = deadline - time.monotonic()
-        return sshd.answers(address, port, timeout=min(2.0, max(0.1, left))) or None
+        return sshd.answers(address, port, timeout=min(BANNER_S, max(0.1, left))) or None
 
     if retry_until(deadline, answers, every=PEER):
         return None
@@ -177,12 +192,19 @@ class _Session:
         self.final: str | None = None  # a failure no retry cures
         self.not_set_up = False  # only refusals, for longer than check.refused_patience
         self.tries = 0
+        self.unreached = False  # the last try found no SSH server (`unreached`)
+        # A record says its sshd listens: the first ssh is given BANNER_S to reach it,
+        # then its banner is waited for (`awaited`) before ssh is tried again.
+        self.expect_sshd = False
+        self.awaited = False
         self.kept: children.Lines | None = None  # the session running `check.then`, once it passed
 
     def session(self, deadline: float) -> tuple[int, str]:
         """One ssh session: (exit code, what it printed). With `check.then`, the session
         is kept once the check has reported (code 0) rather than awaited."""
-        argv = [*self.argv, self.host, self.check.script()]
+        quick = ["-o", f"ConnectTimeout={BANNER_S}", "-o", "ConnectionAttempts=1"] if \
+            self.expect_sshd and not self.awaited else []
+        argv = [*self.argv, *quick, self.host, self.check.script()]
         timeout = max(1.0, deadline - time.monotonic())
         if not self.check.then:
             return children.capture(argv, env=self.env, timeout=timeout)
@@ -216,6 +238,7 @@ class _Session:
                 self.release()
             return True
         self.reason = failures.explain_ssh(self.host, output, code)
+        self.unreached = unreached(code, output)
         now = time.monotonic()
         if "connection refused" not in output.lower():
             self.refused_since = None
@@ -239,34 +262,39 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], check: RemoteCheck, *,
         env: Mapping[str, str], deadline: float, log: Log,
         targets: Mapping[str, tuple[str, int]] | None = None) -> dict[str, children.Lines]:
     """ssh to every host in parallel; raise PeerUnavailableError naming the first failure
-    (NotSetUpError when the workers' sshd was never set up). With `targets`, each host's
-    sshd is first awaited (its banner), in the same step: a host's ssh starts as soon as
-    its own sshd answers, not once every sshd does. With `check.then`, the sessions still
-    running it, by host (the caller ends them); none are left running on a failure."""
+    (NotSetUpError when the workers' sshd was never set up). With `targets`, a host whose
+    first ssh finds no SSH server (`unreached`) has its sshd awaited (its banner) in the
+    same step, then is tried again: "no sshd answers on ADDRESS:PORT" if it never does.
+    A worker publishes its record once its sshd listens, so the first ssh normally just
+    works, and sshd is spared a connection (a fork and an exec) that only said hello.
+    With `check.then`, the sessions still running it, by host (the caller ends them);
+    none are left running on a failure."""
     started = time.monotonic()
     sessions = {h: _Session(h, list(ssh_command), check, env, log) for h in hosts}
-    waiting = set(targets or ())
+    for host in targets or ():
+        if host in sessions:
+            sessions[host].expect_sshd = True
     unreachable: dict[str, str] = {}
-    lock = threading.Lock()
 
-    def ready(host: str) -> bool:
-        if targets is None or host not in targets:
-            return True
+    def attempt(host: str) -> bool | None:
+        s = sessions[host]
+        done = s.attempt(deadline)
+        if not s.expect_sshd or s.awaited or not s.unreached:
+            return done
+        s.awaited = True  # once: after that, ssh's own retries take it from here
         why = banner(host, targets[host], deadline)
-        with lock:
-            waiting.discard(host)
-            if why is not None:
-                unreachable[host] = why
-            elif not waiting and not unreachable:
-                log("sshd ready", workers=len(targets))
-        return why is None
+        if why is not None:
+            unreachable[host] = why
+            return True
+        s.final, s.not_set_up = None, False  # it answers now: what ssh said is history
+        return None
 
     def one(host: str) -> str | None:
-        if not ready(host):
-            return unreachable[host]
         s = sessions[host]
-        done = retry_until(deadline, lambda: s.attempt(deadline), every=RETRY_DELAY,
+        done = retry_until(deadline, lambda: attempt(host), every=RETRY_DELAY,
                            backoff=2.0, most=2.0)
+        if host in unreachable:
+            return unreachable[host]
         return s.final if done else s.reason
 
     try:

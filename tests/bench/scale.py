@@ -177,11 +177,12 @@ class Scale:
         out = [ssh if a.startswith("ssh -F ") else a for a in argv]
         out[out.index("--hostfile") + 1] = str(self.hostfile)
         pod = self.c.pods[0]
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), _busy_cpu_s()
         done = pod.run(out, self.env(pod), timeout=600)
-        total = time.monotonic() - t0
+        total, cpu = time.monotonic() - t0, _busy_cpu_s() - cpu0
         return {
             "total_s": round(total, 3),
+            "busy_cpu_s": round(cpu, 2),
             "exit_code": done.returncode,
             "all_hosts_ran": self._all_ran(done.stdout),
             "ssh": ssh,
