@@ -21,6 +21,7 @@ import pytest
 
 from mpi_bootstrap.pid1.restart import RestartPolicy
 from mpi_bootstrap.proc import signals
+from tests.conftest import AGENT, Pod
 from tests.support.pid1 import CHILD, PY, agent_argv, agent_pid, run
 
 pytestmark = [pytest.mark.timeout(180)]
@@ -289,6 +290,41 @@ class TestTerminal:
             os.write(master, b"hello\n")
             read_until(master, b"READ hello")
             assert p.wait(timeout=10) == 0  # (before, with --group: stopped, PID 1 hung)
+        finally:
+            os.close(master)
+
+
+    @pytest.mark.parametrize("group", [False, True])
+    def test_launcher_gives_mpirun_the_terminal(
+        self, started: list[subprocess.Popen[bytes]], pod: Pod, group: bool
+    ) -> None:
+        """The launcher starts mpirun before its hand-off to the resident PID 1: on a terminal
+        that mpirun still holds it and reads it, also with a process group of its own."""
+        hostfile = pod.tmp / "hostfile"
+        hostfile.write_text("localhost slots=1\n")
+        mpirun = pod.tmp / "mpirun"  # an Open MPI by its --version; its run reads the terminal
+        mpirun.write_text(
+            '#!/bin/sh\n[ "$1" != --version ] || { echo "mpirun (Open MPI) 4.1.4"; exit 0; }\n'
+            f"exec {PY} {CHILD} tty-read\n"
+        )
+        mpirun.chmod(0o755)
+        argv = [
+            *pod.netns.prefix(),
+            *["unshare", "--pid", "--fork", "--mount-proc"],  # the agent is PID 1
+            *[AGENT, "--hostfile", str(hostfile), "--exchange", "none", "--mpirun", str(mpirun)],
+            *[f"--state-dir={pod.tmp / 'state'}", "--log-format", "json"],
+            *(["--signal-group"] if group else []),
+            *["launcher", "--", "true"],
+        ]
+        p, master = on_a_terminal(argv)
+        started.append(p)
+        try:
+            out = read_until(master, b"READY", timeout=30)
+            os.write(master, b"hello\n")
+            out += read_until(master, b"READ hello")
+            if b'"child adopted"' not in out:  # the resident says so once it has started
+                out += read_until(master, b'"child adopted"')
+            assert p.wait(timeout=10) == 0  # (stopped by SIGTTIN without the terminal)
         finally:
             os.close(master)
 

@@ -62,9 +62,10 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> in
         log("mpirun exec", argv=list(p.argv), forwarded=list(p.forwarded))
         handoff.exec_replace(p.argv, env)
     log("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded))
-    handoff.handoff(p.argv, env, grace=config.grace_seconds, group=config.signal_group,
-                 role=config.role, log_level=config.log_level, log_format=config.log_format,
-                 done_file=p.done_file, done_text=p.done_text, explain=True)
+    handoff.start_and_handoff(p.argv, env, grace=config.grace_seconds,
+                              group=config.signal_group, role=config.role,
+                              log_level=config.log_level, log_format=config.log_format,
+                              done_file=p.done_file, done_text=p.done_text, explain=True)
     raise AssertionError("unreachable: handoff replaces the process")
 
 

@@ -271,7 +271,8 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], check: RemoteCheck, *,
     none are left running on a failure."""
     started = time.monotonic()
     sessions = {h: _Session(h, list(ssh_command), check, env, log) for h in hosts}
-    for host in targets or ():
+    endpoints = dict(targets or {})
+    for host in endpoints:
         if host in sessions:
             sessions[host].expect_sshd = True
     unreachable: dict[str, str] = {}
@@ -282,7 +283,7 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], check: RemoteCheck, *,
         if not s.expect_sshd or s.awaited or not s.unreached:
             return done
         s.awaited = True  # once: after that, ssh's own retries take it from here
-        why = banner(host, targets[host], deadline)
+        why = banner(host, endpoints[host], deadline)
         if why is not None:
             unreachable[host] = why
             return True

@@ -48,7 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.getpid() != 1 and become_subreaper():
         log("subreaper", reason="not PID 1: orphans re-parent to the agent and are reaped")
     try:
-        code = sup.run(spec["argv"], spec["env"], adopt=spec.get("adopt"))
+        code = sup.run(spec["argv"], spec["env"], adopt=spec.get("adopt"),
+                       stderr_fd=spec.get("stderr_fd"), tty=bool(spec.get("tty")))
     except ExecError as exc:
         output.write(f"mpi-bootstrap: {exc.message}\n".encode())
         code = int(exc.status)

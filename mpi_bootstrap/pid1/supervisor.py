@@ -31,10 +31,9 @@ from typing import Any
 
 from mpi_bootstrap.core.errors import ExitStatus, signal_exit_status
 from mpi_bootstrap.core.log import Log
-from mpi_bootstrap.pid1 import terminal
 from mpi_bootstrap.pid1.output import Output, Tee
 from mpi_bootstrap.pid1.restart import RestartPolicy
-from mpi_bootstrap.proc import signals
+from mpi_bootstrap.proc import signals, terminal
 from mpi_bootstrap.proc.spawn import exit_code, start
 
 DRAIN_SECONDS = 1.0  # after the last child: how long to wait for the stderr pipe's end
@@ -90,10 +89,11 @@ class Supervisor:
             signal.signal(s, _noop)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.HANDLED)
 
-    def run(self, argv: Sequence[str], env: Mapping[str, str], adopt: int | None = None
-            ) -> int:
-        """Run argv (or adopt `adopt`, a child already started and checked: the worker's
-        sshd) until it and every descendant are gone; return the exit code."""
+    def run(self, argv: Sequence[str], env: Mapping[str, str], adopt: int | None = None,
+            *, stderr_fd: int | None = None, tty: bool = False) -> int:
+        """Run argv (or adopt `adopt`, a child already started: the worker's sshd, the
+        launcher's mpirun, whose stderr pipe is `stderr_fd` and which holds the terminal
+        if `tty`) until it and every descendant are gone; return the exit code."""
         self.argv, self.env = argv, env
         if adopt is None:
             early = self.terminated_before_start()
@@ -101,8 +101,7 @@ class Supervisor:
                 return early
             self.start_main()
         else:
-            self.main = adopt
-            self.log("child adopted", pid=adopt, program=argv[0])
+            self.adopt(adopt, stderr_fd, tty)
         while not self.finished():
             self.wait_for_event()
             self.forward_signals()
@@ -121,6 +120,15 @@ class Supervisor:
                 self.log("signal before start", signal=signals.name(signum))
                 return 0 if self.settings.restart else signal_exit_status(signum)
         return None
+
+    def adopt(self, pid: int, stderr_fd: int | None, tty: bool) -> None:
+        """Take over a child the agent started before its exec (children survive it)."""
+        self.main, self.tty = pid, tty
+        if stderr_fd is not None:
+            os.set_inheritable(stderr_fd, False)
+            os.set_blocking(stderr_fd, False)
+            self.tee = Tee(stderr_fd, self.output)
+        self.log("child adopted", pid=pid, program=self.argv[0])
 
     def start_main(self, **note: Any) -> None:
         pipe = None

@@ -13,7 +13,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from mpi_bootstrap.proc import signals
@@ -56,11 +56,13 @@ def install_early_handlers() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.TERMINATING)
 
 
-def spawn(argv: Sequence[str], env: Mapping[str, str], *, group: bool) -> int:
-    """Start argv (see spawn.start) and register it until it is reaped; return its PID."""
+def spawn(argv: Sequence[str], env: Mapping[str, str], *, group: bool,
+          stderr: tuple[int, int] | None = None) -> int:
+    """Start argv (see spawn.start) and register it until it is reaped (or handed off);
+    return its PID."""
     if _stopping:
         raise Interrupted(signal.SIGTERM)
-    pid = start(argv, env, new_group=group)
+    pid = start(argv, env, new_group=group, stderr=stderr)
     _pending[pid] = group
     return pid
 
@@ -81,6 +83,18 @@ def exited(pid: int, *, wait: bool = False) -> int | None:
 def handed_off(pid: int) -> None:
     """`pid` now belongs to the resident supervisor (it survives the exec)."""
     _pending.pop(pid, None)
+
+
+@contextlib.contextmanager
+def handing_off(pid: int) -> Iterator[None]:
+    """`pid` belongs to the resident supervisor once the exec inside this block succeeds
+    (children survive it); if the block raises, it is ours to stop again."""
+    group = _pending.pop(pid, False)
+    try:
+        yield
+    except BaseException:
+        _pending[pid] = group
+        raise
 
 
 def _signal(pid: int, group: bool, signum: int) -> bool:

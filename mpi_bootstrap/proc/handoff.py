@@ -11,6 +11,7 @@ by the kernel for a PID 1), and the supervisor unblocks them once its handlers e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mpi_bootstrap.core.env import public
-from mpi_bootstrap.proc import children, signals
+from mpi_bootstrap.proc import children, signals, terminal
 from mpi_bootstrap.proc.spawn import exec_error, resolve
 
 
@@ -43,8 +44,6 @@ def handoff(argv: Sequence[str], env: Mapping[str, str], *, grace: float, group:
     path = resolve(argv[0], env.get("PATH"))
     if path is None:  # fail here, where the message can still name the plan's mpirun
         raise exec_error(argv[0])
-    if "adopt" in extra:
-        children.handed_off(int(extra["adopt"]))
     spec = {"argv": list(argv), "env": dict(env), "grace": grace, "group": group,
             "role": role, "log_level": log_level, "log_format": log_format,
             "inherited": sorted(signals.inherited()), **extra}
@@ -58,12 +57,42 @@ def handoff(argv: Sequence[str], env: Mapping[str, str], *, grace: float, group:
     sys.stdout.flush()
     sys.stderr.flush()
     signal.pthread_sigmask(signal.SIG_BLOCK, signals.HANDLED)
+    adopted = children.handing_off(int(extra["adopt"])) if "adopt" in extra else \
+        contextlib.nullcontext()
     try:
-        # The resident process's own environment carries no secret: it stays readable
-        # in /proc/1/environ for the whole job (system/environ.py); what it needs is in the spec.
-        os.execve(sys.executable, [sys.executable, "-I", "-S", "-c", code,
-                                   "--plan-fd", str(fd)], public(os.environ))
+        with adopted:
+            # The resident process's own environment carries no secret: it stays readable in
+            # /proc/1/environ for the whole job (system/environ.py); what it needs is in the spec.
+            os.execve(sys.executable, [sys.executable, "-I", "-S", "-c", code,
+                                       "--plan-fd", str(fd)], public(os.environ))
     except OSError:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.HANDLED)
         os.close(fd)
+        raise
+
+
+def start_and_handoff(argv: Sequence[str], env: Mapping[str, str], *, group: bool,
+                      **handoff_args: Any) -> None:
+    """Start argv here, then hand it over running (`adopt`): its start overlaps the exec
+    and the resident's imports instead of waiting for them. Its stderr is a pipe the
+    resident reads (the failure explainer's tee), as if the resident had started it; on
+    a terminal it gets its own group and the terminal, likewise (proc/terminal.py).
+    Signals are blocked from before the start: one that arrives meanwhile waits for the
+    resident, which forwards it to argv, instead of meeting the agent's early handlers."""
+    tty = terminal.is_ours()
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals.HANDLED)
+    try:
+        try:
+            pid = children.spawn(argv, env, group=group or tty, stderr=(read_end, write_end))
+        finally:
+            os.close(write_end)
+        if tty:
+            terminal.give(pid)
+        os.set_inheritable(read_end, True)  # the resident's, after the exec
+        handoff(argv, env, group=group, adopt=pid, stderr_fd=read_end, tty=tty,
+                **handoff_args)
+    except BaseException:
+        os.close(read_end)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.HANDLED)
         raise
