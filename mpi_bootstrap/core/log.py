@@ -1,13 +1,17 @@
 """The one shape of a log call in the agent: `log(event, level="info", **keys)`.
 
-Before the hand-off it writes structlog events (system/log.py), in the resident PID 1
-JSON lines of the same keys (pid1/output.py); every module takes a `Log` and never
+A log line is `line`'s: a JSON object (the call's keys, then event, role, level and a
+UTC timestamp), or one readable line for a person at a terminal. Before the hand-off
+system/log.py writes them to stderr (and structlog's console renderer the readable
+ones); in the resident PID 1, pid1/output.py. Every module takes a `Log` and never
 cares which. Both drop levels below the configured one by `LEVELS` and hide secrets
 with `redact`.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import MutableMapping
 from typing import Any, Protocol
 
@@ -26,3 +30,16 @@ def redact(keys: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
         if any(word in key.lower() for word in SECRET_WORDS):
             keys[key] = "[redacted]"
     return keys
+
+
+def line(event: str, level: str, role: str, keys: MutableMapping[str, Any], *,
+         console: bool = False) -> str:
+    """One log line, newline included; `keys` are redacted in place first."""
+    redact(keys)
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
+    if console:
+        pairs = " ".join(f"{k}={v}" for k, v in sorted({**keys, "role": role}.items()))
+        return f"{stamp} [{level:<9}] {event:<30} {pairs}\n"
+    record = {**keys, "event": event, "role": role, "level": level, "timestamp": stamp}
+    return json.dumps(record, default=str) + "\n"

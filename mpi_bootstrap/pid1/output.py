@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from mpi_bootstrap.core.log import LEVELS, Log, redact
+from mpi_bootstrap.core.log import LEVELS, Log, line
 
 LIMIT = 1 << 20
 FLUSH_SECONDS = 5.0
@@ -153,29 +153,14 @@ class Tee:
 
 def line_logger(role: str, output: Output, level: str = "info", fmt: str = "json"
                 ) -> Log:
-    """`log(event, level="info", **keys)` for the resident process: the keys structlog's
-    lines have (event, role, level, timestamp), as JSON lines or (`console`, or `auto`
-    on a TTY) one readable line per event, queued on `output`."""
-    import json
-
+    """`log(event, level="info", **keys)` for the resident process: core/log.py's lines,
+    JSON or (`console`, or `auto` on a TTY) readable, queued on `output`."""
     floor = LEVELS.get(level, 20)
     console = fmt == "console" or (fmt == "auto" and _isatty(output.fd))
 
     def log(event: str, /, level: str = "info", **kw: object) -> None:
-        if LEVELS.get(level, 20) < floor:
-            return
-        redact(kw)
-        now = time.time()
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + \
-            f".{int(now % 1 * 1e6):06d}Z"
-        if console:
-            pairs = " ".join(f"{k}={v}" for k, v in sorted({**kw, "role": role}.items()))
-            text = f"{stamp} [{level:<9}] {event:<30} {pairs}\n"
-        else:
-            record = {**kw, "event": event, "role": role, "level": level,
-                      "timestamp": stamp}
-            text = json.dumps(record, default=str) + "\n"
-        output.write(text.encode())
+        if LEVELS.get(level, 20) >= floor:
+            output.write(line(event, level, role, kw, console=console).encode())
 
     return log
 

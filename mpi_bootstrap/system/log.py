@@ -1,33 +1,60 @@
-"""Logs as data: structlog, JSON lines on stderr when not a TTY, console on a TTY.
+"""Logs as data, before the hand-off: JSON lines on stderr (core/log.py's `line`, the
+same the resident PID 1 writes), or structlog's console renderer for a person at a
+terminal (`console`, or `auto` on a TTY).
 
-stdout is reserved for `--explain` output. Secrets never reach a log line: a processor
-replaces the value of any key that names one, and the agent never passes key material
-or tokens as values under other names.
+structlog is imported only for the console: importing it costs 60–90 ms of CPU here (it
+imports asyncio), paid by every agent start, the launcher's on a job's critical path
+and each readinessProbe's. stdout is reserved for `--explain` output. Secrets never
+reach a log line: the value of any key that names one is replaced (core/log.py), and
+the agent never passes key material or tokens as values under other names.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import MutableMapping
 from typing import Any, TextIO
 
-import structlog
+from mpi_bootstrap.core.log import LEVELS, Log, line, redact
 
-from mpi_bootstrap.core.log import LEVELS, Log, redact
-
-
-def _redact(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]
-            ) -> MutableMapping[str, Any]:
-    return redact(event_dict)
+_log: Log | None = None
 
 
 def configure(fmt: str = "auto", level: str = "info", role: str = "launcher",
-              stream: TextIO | None = None) -> None:
+              stream: TextIO | None = None) -> Log:
+    """Set (and return) the process's Log."""
+    global _log  # noqa: PLW0603 - one log per process, configured once by cli.py
     out = stream if stream is not None else sys.stderr
     if fmt == "auto":
         fmt = "console" if out.isatty() else "json"
-    renderer: Any = (structlog.processors.JSONRenderer() if fmt == "json"
-                     else structlog.dev.ConsoleRenderer(colors=out.isatty()))
+    _log = _json_lines(out, level, role) if fmt == "json" else _console(out, level, role)
+    return _log
+
+
+def get() -> Log:
+    """The agent's Log (core/log.py's call shape), as configured."""
+    return _log if _log is not None else configure()
+
+
+def _json_lines(out: TextIO, level: str, role: str) -> Log:
+    floor = LEVELS[level]
+    lock = threading.Lock()  # preflight's threads log too: whole lines only
+
+    def log(event: str, /, level: str = "info", **keys: Any) -> None:
+        if LEVELS[level] < floor:
+            return
+        text = line(event, level, role, keys)
+        with lock:
+            out.write(text)
+            out.flush()
+
+    return log
+
+
+def _console(out: TextIO, level: str, role: str) -> Log:
+    import structlog
+
     def add_role(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]
                  ) -> MutableMapping[str, Any]:
         # Not a context variable: those stay in the thread that bound them, and lines
@@ -40,17 +67,13 @@ def configure(fmt: str = "auto", level: str = "info", role: str = "launcher",
             add_role,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            _redact,
-            renderer,
+            lambda _logger, _method, event_dict: redact(event_dict),
+            structlog.dev.ConsoleRenderer(colors=out.isatty()),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]),
         logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )
-
-
-def get() -> Log:
-    """The agent's Log (core/log.py's call shape), written by structlog."""
     logger = structlog.get_logger("mpi_bootstrap")
 
     def log(event: str, /, level: str = "info", **keys: Any) -> None:
