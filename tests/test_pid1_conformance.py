@@ -293,7 +293,6 @@ class TestTerminal:
         finally:
             os.close(master)
 
-
     @pytest.mark.parametrize("group", [False, True])
     def test_launcher_gives_mpirun_the_terminal(
         self, started: list[subprocess.Popen[bytes]], pod: Pod, group: bool
