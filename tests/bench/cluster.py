@@ -31,7 +31,10 @@ def main() -> dict[str, Any]:
     split = {}
     if phases:
         last = 0.0
-        for key in ("dns", "records", "sshd_ready", "preflight", "mpirun_start"):
+        # (no sshd_ready: with preflight, its first ssh is the wait for each sshd)
+        for key in ("dns", "records", "preflight", "mpirun_start"):
+            if not all(key in p for p in phases):
+                continue
             at = statistics.median(p[key] for p in phases)
             split[key] = round(at - last, 3)
             last = at
