@@ -454,19 +454,17 @@ class TestSSHTrust:
             wrapper = next(f for f in plan.files if f.path.endswith("ssh-launcher"))
             assert "exec ssh -F /run/mpi-bootstrap/ssh_config" in wrapper.text
 
-    def test_ssh_reuse(self) -> None:
+    def test_ssh_reuse(self, tmp_path: Path) -> None:
         """Preflight's connection is kept for mpirun's ssh: a ControlMaster whose socket lives
         in the private state directory (a socket there is a shell on the worker), for every
-        host, and the plan names the directory so it is made 0700 before any ssh runs."""
+        host as real ssh reads the config, and the plan names the directory so it is made
+        0700 before any ssh runs."""
         plan = self.plan("openmpi4", "dir")
-        cfg = next(f for f in plan.files if f.path.endswith("/ssh_config")).text
-        blocks = cfg.split("\nHost ")[1:]
-        assert blocks and all(
-            "  ControlMaster auto\n" in b
-            and "  ControlPath /run/mpi-bootstrap/cm/%C\n" in b
-            and "  ControlPersist 60" in b
-            for b in blocks
-        )
+        for shown in ssh_settings(plan, tmp_path):
+            assert "controlmaster auto" in shown
+            assert any(s.startswith("controlpath /run/mpi-bootstrap/cm/") for s in shown)
+            assert "controlpersist 60" in shown
+            assert "stricthostkeychecking true" in shown  # the pinning, for every worker
         assert plan.control_dir == "/run/mpi-bootstrap/cm"
         assert next(d for d in plan.decisions if d.setting == "ssh reuse").value == "on"
 
@@ -498,23 +496,13 @@ class TestSSHTrust:
         assert decision.value == "ssh's default" and "curve25519-sha256" in decision.reason
 
     def test_kex_set(self, tmp_path: Path) -> None:
-        """--ssh-kex is written for every host of the config, and real ssh reads it back (ssh -G
+        """--ssh-kex applies to every host of the config as real ssh reads it back (ssh -G
         rejects a config whose KexAlgorithms it cannot parse)."""
         plan = self.plan("openmpi4", "dir", "--ssh-kex", "curve25519-sha256")
-        cfg = next(f for f in plan.files if f.path.endswith("/ssh_config")).text
-        blocks = cfg.split("\nHost ")[1:]
-        assert blocks and all("  KexAlgorithms curve25519-sha256" in b.splitlines() for b in blocks)
         decision = next(d for d in plan.decisions if d.setting == "ssh key exchange")
         assert (decision.value, decision.source) == ("curve25519-sha256", "flag --ssh-kex")
-        path = tmp_path / "ssh_config"
-        path.write_text(cfg)
-        shown = subprocess.run(
-            ["ssh", "-G", "-F", str(path), "pi-worker-0.pi.default.svc"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        assert "kexalgorithms curve25519-sha256\n" in shown
+        for shown in ssh_settings(plan, tmp_path):
+            assert "kexalgorithms curve25519-sha256" in shown
 
     @pytest.mark.parametrize("bad", ["a b", "curve25519-sha256\nProxyCommand x", "x,,y", ""])
     def test_kex_refused(self, bad: str) -> None:
@@ -539,6 +527,23 @@ class TestSSHTrust:
         assert "c2VjcmV0LWtleS1ieXRlcw" not in shown
         assert "PRIVATE KEY" not in shown
         assert "StrictHostKeyChecking yes" in shown  # the config itself is shown
+
+
+def ssh_settings(plan: Plan, tmp_path: Path) -> list[list[str]]:
+    """What real ssh makes of the plan's config (`ssh -G`) for every name a block names,
+    one list of lines per name: the options a block leaves out come from `Host *`."""
+    cfg = next(f for f in plan.files if f.path.endswith("/ssh_config")).text
+    path = tmp_path / "ssh_config"
+    path.write_text(cfg)
+    hosts = [n for line in cfg.splitlines() if line.startswith("Host ") for n in line.split()[1:]]
+    hosts = [h for h in hosts if h != "*"]
+    assert hosts
+    return [
+        subprocess.run(
+            ["ssh", "-G", "-F", str(path), host], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+        for host in hosts
+    ]
 
 
 def test_ssh_goes_to_the_published_address_when_dns_is_stale() -> None:
