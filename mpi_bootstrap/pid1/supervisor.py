@@ -33,8 +33,8 @@ from mpi_bootstrap.core.errors import ExitStatus, signal_exit_status
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.pid1.output import Output, Tee
 from mpi_bootstrap.pid1.restart import RestartPolicy
-from mpi_bootstrap.proc import signals, terminal
-from mpi_bootstrap.proc.spawn import exit_code, start
+from mpi_bootstrap.proc import signals
+from mpi_bootstrap.proc.spawn import exit_code, start_main
 
 DRAIN_SECONDS = 1.0  # after the last child: how long to wait for the stderr pipe's end
 STOP_CHECK_SECONDS = 1.0
@@ -131,18 +131,10 @@ class Supervisor:
         self.log("child adopted", pid=pid, program=self.argv[0])
 
     def start_main(self, **note: Any) -> None:
-        pipe = None
-        if self.settings.explain:
-            pipe = os.pipe2(os.O_CLOEXEC)
-            os.set_blocking(pipe[0], False)
-        self.tty = terminal.is_ours()
-        self.main = start(self.argv, self.env, new_group=self.settings.group or self.tty,
-                          stderr=pipe)
-        if self.tty:
-            terminal.give(self.main)
-        if pipe is not None:
-            os.close(pipe[1])
-            self.tee = Tee(pipe[0], self.output)
+        self.main, err, self.tty = start_main(self.argv, self.env, group=self.settings.group,
+                                              pipe_stderr=self.settings.explain)
+        if err is not None:
+            self.tee = Tee(err, self.output)
         self.log("child started", pid=self.main, program=self.argv[0], **note)
 
     # ------------------------------------------------------------ the loop's steps

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mpi_bootstrap.core.env import public
-from mpi_bootstrap.proc import children, signals, terminal
-from mpi_bootstrap.proc.spawn import exec_error, resolve
+from mpi_bootstrap.proc import children, signals
+from mpi_bootstrap.proc.spawn import exec_error, resolve, start_main
 
 
 def exec_replace(argv: Sequence[str], env: Mapping[str, str]) -> None:
@@ -73,26 +73,28 @@ def handoff(argv: Sequence[str], env: Mapping[str, str], *, grace: float, group:
 
 def start_and_handoff(argv: Sequence[str], env: Mapping[str, str], *, group: bool,
                       **handoff_args: Any) -> None:
-    """Start argv here, then hand it over running (`adopt`): its start overlaps the exec
-    and the resident's imports instead of waiting for them. Its stderr is a pipe the
-    resident reads (the failure explainer's tee), as if the resident had started it; on
-    a terminal it gets its own group and the terminal, likewise (proc/terminal.py).
-    Signals are blocked from before the start: one that arrives meanwhile waits for the
-    resident, which forwards it to argv, instead of meeting the agent's early handlers."""
-    tty = terminal.is_ours()
-    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    """Start argv here, as the resident would (spawn.start_main: its stderr piped for the
+    failure explainer's tee, its own group and the terminal on one), then hand it over
+    running (`adopt`): its start overlaps the exec and the resident's imports instead of
+    waiting for them. Signals are blocked from before the start: one that arrives
+    meanwhile waits for the resident, which forwards it to argv, instead of meeting the
+    agent's early handlers."""
     signal.pthread_sigmask(signal.SIG_BLOCK, signals.HANDLED)
+    err: int | None = None
     try:
-        try:
-            pid = children.spawn(argv, env, group=group or tty, stderr=(read_end, write_end))
-        finally:
-            os.close(write_end)
-        if tty:
-            terminal.give(pid)
-        os.set_inheritable(read_end, True)  # the resident's, after the exec
-        handoff(argv, env, group=group, adopt=pid, stderr_fd=read_end, tty=tty,
-                **handoff_args)
+        pid, err, tty = start_main(argv, env, group=group, pipe_stderr=True,
+                                   starter=_registered)
+        if err is not None:  # (always, with pipe_stderr)
+            os.set_inheritable(err, True)  # the resident's, after the exec
+        handoff(argv, env, group=group, adopt=pid, stderr_fd=err, tty=tty, **handoff_args)
     except BaseException:
-        os.close(read_end)
+        if err is not None:
+            os.close(err)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.HANDLED)
         raise
+
+
+def _registered(argv: Sequence[str], env: Mapping[str, str], *, new_group: bool,
+                stderr: tuple[int, int] | None) -> int:
+    """spawn.start, the child registered until handed off (children.spawn)."""
+    return children.spawn(argv, env, group=new_group, stderr=stderr)

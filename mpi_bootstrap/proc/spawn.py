@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from mpi_bootstrap.core.errors import ExecError, ExitStatus, signal_exit_status
-from mpi_bootstrap.proc import signals
+from mpi_bootstrap.proc import signals, terminal
 
 MAX_FD = 1 << 20  # fork_call's copy closes every descriptor from 3 below this
 
@@ -66,6 +66,34 @@ def start(argv: Sequence[str], env: Mapping[str, str], *, new_group: bool = Fals
             return os.posix_spawn(path, list(argv), dict(env), **kwargs)
         except OSError as exc:
             raise exec_error(argv[0], exc) from None
+
+
+Starter = Callable[..., int]  # start's call shape: (argv, env, *, new_group, stderr) -> PID
+
+
+def start_main(argv: Sequence[str], env: Mapping[str, str], *, group: bool,
+               pipe_stderr: bool, starter: Starter = start) -> tuple[int, int | None, bool]:
+    """Start the job's main child as PID 1 runs it: a process group of its own with
+    `group` or on a terminal, which it is then given (proc/terminal.py); with
+    `pipe_stderr` its stderr a pipe, whose read end (close-on-exec, non-blocking) is
+    returned for the failure explainer's tee. Returns (PID, that read end, on a terminal)."""
+    tty = terminal.is_ours()
+    pipe = os.pipe2(os.O_CLOEXEC) if pipe_stderr else None
+    try:
+        pid = starter(argv, env, new_group=group or tty, stderr=pipe)
+    except BaseException:
+        if pipe is not None:
+            os.close(pipe[0])
+        raise
+    finally:
+        if pipe is not None:
+            os.close(pipe[1])
+    if tty:
+        terminal.give(pid)
+    if pipe is None:
+        return pid, None, tty
+    os.set_blocking(pipe[0], False)
+    return pid, pipe[0], tty
 
 
 @contextlib.contextmanager
