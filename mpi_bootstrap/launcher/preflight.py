@@ -185,7 +185,7 @@ class _Session:
     second), with backoff, unless refusals are all there has been for too long."""
 
     def __init__(self, host: str, argv: list[str], check: RemoteCheck, env: Mapping[str, str],
-                 log: Log) -> None:
+                 log: Log, *, expect_sshd: bool = False) -> None:
         self.host, self.argv, self.check, self.env, self.log = host, argv, check, env, log
         self.refused_since: float | None = None
         self.reason: str | None = None  # the last failure, when the deadline ends the wait
@@ -195,7 +195,7 @@ class _Session:
         self.unreached = False  # the last try found no SSH server (`unreached`)
         # A record says its sshd listens: the first ssh is given BANNER_S to reach it,
         # then its banner is waited for (`awaited`) before ssh is tried again.
-        self.expect_sshd = False
+        self.expect_sshd = expect_sshd
         self.awaited = False
         self.kept: children.Lines | None = None  # the session running `check.then`, once it passed
 
@@ -270,11 +270,9 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], check: RemoteCheck, *,
     With `check.then`, the sessions still running it, by host (the caller ends them);
     none are left running on a failure."""
     started = time.monotonic()
-    sessions = {h: _Session(h, list(ssh_command), check, env, log) for h in hosts}
     endpoints = dict(targets or {})
-    for host in endpoints:
-        if host in sessions:
-            sessions[host].expect_sshd = True
+    sessions = {h: _Session(h, list(ssh_command), check, env, log, expect_sshd=h in endpoints)
+                for h in hosts}
     unreachable: dict[str, str] = {}
 
     def attempt(host: str) -> bool | None:
