@@ -125,7 +125,7 @@ def client_config(peers: Sequence[Peer], *, identity: str, known_hosts: str,
     # What every worker shares, once, for every host: ssh takes each option from the
     # first block that matches and sets it, and the blocks above set none of these. Not
     # repeated per worker: every ssh reads the whole file (mpirun's, one per worker, too),
-    # 6 ms more each at 512 workers when these lines were in every block.
+    # 18.6 instead of 10.9 ms of CPU each at 512 workers when these were in every block.
     # Anything else (tree spawn to a name not above) is pinned alike.
     out.append("Host *")
     out.extend(common)
