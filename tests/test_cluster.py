@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import REAL_MPIS, RealMPI
 from tests.support import logs
 from tests.support.cluster import Cluster
-from tests.support.job import PODS, WORKERS, Job, check_allreduce, pod_processes
+from tests.support.job import PODS, WORKERS, Agent, Job, check_allreduce, pod_processes
 from tests.support.programs import compile_allreduce
 from tests.support.wait import holds_for, wait_until
 
@@ -119,16 +119,17 @@ class TestEveryMPI:
             caps = {}
             for iface in ("net1", "eth0"):
                 out = work / f"{iface}.pcap"
-                caps[iface] = (
-                    out,
-                    c.start(
-                        worker, ["tcpdump", "-i", iface, "-U", "-n", "-w", str(out), "tcp or udp"]
-                    ),
-                )
+                # --immediate-mode: each packet written as it comes. Without it they wait in
+                # the kernel's buffer for up to a second, and a job this short ends first:
+                # "0 packets captured, 168 received by filter".
+                argv = ["tcpdump", "-i", iface, "--immediate-mode", "-U", "-n", "-w", str(out)]
+                argv.append("tcp or udp")
+                caps[iface] = (out, Agent(c, worker, argv, {}))
+            # Its file can exist before it captures: "listening on" says it does.
             wait_until(
-                lambda: all(o.exists() for o, _ in caps.values()),
+                lambda: all("listening on" in a.stderr() for _, a in caps.values()),
                 10,
-                "tcpdump to open its capture files",
+                "tcpdump to start capturing",
             )
             done = job.launch(
                 probe,
@@ -137,9 +138,9 @@ class TestEveryMPI:
                 LD_LIBRARY_PATH="/opt/user-lib",
                 MPI_BOOTSTRAP_DATA_CHECK="off",
             )
-            for _, p in caps.values():
-                c.signal(p)
-                p.wait(timeout=10)
+            for _, a in caps.values():
+                a.signal()
+                a.finish(timeout=10)
             assert done.returncode == 0, done.stderr
             seen = [
                 json.loads(ln[6:]) for ln in done.stdout.splitlines() if ln.startswith("PROBE ")
