@@ -180,6 +180,21 @@ def uid1000() -> Iterator[str]:
 
 
 @pytest.fixture
+def base(uid1000: str) -> Iterator[Path]:
+    """A directory the attacker of tests/test_attacks*.py (uid 1000) can reach (0755 all
+    the way up, below /run, which only root writes), removed afterwards."""
+    import shutil
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="mpib-attack-", dir="/run"))
+    d.chmod(0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
 def started() -> Iterator[list[subprocess.Popen[Any]]]:
     """Processes a test starts; killed (by PID, only these) if the test fails."""
     procs: list[subprocess.Popen[Any]] = []

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +21,7 @@ from mpi_bootstrap.ssh import keys, sshd
 from mpi_bootstrap.ssh import netx as exchange
 from tests.conftest import AGENT
 from tests.support import logs
+from tests.support.attacker import as_attacker
 from tests.support.cluster import Cluster, agent_env
 from tests.support.podnet import ask, wait_listening
 from tests.support.wait import holds_for, wait_until
@@ -31,29 +29,8 @@ from tests.support.workers import TOKEN, WORKERS, launcher_env, start_workers
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
 
-ATTACKER = ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups"]
 # Long enough for the workers' look for job-done (once a second) to come round.
 JOB_DONE_POLLS_S = 1.5
-
-
-@pytest.fixture
-def base(uid1000: str) -> Iterator[Path]:
-    """A directory the attacker can reach (0755 all the way up, below /run, which only
-    root writes), removed afterwards."""
-    d = Path(tempfile.mkdtemp(prefix="mpib-attack-", dir="/run"))
-    d.chmod(0o755)
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-def as_attacker(script: str) -> None:
-    """Run `script` (sh) as uid 1000, the unprivileged user in the pod."""
-    done = subprocess.run(
-        [*ATTACKER, "sh", "-ec", script], capture_output=True, text=True, timeout=30, check=False
-    )
-    assert done.returncode == 0, f"the attack's own steps failed: {done.stderr}"
 
 
 def attacker_keys(base: Path) -> Path:

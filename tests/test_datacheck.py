@@ -32,7 +32,7 @@ from tests.support import logs
 from tests.support.cluster import Cluster
 from tests.support.hostfacts import HOST, MPIS
 from tests.support.job import Job
-from tests.support.probes import results
+from tests.support.probes import answers, ask
 from tests.support.wait import wait_until
 
 HOSTFILE = "pi-worker-0.pi.default.svc slots=2\npi-worker-1.pi.default.svc slots=2\n"
@@ -255,19 +255,11 @@ class TestRDMA:
 
     def session_facts(self, sysfs: Path, memlock: str) -> dict[str, Any]:
         """The first line a real session prints for `lo`, run under prlimit."""
-        src = Path(dataprobe.__file__).read_text()
         argv = [
             "prlimit",
             f"--memlock={memlock}",
             sys.executable,
-            "-I",
-            "-S",
-            "-c",
-            src,
-            "session",
-            "lo",
-            "5",
-            str(sysfs),
+            *datacheck.program("session", "lo", "5", str(sysfs)),
         ]
         with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as p:
             assert p.stdout is not None and p.stdin is not None
@@ -575,8 +567,7 @@ class TestProbeProgram:
     on loopback: two sessions probe each other and a closed port."""
 
     def start(self) -> subprocess.Popen[str]:
-        src = Path(dataprobe.__file__).read_text()
-        argv = [sys.executable, "-I", "-S", "-c", src, "session", "lo", "20", "/sys"]
+        argv = [sys.executable, *datacheck.program("session", "lo", "20", "/sys")]
         return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def test_pairs_a_closed_port_and_a_bad_target(self) -> None:
@@ -587,13 +578,14 @@ class TestProbeProgram:
         try:
             assert a.stdout is not None and b.stdout is not None
             fa, fb = json.loads(a.stdout.readline()), json.loads(b.stdout.readline())
-            got = results(a, [f"b=127.0.0.1:{fb['port']}:1500", "closed=127.0.0.1:1:1500", "bad=x"])
+            ask(a, [f"b=127.0.0.1:{fb['port']}:1500", "closed=127.0.0.1:1:1500", "bad=x"])
+            ask(b, [f"a=127.0.0.1:{fa['port']}:1500"])
+            got = answers(a, 3)
             assert [r["peer"] for r in got] == ["b", "bad", "closed"]
             assert got[0]["ok"] and got[0]["reaches"] == 1500
             assert not got[1]["ok"] and got[1]["kind"].startswith("error: ")
             assert (got[2]["ok"], got[2]["kind"]) == (False, "refused")
-            back = results(b, [f"a=127.0.0.1:{fa['port']}:1500"])
-            assert back[0]["ok"]
+            assert answers(b, 1)[0]["ok"]
         finally:
             for p in (a, b):
                 assert p.stdin is not None

@@ -20,8 +20,9 @@ import pytest
 from mpi_bootstrap.core import datanet
 from mpi_bootstrap.pid1 import dataserve
 from mpi_bootstrap.ssh import datacheck, sshd
+from mpi_bootstrap.system import dataprobe
 from tests.support import logs
-from tests.support.probes import results
+from tests.support.probes import answers, ask
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -103,10 +104,12 @@ class TestServedSessions:
         assert a.stdout is not None and b.stdout is not None
         fa, fb = json.loads(a.stdout.readline()), json.loads(b.stdout.readline())
         assert fa["nic"] == "lo" and "127.0.0.1" in fa["addresses"] and fa["port"] != fb["port"]
-        got = results(a, [f"b=127.0.0.1:{fb['port']}:1500", "closed=127.0.0.1:1:1500"])
+        ask(a, [f"b=127.0.0.1:{fb['port']}:1500", "closed=127.0.0.1:1:1500"])
+        ask(b, [f"a=127.0.0.1:{fa['port']}:9000"])
+        got = answers(a, 2)
         assert (got[0]["ok"], got[0]["reaches"]) == (True, 1500)
         assert (got[1]["ok"], got[1]["kind"]) == (False, "refused")
-        assert results(b, [f"a=127.0.0.1:{fa['port']}:9000"])[0]["reaches"] == 9000
+        assert answers(b, 1)[0]["reaches"] == 9000
         assert (end(a), end(b)) == (0, 0)
         assert sorted(os.listdir(served.state)) == [datanet.PROBE_FIFO]
         assert len(served.events("data probe served")) == 2 and served.p.poll() is None
@@ -193,7 +196,7 @@ class TestRefused:
         assert len(os.listdir(served.state)) == 3  # the copy waits on them
         wait_until(
             lambda: sorted(os.listdir(served.state)) == [datanet.PROBE_FIFO],
-            1 + dataserve.ALARM_SLACK + 5,
+            1 + dataprobe.ALARM_SLACK + 5,
             "the names removed at the alarm",
         )
         assert served.p.poll() is None

@@ -13,9 +13,10 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from mpi_bootstrap.core.errors import shown
 from mpi_bootstrap.core.names import is_ip_literal
 
 # NCCL's IB transport registers memory: a small locked-memory limit fails it, or sends
@@ -75,6 +76,101 @@ def data_from(data: Any) -> DataNIC:
             isinstance(r, str) and RDMA_NAME.fullmatch(r) for r in rdma):
         raise ValueError("data.rdma is not a list of device names")
     return DataNIC(nic, tuple(addrs), mtu, tuple(rdma))
+
+
+# What a data check's session says (system/dataprobe.py) comes from the worker: a
+# compromised one is inside the threat model (SECURITY.md). Its values build the other
+# workers' probe lines and the launcher's messages, so each is checked like a record's
+# field, and anything else refuses that worker (tests/test_attacks.py::
+# TestDataCheckReport).
+_REPORT = {"nic", "mtu", "addresses", "rdma", "memlock", "port"}
+_RESULT = {"peer", "ok", "kind", "address", "port", "mtu", "reaches"}
+
+
+def _int(value: Any, low: int, high: int, what: str) -> int:
+    if type(value) is not int or not low <= value <= high:
+        raise ValueError(f"{what} is not {low}..{high}")
+    return value
+
+
+def session_report(data: Any, nic: str) -> dict[str, Any]:
+    """A session's first line, validated: its data NIC `nic` as the worker found it and
+    the port it opened (`nic`, `mtu`, `addresses`, `rdma`, `memlock`, `port`), or why it
+    cannot take part (`nic`, `error`; `have`, the interfaces it has, when the NIC is
+    missing). ValueError says what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    if data.get("nic") != nic:
+        raise ValueError(f"it reports on {shown(str(data.get('nic')), 20)}, not {nic}")
+    if "error" in data:
+        error, have = data["error"], data.get("have", [])
+        if not isinstance(error, str) or not error or not set(data) <= _REPORT | {"error", "have"}:
+            raise ValueError("not an error report")
+        if not isinstance(have, list) or len(have) > 64 or not all(
+                isinstance(n, str) and NIC_NAME.fullmatch(n) for n in have):
+            raise ValueError("have is not a list of interface names")
+        return {"nic": nic, "error": shown(error), "have": list(have)}
+    if set(data) != _REPORT:
+        raise ValueError(f"fields {sorted(set(map(str, data)) ^ _REPORT)} unexpected or "
+                         "missing")
+    found = data_from({k: data[k] for k in ("nic", "addresses", "mtu", "rdma")})
+    if not found.addresses:
+        raise ValueError("addresses is empty")
+    return {**found.to_dict(), "memlock": _int(data["memlock"], -1, 1 << 62, "memlock"),
+            "port": _int(data["port"], 1, 65535, "port")}
+
+
+def disagrees(report: Mapping[str, Any], published: DataNIC | None) -> str | None:
+    """Why a session's report contradicts the data NIC its worker published in its
+    record (where both exist), or None: the address its probers are sent to must be one
+    the record lists, with the record's MTU."""
+    if published is None or "error" in report or published.nic != report["nic"]:
+        return None
+    address, mtu = report["addresses"][0], report["mtu"]
+    if (published.addresses and address not in published.addresses) or mtu != published.mtu:
+        return (f"it reports {report['nic']} at {address} MTU {mtu}, but its record says "
+                f"{published.summary()}")
+    return None
+
+
+def probe_line(data: Any, peers: frozenset[str]) -> dict[str, Any]:
+    """One line of a session's probes, validated: `{"done": N}`, or a result for one of
+    `peers` (`peer`, `ok`, and what failed: `kind`, `address`, `port`, `mtu`,
+    `reaches`). ValueError says what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    if set(data) == {"done"}:
+        return {"done": _int(data["done"], 0, 1 << 20, "done")}
+    if not {"peer", "ok"} <= set(data) <= _RESULT:
+        raise ValueError("not a probe result")
+    if not isinstance(data["peer"], str) or data["peer"] not in peers \
+            or not isinstance(data["ok"], bool):
+        raise ValueError("not a result for a peer it was given")
+    out: dict[str, Any] = {"peer": data["peer"], "ok": data["ok"]}
+    for key, check in _RESULT_FIELDS.items():
+        if key in data:
+            out[key] = check(data[key])
+    return out
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("kind is not text")
+    return shown(value)
+
+
+def _address(value: Any) -> str:
+    if not isinstance(value, str) or not is_ip_literal(value):
+        raise ValueError("address is not an IP address")
+    return value
+
+
+_RESULT_FIELDS: dict[str, Callable[[Any], Any]] = {
+    "kind": _text, "address": _address,
+    "port": lambda v: _int(v, 1, 65535, "port"),
+    "mtu": lambda v: _int(v, 68, 65536, "mtu"),
+    "reaches": lambda v: _int(v, 0, 65536, "reaches"),
+}
 
 
 def pairs(n: int, seed: int = 0) -> list[tuple[int, int]]:

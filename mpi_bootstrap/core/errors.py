@@ -104,3 +104,10 @@ def some(items: list[str], shown: int = 1) -> str:
     """`a, b and 3 more`: the first `shown` items, and how many are not shown."""
     head = ", ".join(items[:shown])
     return head + (f" and {len(items) - shown} more" if len(items) > shown else "")
+
+
+def shown(text: str, limit: int = 120) -> str:
+    """A peer's words (a worker's report, what its shell printed), safe to print in one
+    line: non-printable and non-ASCII characters escaped, at most `limit` of them."""
+    out = "".join(c if " " <= c < "\x7f" else ascii(c)[1:-1] for c in text[:limit])
+    return out + ("…" if len(text) > limit else "")

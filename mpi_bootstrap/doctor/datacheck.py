@@ -13,11 +13,11 @@ from typing import Any
 
 from mpi_bootstrap.core import datanet
 from mpi_bootstrap.core.config import Config
-from mpi_bootstrap.core.errors import PeerUnavailableError
+from mpi_bootstrap.core.errors import BootstrapError, ConfigError, PeerUnavailableError
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
 from mpi_bootstrap.doctor.finding import Finding
 from mpi_bootstrap.ssh import datacheck
-from mpi_bootstrap.system import dataprobe, netif
+from mpi_bootstrap.system import dataprobe, files, netif
 
 ADVICE = "fix the data network before the job: NCCL hangs or fails on it"
 
@@ -45,13 +45,41 @@ def local(config: Config) -> list[Finding]:
                     f"{'unlimited' if lock == -1 else f'{lock} bytes'}")]
 
 
-def network(config: Config, names: Sequence[str], deadline: float) -> list[Finding]:
+def state_dir(config: Config) -> Finding | None:
+    """Whether the launcher would accept the state directory (system/files.py state_dir,
+    without making or changing anything); None when there is none yet. The doctor reads
+    nothing from a directory the launcher would refuse: someone else may have put it
+    there (an ssh config's ProxyCommand runs as the doctor's user)."""
+    try:
+        if not files.state_dir(config.state_dir, create=False):
+            return None
+    except BootstrapError as exc:
+        why = "; ".join(exc.problems) if isinstance(exc, ConfigError) else exc.message
+        return Finding(config.state_dir, "state directory", False, f"would be refused: {why}",
+                       "nothing in it was used (the data network check was skipped); "
+                       "mount an emptyDir at the state directory itself, or choose another "
+                       "MPI_BOOTSTRAP_STATE_DIR")
+    return Finding(config.state_dir, "state directory", True, "private to this user")
+
+
+def network(config: Config, names: Sequence[str], deadline: float,
+            state: Finding | None) -> list[Finding]:
     """The launcher's test between the workers, over its pinned ssh config (written by a
-    launcher run in this pod); nothing when there is none, or when it is switched off."""
+    launcher run in this pod); nothing when there is none, or when it is switched off.
+    Only from a state directory the launcher would accept (`state`, from `state_dir`:
+    its own finding says why not), and only a config file of this user's that nobody
+    else may write: ssh runs what it says."""
     cfg = os.path.join(config.state_dir, "ssh_config")
     nic = data_nic(config)
-    if not config.data_check or nic is None or not names or not os.path.exists(cfg):
+    if not config.data_check or nic is None or not names or state is None or not state.ok:
         return []
+    try:
+        if not files.own_file(cfg):
+            return []
+    except files.UnsafeFileError as exc:
+        return [Finding(cfg, "ssh config", False, f"not used: {exc}",
+                        "the data network check was skipped; remove the file (a launcher "
+                        "run writes it afresh)")]
     try:
         found = datacheck.run(names, ("ssh", "-F", cfg), nic, python=sys.executable,
                               sysfs=config.sysfs, env=dict(os.environ), deadline=deadline,
@@ -70,4 +98,6 @@ def _quiet(event: str, /, level: str = "info", **keys: Any) -> None:
 
 def jobs(config: Config, names: Sequence[str], deadline: float
          ) -> list[Callable[[], list[Finding]]]:
-    return [lambda: local(config), lambda: network(config, names, deadline - 0.2)]
+    state = state_dir(config)  # checked once, before anything of it is used
+    return [lambda: local(config), lambda: [state] if state is not None else [],
+            lambda: network(config, names, deadline - 0.2, state)]

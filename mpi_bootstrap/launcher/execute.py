@@ -57,7 +57,7 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> in
     if p.data_check:
         datacheck.run(p.remote, p.ssh_command, p.data_check, python=sys.executable,
                       sysfs=config.sysfs, env=env, deadline=p.deadline, log=log,
-                      opened=opened, reaper=not config.exec)
+                      opened=opened, reaper=not config.exec, published=p.published_data)
     if config.exec:
         log("mpirun exec", argv=list(p.argv), forwarded=list(p.forwarded))
         handoff.exec_replace(p.argv, env)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core import records
 from mpi_bootstrap.core.config import Config
+from mpi_bootstrap.core.datanet import DataNIC
 from mpi_bootstrap.core.env import public
 from mpi_bootstrap.core.model import Answer, ClientKey, Decision, PlannedFile
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
@@ -68,6 +69,8 @@ class Plan:
     prefix: str | None = None  # Open MPI's --prefix, where preflight looks for orted
     control_dir: str | None = None  # ssh's ControlPath directory (connection reuse)
     data_check: str | None = None  # the data NIC the workers test before mpirun
+    # The data NICs the workers' records name, by host: their check's reports must agree.
+    published_data: Mapping[str, DataNIC] = dataclasses.field(default_factory=dict)
     done_file: str | None = None  # dir exchange: `job-done`, written after success
     done_text: str = ""
     deadline: float = 0.0
@@ -251,7 +254,9 @@ def build_plan(config: Config, facts: Facts) -> Plan:
                 remote=facts.remote, preflight=preflight, prefix=prefix, done_file=done,
                 done_text=done_text or "", deadline=facts.deadline,
                 control_dir=control if ssh_files else None,
-                data_check=data if check.value == "on" else None)
+                data_check=data if check.value == "on" else None,
+                published_data={h: r.data for h, r in facts.records.items()
+                                if r.data is not None and h in facts.remote})
 
 
 def control_dir(config: Config, facts: Facts, preflight: bool,

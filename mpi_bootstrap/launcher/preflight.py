@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mpi_bootstrap.core import failures, remote
-from mpi_bootstrap.core.errors import NotSetUpError, PeerUnavailableError, some
+from mpi_bootstrap.core.errors import NotSetUpError, PeerUnavailableError, shown, some
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.launcher.mpi import HYDRA, INTEL, ORTE, MPIInfo
 from mpi_bootstrap.proc import children
@@ -112,11 +112,11 @@ def unreached(code: int, output: str) -> bool:
 
 def check_output(host: str, output: str, check: RemoteCheck) -> str | None:
     """None if the session is fit for mpirun, else the reason."""
-    report = remote.parse(output)
+    report = remote.parse(output)  # what the worker's shell printed: shown escaped
     if report.missing:
-        return (f"{host}: {report.missing[0]} not found by a non-interactive ssh session "
-                f"(PATH={report.path}); install {check.mpi.vendor} there or use an image "
-                "with it")
+        return (f"{host}: {shown(report.missing[0])} not found by a non-interactive ssh "
+                f"session (PATH={shown(report.path, 400)}); install {check.mpi.vendor} there "
+                "or use an image with it")
     if not report.ran:
         return f"{host}: the remote shell did not run the check (output: {output[:200]!r})"
     if check.want_ld and check.want_ld not in report.ld:
@@ -136,7 +136,7 @@ def program_problem(host: str, found: str | None, check: RemoteCheck) -> str | N
         return (f"{host}: the program {check.program!r} is not found there {where}; "
                 "install it at the same path on every pod, or name it by its full path")
     if check.expected and found != check.expected:
-        return (f"{host}: the program {check.program!r} is {found} there but "
+        return (f"{host}: the program {check.program!r} is {shown(found, 400)} there but "
                 f"{check.expected} on the launcher ({where}); install it at the same path "
                 "on every pod, or name it by its full path")
     return None

@@ -40,7 +40,6 @@ from mpi_bootstrap.proc.spawn import fork_call
 # copy 7 ms of CPU to load, twice the rest of its work.
 from mpi_bootstrap.system import dataprobe
 
-ALARM_SLACK = 5  # seconds past a session's own end before its copy is ended
 MAX_LINE = 4096  # a request is one write of at most PIPE_BUF bytes: never interleaved
 
 
@@ -121,7 +120,7 @@ def run(state: str, nic: str, seconds: float, sysfs: str, pid: int) -> int:
     """In the forked copy: one session, on the FIFOs of shell `pid`."""
     names = [os.path.join(state, f"probe-{pid}.{end}") for end in ("in", "out")]
     signal.signal(signal.SIGALRM, _give_up)
-    signal.alarm(int(seconds) + ALARM_SLACK)
+    signal.alarm(int(seconds) + dataprobe.ALARM_SLACK)
     try:
         ends = [_own_fifo(names[0], os.O_RDONLY), _own_fifo(names[1], os.O_WRONLY)]
     finally:

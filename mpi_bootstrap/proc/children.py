@@ -232,28 +232,34 @@ def close_all(piped: Iterable[subprocess.Popen[bytes]], timeout: float = 2.0, *,
 
 class Lines:
     """A piped child (open_piped) and its stdout, line by line, each wait bounded by a
-    deadline (select() on the pipe itself: a buffered reader would hide lines already
-    read from it)."""
+    deadline (poll() on the pipe itself: a buffered reader would hide lines already
+    read from it, and select() fails once a descriptor's number reaches 1024 — a
+    launcher with hundreds of sessions open has such numbers). A line longer than
+    `limit` bytes is cut there: what a child sends cannot grow this process's memory."""
 
-    def __init__(self, child: subprocess.Popen[bytes]) -> None:
+    def __init__(self, child: subprocess.Popen[bytes], limit: int = 1 << 20) -> None:
         if child.stdout is None:
             raise ValueError("Lines needs a child started with its stdout on a pipe")
-        self.child = child
+        self.child, self.limit = child, limit
         self.fd, self.buf, self.eof = child.stdout.fileno(), b"", False
 
     def next(self, deadline: float) -> str | None:
         """The next line, or None (the child's stdout ended, or `deadline` passed)."""
         import select
 
-        while b"\n" not in self.buf and not self.eof:
-            ready, _, _ = select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        while b"\n" not in self.buf and not self.eof and len(self.buf) <= self.limit:
+            left = max(0.0, deadline - time.monotonic())
+            if not poller.poll(int(left * 1000) + (left > 0)):
                 return None
             chunk = os.read(self.fd, 65536)
             self.buf += chunk
             self.eof = not chunk
-        if b"\n" not in self.buf:
-            return None
+        if b"\n" not in self.buf[:self.limit + 1]:
+            if len(self.buf) <= self.limit:
+                return None
+            self.buf = self.buf[:self.limit] + b"\n" + self.buf[self.limit:]
         line, self.buf = self.buf.split(b"\n", 1)
         return line.decode("utf-8", "replace").strip()
 

@@ -28,11 +28,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mpi_bootstrap.core import datanet, failures
-from mpi_bootstrap.core.errors import PeerUnavailableError, some
+from mpi_bootstrap.core import datanet, failures, records
+from mpi_bootstrap.core.errors import PeerUnavailableError, shown, some
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.proc import children
-from mpi_bootstrap.system import dataprobe, parallel
+from mpi_bootstrap.system import dataprobe, parallel, probeport
 
 # A session ends by itself after this, should the launcher vanish. Sessions stay open
 # together (each listens while the others probe); their starts and probes are bounded
@@ -55,20 +55,35 @@ def command(python: str, *args: str) -> str:
     FIFOs of its own and copies them to and from its stdin and stdout: three small
     programs and a fork, no interpreter. Else the probe program is run by the worker's
     Python (the launcher's interpreter path, else `python3` on the session's PATH)."""
-    source = Path(dataprobe.__file__).read_text(encoding="utf-8")
     if not all(PLAIN.fullmatch(a) for a in args):  # PID 1 reads plain words only
-        return _program(python, source, args)
+        return _program(python, args)
     served = (f'F="${{{datanet.PROBE_ENV}:-}}"; if [ -p "$F" ] && i="${{F%/*}}/probe-$$.in" '
               '&& o="${F%/*}/probe-$$.out" && mkfifo -m 600 "$i" "$o" 2>/dev/null; then '
               f"echo {' '.join(args)} \"$$\" >\"$F\" && "
               '{ cat "$o" & cat >"$i"; wait; }; exit; fi; ')
-    return served + _program(python, source, args)
+    return served + _program(python, args)
 
 
-def _program(python: str, source: str, args: Sequence[str]) -> str:
+# The probe program, as a worker's Python runs it: the text of each module, compiled on
+# its own (each has its own `from __future__`) and run in one namespace named PROGRAM,
+# where dataprobe.py finds probeport.py's names instead of importing the agent.
+MODULES = (probeport, dataprobe)
+_N = len(MODULES) + 1
+LOADER = (f"import sys; g = {{'__name__': {dataprobe.PROGRAM!r}}}; "
+          f"[exec(compile(t, '<mpi-bootstrap data check>', 'exec'), g) for t in sys.argv[1:{_N}]]; "
+          f"sys.exit(g['main'](sys.argv[{_N}:]))")
+
+
+def program(*args: str) -> list[str]:
+    """The probe program's arguments to a Python (after the interpreter's own path)."""
+    texts = [Path(str(m.__file__)).read_text(encoding="utf-8") for m in MODULES]
+    return ["-I", "-S", "-c", LOADER, *texts, *args]
+
+
+def _program(python: str, args: Sequence[str]) -> str:
     return (f"P={shlex.quote(python)}; [ -x \"$P\" ] || P=$(command -v python3) || "
             "{ echo 'data check: no Python on this worker' >&2; exit 127; }; "
-            f"exec \"$P\" -I -S -c {shlex.quote(source)} {shlex.join(args)}")
+            f"exec \"$P\" {shlex.join(program(*args))}")
 
 
 def mismatch(nic: str, facts: Mapping[str, Mapping[str, Any]]) -> str | None:
@@ -87,9 +102,10 @@ class _Run:
 
     def __init__(self, ssh: Sequence[str], nic: str, *, python: str, sysfs: str,
                  env: Mapping[str, str], deadline: float,
-                 opened: Mapping[str, children.Lines]) -> None:
+                 opened: Mapping[str, children.Lines],
+                 published: Mapping[str, datanet.DataNIC]) -> None:
         self.ssh, self.nic, self.python, self.sysfs = list(ssh), nic, python, sysfs
-        self.env, self.deadline = env, deadline
+        self.env, self.deadline, self.published = env, deadline, published
         self.lines: dict[str, children.Lines] = dict(opened)
         self.sessions: dict[str, Any] = {h: lines.child for h, lines in opened.items()}
 
@@ -99,7 +115,7 @@ class _Run:
             child = children.open_piped([*self.ssh, host, session_command(
                 self.python, self.nic, self.sysfs, self.deadline)], self.env)
             self.sessions[host] = child
-            self.lines[host] = children.Lines(child)
+            self.lines[host] = children.Lines(child, limit=records.MAX_MESSAGE)
         child = self.sessions[host]
         line = self.lines[host].next(self.deadline)
         if not line:
@@ -107,31 +123,29 @@ class _Run:
             why = failures.explain_ssh(host, err, code) if code == 255 else \
                 f"{host}: the data check did not start (exit {code}: {err.strip()[:200]!r})"
             return None, why
-        try:
-            facts = json.loads(line)
-        except ValueError:
-            return None, f"{host}: the data check answered {line[:200]!r}"
-        return facts, datanet.listener_problem(host, facts)
+        return report(host, line, self.nic, self.published.get(host))
 
-    def probe(self, host: str, targets: list[str]) -> list[tuple[str, str]]:
-        """The failures `host` finds probing `targets` (`NAME=ADDR:PORT:MTU`): (the
-        pair's other worker, what failed)."""
+    def send(self, host: str, line: str) -> None:
+        """The session's one line: who may probe it, and whom it probes."""
         child = self.sessions[host]
         try:
-            child.stdin.write((" ".join(targets) + "\n").encode())
+            child.stdin.write((line + "\n").encode())
             child.stdin.flush()
         except OSError:
-            pass  # the session is gone: said below
+            pass  # the session is gone: `results` says so
+
+    def results(self, host: str, peers: frozenset[str]) -> list[tuple[str, str]]:
+        """The failures `host` found probing `peers`: (the pair's other worker, what
+        failed)."""
         problems: list[tuple[str, str]] = []
         while (line := self.lines[host].next(self.deadline)) is not None:
-            try:
-                result = json.loads(line)
-            except ValueError:
-                break
+            result, why = probe_result(host, line, peers)
+            if result is None:
+                return [*problems, (host, str(why))]
             if "done" in result:
                 return problems
             if (why := datanet.probe_problem(self.nic, host, result)) is not None:
-                problems.append((str(result.get("peer")), why))
+                problems.append((str(result["peer"]), why))
         return [*problems, (host, f"{host}: the data check's session ended before every "
                                   "probe answered (the deadline, or the worker went away)")]
 
@@ -142,19 +156,67 @@ class _Run:
         children.close_all(self.sessions.values(), wait=wait)
 
 
+# What a worker's session says is checked before any of it is used (core/datanet.py):
+# a line that is not what the protocol allows refuses that worker (exit 69), whatever
+# it holds — never an exception in the launcher.
+def report(host: str, line: str, nic: str, published: datanet.DataNIC | None
+           ) -> tuple[dict[str, Any] | None, str | None]:
+    """A session's first line: (its data NIC and port, why `host` cannot take part)."""
+    try:
+        facts = datanet.session_report(json.loads(line), nic)
+        if (why := datanet.disagrees(facts, published)) is not None:
+            raise ValueError(why)  # a worker changed since it started, or one that lies
+    except (ValueError, RecursionError) as exc:
+        return None, refused(host, "report", exc, line)
+    return facts, datanet.listener_problem(host, facts)
+
+
+def probe_result(host: str, line: str, peers: frozenset[str]
+                 ) -> tuple[dict[str, Any] | None, str | None]:
+    """One line of `host`'s probes: (the result or `{"done": N}`, why it is refused)."""
+    try:
+        return datanet.probe_line(json.loads(line), peers), None
+    except (ValueError, RecursionError) as exc:
+        return None, refused(host, "probe result", exc, line)
+
+
+def refused(host: str, what: str, exc: BaseException, line: str) -> str:
+    return (f"{host}: the data check's session sent a {what} that is refused "
+            f"({shown(str(exc), 160)}): {shown(line, 160)}")
+
+
+def requests(facts: Mapping[str, Mapping[str, Any]], seed: int) -> dict[str, list[str]]:
+    """Each worker's line, by host: `from=` the addresses of the workers that probe it
+    (its port answers no one else), then `NAME=ADDR:PORT:MTU` for each peer it probes.
+    Every value was validated (datanet.session_report)."""
+    ready = list(facts)
+    targets: dict[str, list[str]] = {h: [] for h in ready}
+    sources: dict[str, set[str]] = {h: set() for h in ready}
+    for i, j in datanet.pairs(len(ready), seed):
+        peer = facts[ready[j]]
+        targets[ready[i]].append(f"{ready[j]}={peer['addresses'][0]}:{peer['port']}:"
+                                 f"{peer['mtu']}")
+        sources[ready[j]].update(facts[ready[i]]["addresses"])
+    return {h: [f"from={','.join(sorted(sources[h]))}", *targets[h]]
+            for h in ready if targets[h]}
+
+
 def run(hosts: Sequence[str], ssh_command: Sequence[str], nic: str, *, python: str,
         sysfs: str, env: Mapping[str, str], deadline: float, log: Log, seed: int = 0,
-        opened: Mapping[str, children.Lines] | None = None, reaper: bool = False
+        opened: Mapping[str, children.Lines] | None = None, reaper: bool = False,
+        published: Mapping[str, datanet.DataNIC] | None = None
         ) -> dict[str, dict[str, Any]]:
     """Test the data network among `hosts`; their data NICs as found, or raise
     PeerUnavailableError naming every failure. `opened`: sessions already running
     `session_command` (preflight's, which ran it after its check), by host; the others
-    are opened here. Every session is told to end before this returns, and waited for
-    unless it passed and `reaper` (this process goes on to reap all its children: the
-    resident supervisor), which saves mpirun's start that wait (40 ms at 16 workers)."""
+    are opened here. `published`: the data NICs the workers' records name, which their
+    sessions must agree with. Every session is told to end before this returns, and
+    waited for unless it passed and `reaper` (this process goes on to reap all its
+    children: the resident supervisor), which saves mpirun's start that wait (40 ms at
+    16 workers)."""
     started, cpu = time.monotonic(), time.process_time()
     r = _Run(ssh_command, nic, python=python, sysfs=sysfs, env=env, deadline=deadline,
-             opened=opened or {})
+             opened=opened or {}, published=published or {})
     passed = False
     try:
         found = parallel.map_all(r.start, list(hosts), MAX_PARALLEL)
@@ -165,15 +227,14 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], nic: str, *, python: s
                 addresses=f["addresses"], rdma=f["rdma"])
         if (odd := mismatch(nic, facts)) is not None:
             problems.append(odd)
-        ready = list(facts)
-        targets: dict[str, list[str]] = {h: [] for h in ready}
-        for i, j in datanet.pairs(len(ready), seed):
-            peer = facts[ready[j]]
-            targets[ready[i]].append(f"{ready[j]}={peer['addresses'][0]}:{peer['port']}:"
-                                     f"{peer['mtu']}")
-        todo = [h for h in ready if targets[h]]
+        lines = requests(facts, seed)
+        for host, words in lines.items():  # every line first: a port answers its probers
+            r.send(host, " ".join(words))  # only once its own line has come
         listened = time.monotonic()
-        failed = parallel.map_all(lambda h: r.probe(h, targets[h]), todo, MAX_PARALLEL)
+        todo = list(lines)
+        failed = parallel.map_all(
+            lambda h: r.results(h, frozenset(w.partition("=")[0] for w in lines[h][1:])),
+            todo, MAX_PARALLEL)
         pairs = [({host, peer}, why) for host, found in zip(todo, failed, strict=True)
                  for peer, why in found]
         common = set.intersection(*(p for p, _ in pairs)) if len(pairs) > 1 else set()
@@ -189,7 +250,8 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], nic: str, *, python: s
     if problems:
         raise PeerUnavailableError(f"data network: {some(problems)}",
                                    details="\n".join(problems) if len(problems) > 1 else "")
-    log("data check ok", workers=len(hosts), nic=nic, probes=sum(map(len, targets.values())),
+    log("data check ok", workers=len(hosts), nic=nic,
+        probes=sum(len(words) - 1 for words in lines.values()),
         mtu=sorted({f["mtu"] for f in facts.values()}),
         listen_s=round(listened - started, 3), probe_s=round(probed - listened, 3),
         elapsed_s=round(time.monotonic() - started, 3),

@@ -1,29 +1,33 @@
 """The data-plane check's program on a worker: standard library only, and no import of
-the agent, because the launcher runs this file's text over ssh with the worker's Python
-(`python -I -S -c <this file> …`): nothing on the worker needs to be installed but an
-interpreter.
+the agent, because the launcher runs it over ssh with the worker's Python: the text of
+probeport.py, then this file's, in one namespace (`python -I -S -c LOADER …`:
+ssh/datacheck.py). Nothing on the worker needs to be installed but an interpreter.
 
     session NIC SECONDS SYSFS
       1. prints this pod's data NIC as one JSON line (name, MTU, addresses, RDMA devices,
          locked-memory limit) and the port it opened on its data address, TCP and UDP;
-      2. answers probes: TCP connections are echoed, a datagram is answered with its size;
-      3. reads one line on stdin, `NAME=ADDR:PORT:MTU …`, and probes each peer from its
-         data address: a TCP connect and echo, then a datagram of the path's full MTU
-         that may not fragment (and, if it is lost, the largest size that passes); one
-         JSON line per peer, then `{"done": N}`;
-      4. ends when stdin closes (the launcher has every answer) or SECONDS pass.
+      2. reads one line on stdin, `from=ADDR,… NAME=ADDR:PORT:MTU …`: the addresses its
+         probers come from, and the peers it probes;
+      3. answers probes from those addresses only (probeport.py: no peer can block it);
+      4. probes each peer from its data address: a TCP connect and echo, then a datagram
+         of the path's full MTU that may not fragment (and, if it is lost, the largest
+         size that passes); one JSON line per peer, then `{"done": N}`;
+      5. ends when stdin closes (the launcher has every answer) or SECONDS pass — then at
+         the latest: an alarm ends the process a few seconds later whatever it is doing.
 
 The worker's agent also imports `nic_facts` for its record (worker/main.py), and its
 resident PID 1 runs `session` in a forked copy of itself where it serves the check
 (pid1/dataserve.py): then no interpreter starts at all.
 
 Where a worker does start this program, once per check, its start is the check's cost: it
-uses the C modules `_socket` and `_thread` rather than `socket` and `threading` (which
-import enum, selectors and collections: 19 of its 33 ms), and writes its own JSON.
+uses the C modules `_socket`, `_thread` and `_signal` rather than `socket`, `threading`
+and `signal` (which import enum, selectors and collections: 19 of its 33 ms), and writes
+its own JSON.
 """
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # no stub; `signal` imports enum: 3 ms
 import _socket
 import _thread
 import errno
@@ -37,15 +41,19 @@ import time
 
 TYPE_CHECKING = False  # the typing module alone would add 3 ms to every start
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from typing import Any
+# Sent to a worker, this file's text runs after probeport.py's, in the same namespace
+# (PROGRAM: ssh/datacheck.py); imported, it imports it.
+PROGRAM = "mpi_bootstrap_dataprobe"
+if __name__ != PROGRAM:
+    from mpi_bootstrap.system.probeport import PROBE_SECONDS, Server
 
 SIOCGIFADDR, SIOCGIFMTU = 0x8915, 0x8921
 IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2  # <linux/in.h>
 IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO = 23, 2  # <linux/in6.h>
 MIN_PACKET = 576  # bytes: every IPv4 path carries this much (RFC 791)
 HELLO = b"mpi-bootstrap data check\n"
-PROBE_SECONDS = 5.0  # a TCP connect to one peer: ARP gives up on an absent one in 3 s
+ALARM_SLACK = 5  # seconds past the session's end before its alarm ends the process
 
 
 def _ioctl(nic: str, request: int) -> bytes:
@@ -125,7 +133,11 @@ def _open(address: str) -> tuple[_socket.socket, _socket.socket, int]:
 
 def session(nic: str, seconds: float, sysfs: str) -> int:
     """Report the NIC, open the port, then answer probes while running the probes the
-    launcher sends (one stdin line); until stdin closes or `seconds` pass."""
+    launcher sends (one stdin line); until stdin closes or `seconds` pass. An alarm (its
+    default action ends the process) bounds the whole session, whatever a peer or a
+    reader of its output does."""
+    _signal.signal(_signal.SIGALRM, _signal.SIG_DFL)
+    _signal.alarm(int(seconds) + ALARM_SLACK)
     facts = nic_facts(nic, sysfs)
     addrs = facts.get("addresses") or []
     if "error" in facts or not addrs:
@@ -138,49 +150,8 @@ def session(nic: str, seconds: float, sysfs: str) -> int:
         _say({**facts, "error": f"cannot listen: {exc.strerror}"})
         return 0
     _say({**facts, "port": port})
-    serve(tcp, udp, time.monotonic() + seconds, lambda line: probe(facts, line.split()))
+    Server(tcp, udp, lambda words: probe(facts, words)).run(time.monotonic() + seconds)
     return 0
-
-
-def _echo(conn: _socket.socket) -> bool:
-    """Send back what arrived; False once the connection is over."""
-    try:
-        data = conn.recv(4096)
-        if data:
-            conn.sendall(data)
-    except OSError:
-        return False
-    return bool(data)
-
-
-def serve(tcp: _socket.socket, udp: _socket.socket, end: float,
-          on_line: Callable[[str], None]) -> None:
-    """Answer probes until stdin closes (the launcher is done) or `end` (monotonic):
-    TCP connections are echoed, a UDP datagram is answered with its size; each line
-    on stdin goes to `on_line` (which must not block: the probes need answers)."""
-    conns: list[_socket.socket] = []
-    pending = b""
-    stdin: Any = 0  # the session's stdin (a FIFO where PID 1 serves it)
-    while time.monotonic() < end:
-        ready, _, _ = select.select([stdin, tcp, udp, *conns], [], [],
-                                    max(0.0, end - time.monotonic()))
-        for r in ready:
-            if r == stdin:
-                chunk = os.read(stdin, 65536)
-                if not chunk:
-                    return
-                pending += chunk
-                while b"\n" in pending:
-                    line, pending = pending.split(b"\n", 1)
-                    on_line(line.decode())
-            elif r is tcp:
-                conns.append(_socket.socket(fileno=tcp._accept()[0]))
-            elif r is udp:
-                data, peer = udp.recvfrom(65536)
-                udp.sendto(struct.pack("!I", len(data)), peer)  # the size, not the payload
-            elif isinstance(r, _socket.socket) and not _echo(r):
-                conns.remove(r)
-                r.close()
 
 
 def _kind(exc: OSError) -> str:
@@ -283,10 +254,10 @@ def probe(facts: dict[str, Any], targets: list[str]) -> None:
 
     def one(target: str) -> None:
         name, _, rest = target.partition("=")
-        v6 = ":" in rest.rsplit(":", 2)[0]
-        src = next((a for a in addrs if (":" in a) == v6), None)
         result: dict[str, Any] = {"peer": name, "ok": False}
         try:
+            v6 = ":" in rest.rsplit(":", 2)[0]
+            src = next((a for a in addrs if (":" in a) == v6), None)
             if src is None:
                 result["kind"] = f"no {'IPv6' if v6 else 'IPv4'} address on {facts['nic']}"
             else:

@@ -41,7 +41,7 @@ def atomic_write(path: str, text: str, mode: int = 0o644) -> None:
 
 
 def state_dir(path: str, setting: str = "MPI_BOOTSTRAP_STATE_DIR", *,
-              sshd_home: str | None = None) -> None:
+              sshd_home: str | None = None, create: bool = True) -> bool:
     """The agent's private directory: created 0700, or an existing one made 0700 — only
     if it is a real directory owned by this user, in a place nobody else can swap it.
 
@@ -53,33 +53,77 @@ def state_dir(path: str, setting: str = "MPI_BOOTSTRAP_STATE_DIR", *,
     TestStateDirSwap). `sshd_home` (the worker: sshd's StrictModes will read its
     `authorized_keys`): also refuse a path StrictModes would refuse, rather than start
     an sshd that turns every login away.
+
+    `create=False` is for the directory's readers (`doctor`, the readiness probe): the
+    same checks, nothing made or changed, False when there is no such directory — and a
+    directory group or others may write in is refused too, where the launcher would
+    first have made it 0700 (tests/test_attacks.py::TestDoctorTrustsNoPlantedFile).
+    True when the directory is fit for use.
     """
     uid = os.geteuid()
     problem = swappable(path, uid)  # before anything is made there
     if problem is not None:
         raise ConfigError([f"{setting}: {path}: {problem}"])
+    st = _lstat(path, setting, create)
+    if st is None:
+        return False
+    problem = _refusal(path, st, uid, sshd_home, create)
+    if problem is not None:
+        raise ConfigError([f"{setting}: {path}{problem}"])
+    if create:
+        try:
+            os.chmod(path, 0o700)
+        except OSError as exc:
+            raise WriteError(f"{setting}: cannot make {path} private: "
+                             f"{exc.strerror or exc}") from None
+    return True
+
+
+def _lstat(path: str, setting: str, create: bool) -> os.stat_result | None:
+    """The directory (made first, 0700, with `create`), not followed if a link; None
+    when it does not exist and nothing is to be made."""
     try:
-        with contextlib.suppress(FileExistsError):  # not a directory: said below
-            os.makedirs(path, mode=0o700, exist_ok=True)
-        st = os.lstat(path)
+        if create:
+            with contextlib.suppress(FileExistsError):  # not a directory: said later
+                os.makedirs(path, mode=0o700, exist_ok=True)
+        return os.lstat(path)
+    except FileNotFoundError:
+        if not create:
+            return None
+        raise WriteError(f"{setting}: cannot create {path}: it vanished") from None
     except OSError as exc:
-        raise WriteError(f"{setting}: cannot create {path}: {exc.strerror or exc}") from None
+        raise WriteError(f"{setting}: cannot {'create' if create else 'check'} {path}: "
+                         f"{exc.strerror or exc}") from None
+
+
+def _refusal(path: str, st: os.stat_result, uid: int, sshd_home: str | None,
+             create: bool) -> str | None:
+    """Why state_dir refuses the directory `st` is of (what follows its path), or None."""
     if not stat.S_ISDIR(st.st_mode):
-        raise ConfigError([f"{setting}: {path} is not a directory"
-                           + (" (a symlink)" if stat.S_ISLNK(st.st_mode) else "")])
+        return " is not a directory" + (" (a symlink)" if stat.S_ISLNK(st.st_mode) else "")
     if st.st_uid != uid:
-        raise ConfigError([f"{setting}: {path} belongs to uid {st.st_uid}, not to this "
-                           f"user ({uid})"])
+        return f" belongs to uid {st.st_uid}, not to this user ({uid})"
     problem = swappable(path, uid)
     if problem is None and sshd_home is not None:
         problem = strict_modes_problem(path, uid, sshd_home)
-    if problem is not None:
-        raise ConfigError([f"{setting}: {path}: {problem}"])
+    if problem is None and not create and st.st_mode & 0o022:
+        problem = (f"writable by others (mode {stat.S_IMODE(st.st_mode):04o}): anyone could "
+                   "have put files there")
+    return None if problem is None else f": {problem}"
+
+
+def own_file(path: str) -> bool:
+    """Is `path` a regular file (not a link) of this user that nobody else may write?
+    For a file another program reads by path (`ssh -F`), in a directory `state_dir`
+    has accepted: there, nobody else can replace it after this check."""
     try:
-        os.chmod(path, 0o700)
-    except OSError as exc:
-        raise WriteError(f"{setting}: cannot make {path} private: "
-                         f"{exc.strerror or exc}") from None
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise UnsafeFileError(f"{path} is not a regular file of this user that only it "
+                              "may write")
+    return True
 
 
 # A Kubernetes emptyDir is 0777 without the sticky bit (kubernetes#110835).

@@ -211,10 +211,19 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> int:
 
 def probe(config: Config) -> int:
     """Readiness: 0 once this worker's record is published and its sshd listens (checked
-    without connecting: sshd logs every connection)."""
+    without connecting: sshd logs every connection). The record is read only from a
+    state directory the worker would accept, and only as this user's own file: one
+    planted there by someone else would make a failed worker look ready."""
     try:
-        raw = read_regular(os.path.join(config.state_dir, RECORD_FILE), records.MAX_MESSAGE)
+        if not state_dir(config.state_dir, create=False):
+            print(f"not ready: no state directory {config.state_dir} yet")
+            return int(ExitStatus.PEER_UNAVAILABLE)
+        raw = read_regular(os.path.join(config.state_dir, RECORD_FILE), records.MAX_MESSAGE,
+                           owner=os.geteuid())
         record = records.decode(raw, RECORD_FILE)
+    except ConfigError as exc:
+        print(f"not ready: the state directory is refused: {'; '.join(exc.problems)}")
+        return int(ExitStatus.PEER_UNAVAILABLE)
     except (OSError, records.RecordError) as exc:
         print(f"not ready: no record yet ({exc})")
         return int(ExitStatus.PEER_UNAVAILABLE)

@@ -1,0 +1,459 @@
+"""The second outside review's four findings, each attack made for real against the real
+agent in a simulated cluster: a planted ssh config in a state directory another uid could
+write (uid 1000, made with setpriv), a stranger pod holding the data check's port from its
+own namespace, and a compromised worker answering the check with forged reports. Each test
+fails on the code the review attacked, and passes only when the attack fails; each has a
+control that shows the honest path still works. SECURITY.md cites these classes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import resource
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mpi_bootstrap.core import datanet
+from tests.conftest import AGENT, REAL_MPIS
+from tests.support import logs
+from tests.support.attacker import as_attacker
+from tests.support.cluster import Cluster, Pod
+from tests.support.job import Agent, Job
+from tests.support.wait import holds_for, wait_until
+from tests.support.workers import launcher_env, start_workers
+
+pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.timeout(240)]
+
+W3 = ["job-worker-0", "job-worker-1", "job-worker-2"]
+NOFILE = resource.getrlimit(resource.RLIMIT_NOFILE)[1]  # as high as this machine allows
+OMPI4 = REAL_MPIS["openmpi4"]
+
+
+# ---------------------------------------------------------------- finding 1
+
+
+class TestDoctorTrustsNoPlantedFile:
+    """Finding 1: `doctor` ran `ssh -F STATE_DIR/ssh_config` from a state directory the
+    launcher refuses, so a ProxyCommand planted there by another uid ran as root. The
+    doctor now reads nothing from a directory the launcher would refuse (the same check,
+    system/files.py state_dir) and says so as a finding."""
+
+    @pytest.mark.parametrize("how", ["emptydir", "owned-by-1000"])
+    def test_planted_ssh_config_is_not_run(self, cluster: Cluster, base: Path, how: str) -> None:
+        """uid 1000 plants `ProxyCommand` in the state directory's ssh_config; the launcher
+        refuses the directory (64); the doctor, run as root after it, refuses it too and runs
+        nothing from it. Control: with the launcher's own directory the doctor runs the data
+        network check over the config the launcher wrote."""
+        loot = base / "loot"
+        loot.mkdir()
+        loot.chmod(0o777)
+        proof = loot / "pwned"
+        if how == "emptydir":  # 0777 without the sticky bit: anyone may swap what is in it
+            parent = base / "emptydir"
+            parent.mkdir()
+            parent.chmod(0o777)
+            state, why = parent / "mpi-bootstrap", f"{parent} above it is writable by others"
+        else:  # /tmp/mpi-bootstrap-UID made first by someone else, in a sticky /tmp
+            parent = base / "tmp"
+            parent.mkdir()
+            parent.chmod(0o1777)
+            state, why = parent / "mpi-bootstrap-0", "belongs to uid 1000"
+        as_attacker(
+            f"mkdir -m 700 {state}; printf 'Host *\\n  ProxyCommand /bin/sh -c "
+            f'"id > {proof}; exec nc %%h %%p"\\n\' > {state}/ssh_config'
+        )
+        xdir = base / "exchange"
+        xdir.mkdir()
+        start_workers(cluster, base, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+        hostfile = "job-worker-0 slots=1\njob-worker-1 slots=1\n"
+        env = launcher_env(
+            base,
+            cluster,
+            hostfile,
+            MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+            MPI_BOOTSTRAP_STATE_DIR=str(state),
+        )
+        launched = cluster.pods[0].run([AGENT, "launcher", "--", "true"], env)
+        assert launched.returncode == 64 and why in launched.stderr, launched.stderr
+        doctor = cluster.pods[0].run([AGENT, "doctor", "--json"], env, timeout=60)
+        assert not proof.exists(), f"the planted ProxyCommand ran: {proof.read_text()}"
+        findings = json.loads(doctor.stdout)["findings"]
+        refused = [f for f in findings if f["check"] == "state directory"]
+        assert len(refused) == 1 and not refused[0]["ok"], findings
+        detail = refused[0]["detail"]
+        assert detail.startswith(f"would be refused: MPI_BOOTSTRAP_STATE_DIR: {state}"), detail
+        assert why in detail
+        assert not [f for f in findings if f["host"] == "data network"], findings
+        assert doctor.returncode == 1
+
+        # A program that fails: no job-done, so the workers stay up for the doctor's check.
+        env = launcher_env(base, cluster, hostfile, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+        done = cluster.pods[0].run([AGENT, "launcher", "--", "false"], env)
+        assert done.returncode == 1 and "mpirun start" in done.stderr, done.stderr
+        findings = json.loads(cluster.pods[0].run([AGENT, "doctor", "--json"], env).stdout)[
+            "findings"
+        ]
+        state_ok = [f for f in findings if f["check"] == "state directory"]
+        data = [f for f in findings if f["host"] == "data network"]
+        assert [f["ok"] for f in state_ok] == [True] and [f["ok"] for f in data] == [True], findings
+
+    def test_probe_reads_no_planted_record(self, cluster: Cluster, base: Path) -> None:
+        """The readiness probe trusts a record only from a state directory the worker would
+        accept: uid 1000's record.json in an emptyDir-like parent, naming a port something
+        listens on, does not make a worker that never started look ready."""
+        parent = base / "emptydir"
+        parent.mkdir()
+        parent.chmod(0o777)
+        state = parent / "mpi-bootstrap"
+        record = {
+            "v": 1,
+            "host": "job-worker-0",
+            "addresses": [],
+            "port": 22,
+            "host_key": "ssh-ed25519 " + "A" * 68,
+            "user": "root",
+        }
+        as_attacker(f"mkdir -m 700 {state}; echo '{json.dumps(record)}' > {state}/record.json")
+        pod = cluster.pods[1]
+        listener = cluster.start(pod, [sys.executable, "-c", LISTEN, pod.address, "22"])
+        assert listener.stdout is not None and listener.stdout.readline().startswith("listening")
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(base), "MPI_BOOTSTRAP_STATE_DIR": str(state)}
+        probe = pod.run([AGENT, "probe"], env)
+        assert probe.returncode == 69, probe.stdout
+        assert f"{parent} above it is writable by others" in probe.stdout
+
+
+# ---------------------------------------------------------------- findings 2 and 3
+
+# What the stranger runs in its own pod: `push` holds one connection to the port, sending
+# until the worker stops taking bytes and never reading; `flood` opens 1,500 and holds
+# them silent (more descriptors than select() can watch). Either way it then says when
+# the worker closes one, and holds on.
+STRANGER = r"""
+import resource, select, socket, sys, time
+addr, port, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+conns = []
+if mode == "push":
+    s = socket.create_connection((addr, port), timeout=5)
+    s.setblocking(False)
+    pushed, last = 0, time.monotonic()
+    while time.monotonic() - last < 1.0:
+        try:
+            pushed += s.send(b"x" * 65536)
+            last = time.monotonic()
+        except BlockingIOError:
+            time.sleep(0.01)
+    conns.append(s)
+    print(f"held {addr}:{port}, pushed {pushed} bytes, reads nothing", flush=True)
+else:
+    for i in range(1500):  # paced (500 a second) so that none is lost to a full backlog
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex((addr, port))
+        conns.append(s)
+        if i % 50 == 49:
+            time.sleep(0.1)
+    p = select.poll()
+    for s in conns:
+        p.register(s, select.POLLOUT)
+    up, end = 0, time.monotonic() + 10  # as many as the worker will take
+    while up < len(conns) and time.monotonic() < end:
+        for fd, _ in p.poll(500):
+            p.unregister(fd)
+            up += 1
+    print(f"held {up} of {len(conns)} connections to {addr}:{port}", flush=True)
+p = select.poll()  # the end of a connection, without reading what it holds
+for s in conns:
+    p.register(s, select.POLLRDHUP)
+if p.poll(120_000):
+    print("closed by the worker", flush=True)
+time.sleep(120)
+"""
+
+# A TCP listener in a pod that says who connects to it (where a forged report would send
+# the honest workers' probes).
+LISTEN = r"""
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(16)
+print("listening", flush=True)
+while True:
+    c, peer = s.accept()
+    print(f"connection from {peer[0]}", flush=True)
+    c.close()
+"""
+
+
+def data_port(pod: Pod) -> int:
+    """The port the data check's session opened on `pod`'s data address, once it has."""
+
+    def listening() -> int | None:
+        out = pod.netns.run(["ss", "-Htln", "src", pod.data_address], capture_output=True)
+        m = re.search(rf"{re.escape(pod.data_address)}:(\d+)", out.stdout)
+        return int(m.group(1)) if m else None
+
+    return wait_until(listening, 60, f"the data check's port on {pod.name}")
+
+
+def sshd_of(pod: Pod) -> int:
+    """The PID of the worker's sshd (its listener) in `pod`."""
+    for pid in pod.netns.pids():
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
+                return pid
+        except OSError:
+            continue
+    raise AssertionError(f"no sshd in {pod.name}")
+
+
+@pytest.fixture
+def five() -> Iterator[Cluster]:
+    """A launcher, three workers and a stranger: a pod on the same networks, in no job."""
+    with Cluster(["job-launcher", *W3, "stranger"]) as c:
+        yield c
+
+
+class Window:
+    """The data check's window held open: worker-2's sshd stopped (SIGSTOP), so the
+    launcher waits for it while worker-0 and worker-1 have opened their ports. How long a
+    stranger has is then up to the test, not to a race."""
+
+    def __init__(self, c: Cluster, work: Path, **extra: str) -> None:
+        self.c = c
+        self.job = Job(c, work, OMPI4)
+        for w in self.job.start_workers(c.pods[1:4]):
+            self.job.wait_ready(w)
+            # Descriptors as container runtimes give them (Docker's and containerd 1.x's
+            # default: 1048576), not a soft 1024: past 1023, select() fails.
+            subprocess.run(
+                ["prlimit", f"--pid={w.p.pid}", f"--nofile={NOFILE}:{NOFILE}"], check=True
+            )
+        self.sshd = sshd_of(c.pods[3])
+        self.extra = extra
+
+    def open(self) -> Agent:
+        import os
+
+        os.kill(self.sshd, signal.SIGSTOP)
+        return self.job.launcher(["/bin/true"], slots=1, names=W3, **self.extra)
+
+    def attack(self, mode: str) -> Agent:
+        """The stranger, holding worker-0's data port (it knows only the address)."""
+        w0 = self.c.pods[1]
+        stranger = Agent(
+            self.c,
+            self.c.pods[4],
+            [sys.executable, "-c", STRANGER, w0.data_address, str(data_port(w0)), mode],
+            {"PATH": "/usr/bin:/bin"},
+        )
+        wait_until(
+            lambda: "held" in stranger.stdout(), 30, lambda: f"the stranger: {stranger.stdout()}"
+        )
+        return stranger
+
+    def close(self) -> None:
+        import os
+
+        os.kill(self.sshd, signal.SIGCONT)
+
+
+class TestDataCheckPort:
+    """Finding 2: one stranger holding the data check's port (sending, never reading) or
+    flooding it stopped the job (exit 69, a timeout). The port now answers only the
+    workers the launcher names, never blocks on a peer and holds few connections."""
+
+    @pytest.mark.parametrize("mode", ["push", "flood"])
+    def test_stranger_costs_the_check_nothing(self, five: Cluster, work: Path, mode: str) -> None:
+        """With the stranger connected to worker-0's port through the whole check, the job
+        runs (exit 0), the check passes, and the worker closes the stranger's
+        connection(s) once the launcher has said who may probe it."""
+        window = Window(five, work)
+        launcher = window.open()
+        stranger = window.attack(mode)
+        # The window stays open a while with the stranger in it (at scale it lasts seconds):
+        # long enough for a worker to take in the 1,500 connections, if it would (the
+        # kernel's backlog lets them in at the pace of the clients' SYN retries).
+        hold = {"push": 3, "flood": 5}[mode]
+        holds_for(lambda: launcher.p.poll() is None, hold, "the launcher waiting for worker-2")
+        window.close()
+        code, _, err = launcher.finish(timeout=120)
+        assert code == 0, err
+        assert logs.event(err, "data check ok") is not None, err
+        wait_until(lambda: "closed by the worker" in stranger.stdout(), 20, "the stranger shut out")
+
+    def test_control(self, five: Cluster, work: Path) -> None:
+        """The same window with no stranger: the job runs and the check passes."""
+        window = Window(five, work)
+        launcher = window.open()
+        data_port(five.pods[1])
+        window.close()
+        code, _, err = launcher.finish(timeout=120)
+        assert code == 0 and logs.event(err, "data check ok") is not None, err
+
+
+class TestSessionBound:
+    """Finding 3: a session run by the worker's Python (no FIFO: an sshd older than 8.7)
+    outlived its bound while a stranger held its port: still listening 75 s after the
+    launcher exited. A session now ends by its bound whatever its peers and its launcher
+    do, on both serving paths (and an alarm ends the process past it)."""
+
+    @pytest.mark.parametrize("path", ["python", "pid1"])
+    def test_ends_by_its_bound(self, five: Cluster, work: Path, path: str) -> None:
+        """The launcher is stopped (SIGSTOP: its sessions see no end of input) while the
+        stranger holds worker-0's port; the session's port still closes within its bound
+        (the launcher's deadline + 5 s here, then the alarm's 5 s)."""
+        window = Window(five, work, MPI_DNS_WAIT_SECONDS="8")
+        if path == "python":
+            (window.job.state("job-worker-0") / datanet.PROBE_FIFO).unlink()
+        launcher = window.open()
+        window.attack("push")
+        launcher.signal(signal.SIGSTOP)
+        w0 = five.pods[1]
+        try:
+            wait_until(
+                lambda: (
+                    w0.netns.run(
+                        ["ss", "-Htln", "src", w0.data_address], capture_output=True
+                    ).stdout.strip()
+                    == ""
+                ),
+                8 + 5 + 5 + 10,
+                "worker-0's data check port to close",
+            )
+        finally:
+            launcher.signal(signal.SIGKILL)
+            window.close()
+
+
+# ---------------------------------------------------------------- finding 4
+
+# What the compromised worker runs, as root in its pod, in place of its PID 1's service of
+# the data check (pid1/dataserve.py): the request FIFO made afresh at the path sshd names
+# to sessions; to the session that asks, it answers REPORT and then, once it has the
+# launcher's line, RESULT.
+FORGER = r"""
+import os, sys
+fifo, report, result = sys.argv[1:4]
+os.unlink(fifo)
+os.mkfifo(fifo, 0o600)
+fd = os.open(fifo, os.O_RDWR)
+print("ready", flush=True)
+buf = b""
+while b"\n" not in buf:
+    buf += os.read(fd, 4096)
+pid = buf.split(b"\n")[0].split()[4].decode()
+state = os.path.dirname(fifo)
+inp = open(f"{state}/probe-{pid}.in", "rb")
+out = open(f"{state}/probe-{pid}.out", "wb")
+out.write(report.encode() + b"\n")
+out.flush()
+print("line", inp.readline().decode().strip(), flush=True)
+if result:
+    out.write(result.encode() + b"\n")
+    out.flush()
+inp.read()
+"""
+
+W1_DATA = "10.251.0.12"  # job-worker-1's data address, as its record says
+STRANGER_PORT = 4444
+
+
+def forged(**fields: object) -> str:
+    """A report as job-worker-1's session would send it, with `fields` changed."""
+    real = {
+        "nic": "net1",
+        "mtu": 1500,
+        "addresses": [W1_DATA],
+        "rdma": [],
+        "memlock": -1,
+        "port": STRANGER_PORT,
+    }
+    return json.dumps({**real, **fields})
+
+
+# (report, result line after the launcher's line, what the launcher must say)
+FORGERIES = {
+    # a `port` with spaces: other workers' probe lines would carry the attacker's targets
+    "inject": (forged(port=f"1:1500 evil=10.251.0.14:{STRANGER_PORT}"), "", "port is not 1..65535"),
+    # the honest workers sent to probe an address of the attacker's choosing
+    "redirect": (
+        forged(addresses=["10.251.0.14"]),
+        "",
+        "reports net1 at 10.251.0.14 MTU 1500, but its record says net1 10.251.0.12",
+    ),
+    "list": ("[]", "", "not a JSON object"),
+    "mtu-dict": (forged(mtu={}), "", "data.mtu is not 68..65536"),
+    "no-address": (forged(addresses=[]), "", "addresses is empty"),
+    "result-list": (forged(), "[]", "probe result that is refused (not a JSON object)"),
+}
+
+
+@pytest.fixture(scope="class")
+def compromised(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Job]]:
+    """Three workers (worker-1 about to be compromised) and a stranger, kept for the
+    class: every forged run fails, so the workers stay up."""
+    work = tmp_path_factory.mktemp("compromised")
+    work.chmod(0o755)
+    with Cluster(["job-launcher", *W3, "stranger"]) as c:
+        job = Job(c, work, OMPI4)
+        for w in job.start_workers(c.pods[1:4]):
+            job.wait_ready(w)
+        yield c, job
+
+
+class TestDataCheckReport:
+    """Finding 4: the launcher used a worker's report without validating it: a `port` with
+    spaces injected targets into honest workers' probe lines, mistyped fields crashed the
+    launcher (exit 70). Each value is now checked like a record's field and must agree
+    with the worker's record; anything else refuses that worker (69, naming it)."""
+
+    @pytest.mark.parametrize("forgery", list(FORGERIES))
+    def test_forged_report_refuses_the_worker(
+        self, compromised: tuple[Cluster, Job], forgery: str
+    ) -> None:
+        """Exit 69 naming job-worker-1 and what is wrong; no internal error, no mpirun, and no
+        honest worker probes the address the forgery names."""
+        c, job = compromised
+        report, result, said = FORGERIES[forgery]
+        w1 = c.pods[2]
+        fifo = job.state(w1.name) / datanet.PROBE_FIFO
+        forger = Agent(c, w1, [sys.executable, "-c", FORGER, str(fifo), report, result], {})
+        listener = Agent(
+            c, c.pods[4], [sys.executable, "-c", LISTEN, "10.251.0.14", str(STRANGER_PORT)], {}
+        )
+        try:
+            wait_until(lambda: "ready" in forger.stdout(), 20, lambda: f"forger: {forger.stderr()}")
+            wait_until(lambda: "listening" in listener.stdout(), 20, "the stranger's listener")
+            done = job.launch(
+                ["/bin/true"], slots=1, names=W3, timeout=60, MPI_DNS_WAIT_SECONDS="20"
+            )
+        finally:
+            listener.signal(signal.SIGKILL)
+            forger.signal(signal.SIGKILL)
+            listener.finish(timeout=10)
+            forger.finish(timeout=10)
+        assert done.returncode == 69, done.stderr
+        assert "internal error" not in done.stderr
+        assert "job-worker-1: the data check's session sent a" in done.stderr, done.stderr
+        assert said in done.stderr, done.stderr
+        assert "mpirun start" not in [e["event"] for e in logs.events(done.stderr)]
+        assert "connection from" not in listener.stdout(), listener.stdout()
+
+    def test_control(self, compromised: tuple[Cluster, Job]) -> None:
+        """Worker-1 no longer forging (its FIFO gone: its Python serves the check): the same
+        job runs."""
+        _, job = compromised
+        (job.state("job-worker-1") / datanet.PROBE_FIFO).unlink(missing_ok=True)
+        done = job.launch(["/bin/true"], slots=1, names=W3, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert logs.event(done.stderr, "data check ok") is not None
