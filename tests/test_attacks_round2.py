@@ -24,7 +24,7 @@ from tests.conftest import AGENT, REAL_MPIS
 from tests.support import logs
 from tests.support.attacker import as_attacker
 from tests.support.cluster import Cluster, Pod
-from tests.support.job import Agent, Job
+from tests.support.job import Agent, Job, sshd_of
 from tests.support.wait import holds_for, wait_until
 from tests.support.workers import launcher_env, start_workers
 
@@ -203,17 +203,6 @@ def data_port(pod: Pod) -> int:
         return int(m.group(1)) if m else None
 
     return wait_until(listening, 60, f"the data check's port on {pod.name}")
-
-
-def sshd_of(pod: Pod) -> int:
-    """The PID of the worker's sshd (its listener) in `pod`."""
-    for pid in pod.netns.pids():
-        try:
-            if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
-                return pid
-        except OSError:
-            continue
-    raise AssertionError(f"no sshd in {pod.name}")
 
 
 @pytest.fixture
@@ -446,7 +435,7 @@ class TestDataCheckReport:
         assert "internal error" not in done.stderr
         assert "job-worker-1: the data check's session sent a" in done.stderr, done.stderr
         assert said in done.stderr, done.stderr
-        assert "mpirun start" not in [e["event"] for e in logs.events(done.stderr)]
+        assert logs.no_rank_started(done.stderr)
         assert "connection from" not in listener.stdout(), listener.stdout()
 
     def test_control(self, compromised: tuple[Cluster, Job]) -> None:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from mpi_bootstrap.core import gate, records
 from mpi_bootstrap.core import hostfile as hf
-from mpi_bootstrap.core import records
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import ConfigError, HostfileError
 from mpi_bootstrap.launcher import mpi, render
@@ -391,7 +391,12 @@ class TestSSHTrust:
     )
 
     def plan(
-        self, kind: str, exchange_mode: str, *flags: str, state: str = "/run/mpi-bootstrap"
+        self,
+        kind: str,
+        exchange_mode: str,
+        *flags: str,
+        state: str = "/run/mpi-bootstrap",
+        program: tuple[str, ...] = ("python3", "train.py"),
     ) -> Plan:
         from mpi_bootstrap.core.model import ClientKey, PlannedFile
 
@@ -401,7 +406,7 @@ class TestSSHTrust:
             "MPI_BOOTSTRAP_EXCHANGE_DIR": "/shared/x",
         }
         config = Config.from_env(
-            env, ["--state-dir", state, *flags, "launcher", "--", "python3", "train.py"], host=HOST
+            env, ["--state-dir", state, *flags, "launcher", "--", *program], host=HOST
         )
         parsed = hf.parse(HOSTFILE, "/etc/mpi/hostfile")
         answers = {n: Answer(n, addresses=(a,)) for n, a in ADDRESSES.items()}
@@ -434,8 +439,8 @@ class TestSSHTrust:
     @pytest.mark.parametrize("mode", ["secret", "dir"])
     def test_pinned(self, kind: str, mode: str) -> None:
         """With a secret or dir exchange, every MPI's ssh uses the agent's 0600 ssh_config (strict
-        host keys, BatchMode) and known_hosts from the records: via -F for Open MPI, the wrapper
-        for hydra, with published targets and a preflight."""
+        host keys, BatchMode) and known_hosts from the records: through the launch gate (Open
+        MPI's rsh agent, hydra's launcher-exec), with published targets and a preflight."""
         plan = self.plan(kind, mode)
         cfg = next(f for f in plan.files if f.path.endswith("/ssh_config"))
         assert cfg.mode == 0o600
@@ -446,10 +451,24 @@ class TestSSHTrust:
         assert plan.ssh_command == ("ssh", "-F", "/run/mpi-bootstrap/ssh_config")
         assert plan.ssh_targets["pi-worker-1.pi.default.svc"] == ("10.1.0.11", 2222)
         assert plan.preflight
-        argv = " ".join(plan.argv)
+        gate = next(f for f in plan.files if f.path == "/run/mpi-bootstrap/ssh-gate")
+        assert gate.mode == 0o700 and gate.shown
+        assert gate.text.endswith('exec ssh -F /run/mpi-bootstrap/ssh_config "$@"\n')
+        assert "/run/mpi-bootstrap/ssh-gate" in plan.argv
+        assert not any(f.path.endswith("ssh-launcher") for f in plan.files)
         if kind.startswith("openmpi"):
-            assert "ssh -F /run/mpi-bootstrap/ssh_config" in argv
-            assert "no_tree_spawn" in argv
+            assert "no_tree_spawn" in " ".join(plan.argv)
+
+    @pytest.mark.parametrize("kind", sorted(MPIS))
+    @pytest.mark.parametrize("flags", [("--exec", "true"), ("--preflight", "off")])
+    def test_without_the_gate(self, kind: str, flags: tuple[str, ...]) -> None:
+        """Without the gate (--exec, or no preflight), mpirun's ssh is the agent's ssh itself:
+        -F for Open MPI, the wrapper for hydra."""
+        plan = self.plan(kind, "dir", *flags)
+        assert plan.gate is None
+        assert not any(f.path.endswith("ssh-gate") for f in plan.files)
+        if kind.startswith("openmpi"):
+            assert "ssh -F /run/mpi-bootstrap/ssh_config" in plan.argv
         else:
             wrapper = next(f for f in plan.files if f.path.endswith("ssh-launcher"))
             assert "exec ssh -F /run/mpi-bootstrap/ssh_config" in wrapper.text
@@ -760,3 +779,55 @@ class TestMPICHNetmod:
         )
         info = mpi.identify(text, "/x/mpirun", "auto", "default", prefix="/x")
         assert info.devices == ("ucx", "ofi")
+
+
+class TestLaunchGate:
+    """Whether mpirun starts beside the checks, and what its ssh to each worker waits for
+    (core/gate.py); `--explain` says so in the `launch gate` decision."""
+
+    PRIVATE = TestSSHTrust.PRIVATE
+    plan = TestSSHTrust.plan  # the same workers, records and key
+
+    @staticmethod
+    def decision(plan: Plan) -> tuple[str, str]:
+        d = next(d for d in plan.decisions if d.setting == "launch gate")
+        return d.value, d.reason
+
+    @pytest.mark.parametrize("kind", ["openmpi4", "openmpi5"])
+    def test_open_mpi_each_worker_and_the_last_for_all(self, kind: str) -> None:
+        """Open MPI: each worker's ssh waits for its own check, the last worker's for every
+        check and the data check (no rank before every daemon reported)."""
+        plan = self.plan(kind, "dir")
+        value, why = self.decision(plan)
+        assert (plan.gate, value) == (gate.EACH, "on")
+        assert "the one to pi-worker-1.pi.default.svc also for every check" in why
+        text = next(f.text for f in plan.files if f.path.endswith("ssh-gate"))
+        assert '[ "$h" = pi-worker-1.pi.default.svc ]' in text
+
+    @pytest.mark.parametrize("kind", ["mpich", "intel"])
+    def test_hydra_every_worker_waits_for_all(self, kind: str) -> None:
+        """hydra: a proxy starts its ranks as soon as it connects, so every ssh waits."""
+        plan = self.plan(kind, "dir")
+        value, why = self.decision(plan)
+        assert (plan.gate, value) == (gate.EVERY, "on")
+        assert "every worker's ssh waits for every check" in why
+
+    @pytest.mark.parametrize(
+        ("flags", "program", "why"),
+        [
+            (("--exec", "true"), ("python3", "t.py"), "--exec: no resident supervisor"),
+            (("--preflight", "off"), ("python3", "t.py"), "no checks to wait for"),
+            (
+                (),
+                ("mpirun", "--mca", "plm_rsh_agent", "ssh -p 22", "python3", "t.py"),
+                "the user's own ssh agent",
+            ),
+        ],
+    )
+    def test_off(self, flags: tuple[str, ...], program: tuple[str, ...], why: str) -> None:
+        """No gate where nothing would carry the checks beside mpirun, or where mpirun's ssh
+        is the user's (it would not wait): the checks then run first."""
+        plan = self.plan("openmpi4", "dir", *flags, program=program)
+        value, reason = self.decision(plan)
+        assert (plan.gate, value) == (None, "off") and why in reason, reason
+        assert not any(f.path.endswith("ssh-gate") for f in plan.files)

@@ -129,7 +129,8 @@ LAUNCHER_STATE = {
     "id_launcher": 0o600,  # net exchange
     "id_launcher.pub": 0o644,
     "id_job": 0o600,  # secret exchange
-    "ssh-launcher": 0o755,  # hydra's ssh wrapper (MPICH, Intel MPI only)
+    "ssh-launcher": 0o755,  # hydra's ssh wrapper (without the launch gate only)
+    "ssh-gate": 0o700,  # the launch gate (its marks, gate/, are gone with mpirun)
     "cm": 0o700,  # ssh connection reuse: the control sockets (a short state dir only)
 }
 EXCHANGE_DIR = {
@@ -602,7 +603,7 @@ class TestNetExchangeRefuses:
             assert done.returncode == 69, done.stderr
             assert "job-worker-0: exchange reply not signed with the job's token" in done.stderr
             assert key not in trusted_keys(tmp_path, "state")
-            assert "mpirun start" not in done.stderr
+            assert logs.no_rank_started(done.stderr)
             assert time.monotonic() - t0 < 45  # refused at once, not retried to the deadline
 
     def test_replayed_reply_is_not_trusted(self, cluster: Cluster, tmp_path: Path) -> None:
@@ -623,7 +624,7 @@ class TestNetExchangeRefuses:
         assert "no record from job-worker-1" in done.stderr
         assert "answers another request (replay)" in done.stderr  # the reason is named
         assert rec.host_key not in trusted_keys(tmp_path, "state")
-        assert "mpirun start" not in done.stderr
+        assert logs.no_rank_started(done.stderr)
 
 
 # ---------------------------------------------------------------- 6. secrets in output

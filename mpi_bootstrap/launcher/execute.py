@@ -1,22 +1,32 @@
-"""Carry a Plan out: write its files, wait for the workers' sshd, preflight them, test
-the data network between them, then hand mpirun to the resident supervisor (or exec
-it)."""
+"""Carry a Plan out: write its files, then check the workers (their sshd, preflight, the
+data network between them) and run mpirun, supervised by the resident PID 1 (or exec'd).
+
+With the launch gate (core/gate.py) mpirun starts first and the checks run beside it:
+each worker that passes is let through the gate, and mpirun is handed to the resident
+once every check has passed; a failed check ends mpirun, whose ranks have not started.
+Without it (`--exec`, no preflight, the user's own ssh agent), the checks come first.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from mpi_bootstrap.core import gate
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import NotSetUpError, PeerUnavailableError
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.launcher import preflight
 from mpi_bootstrap.launcher.plan import Plan
-from mpi_bootstrap.proc import handoff
+from mpi_bootstrap.proc import children, handoff
 from mpi_bootstrap.proc.spawn import resolve
 from mpi_bootstrap.ssh import datacheck
 from mpi_bootstrap.system import files
+from mpi_bootstrap.system.gate import Marks
 
 
 def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> int:
@@ -34,6 +44,50 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> in
         files.state_dir(p.control_dir, "the ssh ControlPath directory")
     if p.ssh_targets and not p.preflight:
         preflight.wait_sshd(p.ssh_targets, p.deadline, log)
+    hand: dict[str, Any] = {"grace": config.grace_seconds, "group": config.signal_group,
+            "role": config.role, "log_level": config.log_level,
+            "log_format": config.log_format, "done_file": p.done_file,
+            "done_text": p.done_text, "explain": True}
+    if p.gate is not None:
+        started = gated(p, config, env, log)
+        # mpirun's late gates still read the marks: the resident removes them at the end.
+        handoff.adopt(started, p.argv, env, gate_dir=os.path.join(config.state_dir, gate.DIR),
+                      **hand)
+    checks(p, config, env, log)
+    if config.exec:
+        log("mpirun exec", argv=list(p.argv), forwarded=list(p.forwarded))
+        handoff.exec_replace(p.argv, env)
+    log("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded))
+    handoff.start_and_handoff(p.argv, env, **hand)
+    raise AssertionError("unreachable: handoff replaces the process")
+
+
+def gated(p: Plan, config: Config, env: Mapping[str, str], log: Log) -> handoff.Started:
+    """mpirun started now, in a process group of its own (so that ending it ends its
+    gates and ssh clients too), the checks beside it; mpirun once they all passed. A
+    failed check ends mpirun's group, then raises as without the gate."""
+    marks = Marks(config.state_dir, p.remote)
+    started = handoff.start(p.argv, env, group=True)
+    log("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded), gate=p.gate)
+    t0 = time.monotonic()
+    try:
+        checks(p, config, env, log, passed=marks.open if p.gate == gate.EACH else None)
+        marks.open(gate.ALL)
+    except BaseException as exc:
+        marks.fail()  # the gates that wait exit without connecting: mpirun gives up
+        ended = children.end(started.pid, config.grace_seconds, patience=GIVE_UP_S)
+        marks.remove()
+        log("mpirun ended", level="warning", pid=started.pid, code=ended,
+            reason=f"a check failed ({type(exc).__name__}): no rank has started")
+        raise
+    log("checks passed", workers=len(p.remote), elapsed_s=round(time.monotonic() - t0, 3))
+    return started
+
+
+def checks(p: Plan, config: Config, env: Mapping[str, str], log: Log,
+           passed: Callable[[str], None] | None = None) -> None:
+    """Preflight on every worker, then the data check between them (each on when the
+    plan says so); `passed(host)` as each worker's preflight passes."""
     opened = {}
     if p.preflight:
         check = remote_check(p, config, env)
@@ -43,7 +97,7 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> in
         try:
             opened = preflight.run(p.remote, p.ssh_command, check, env=env,
                                    deadline=p.deadline, log=log,
-                                   targets=p.ssh_targets or None)
+                                   targets=p.ssh_targets or None, passed=passed)
         except NotSetUpError:
             raise  # said all there is to say; DNS and the Service are beside the point
         except PeerUnavailableError as exc:
@@ -58,15 +112,13 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> in
         datacheck.run(p.remote, p.ssh_command, p.data_check, python=sys.executable,
                       sysfs=config.sysfs, env=env, deadline=p.deadline, log=log,
                       opened=opened, reaper=not config.exec, published=p.published_data)
-    if config.exec:
-        log("mpirun exec", argv=list(p.argv), forwarded=list(p.forwarded))
-        handoff.exec_replace(p.argv, env)
-    log("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded))
-    handoff.start_and_handoff(p.argv, env, grace=config.grace_seconds,
-                              group=config.signal_group, role=config.role,
-                              log_level=config.log_level, log_format=config.log_format,
-                              done_file=p.done_file, done_text=p.done_text, explain=True)
-    raise AssertionError("unreachable: handoff replaces the process")
+
+
+# How long mpirun may take to give up by itself once the gates have refused it (its
+# launch failed), before it is sent SIGTERM: Open MPI 5 (PRRTE) sent SIGTERM during its
+# launch says "Abort is in progress" and waits on, leaving its session directory behind
+# when it is then killed (tests/test_gate.py).
+GIVE_UP_S = 5.0
 
 
 # With no exchange, a refused connection on every try for this long is a setup mistake

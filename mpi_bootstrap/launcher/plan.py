@@ -9,15 +9,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from mpi_bootstrap.core import gate, records
 from mpi_bootstrap.core import hostfile as hf
-from mpi_bootstrap.core import records
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.datanet import DataNIC
 from mpi_bootstrap.core.env import public
 from mpi_bootstrap.core.model import Answer, ClientKey, Decision, PlannedFile
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
 from mpi_bootstrap.launcher import mpi
-from mpi_bootstrap.ssh import sshconfig
+from mpi_bootstrap.launcher.sshplan import control_dir, launch_gate, ssh_setup
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +71,9 @@ class Plan:
     data_check: str | None = None  # the data NIC the workers test before mpirun
     # The data NICs the workers' records name, by host: their check's reports must agree.
     published_data: Mapping[str, DataNIC] = dataclasses.field(default_factory=dict)
+    # The launch gate (core/gate.py): mpirun starts with the checks, its ssh to a worker
+    # waits for them. None: the checks run first, mpirun after them.
+    gate: str | None = None  # gate.EACH or gate.EVERY
     done_file: str | None = None  # dir exchange: `job-done`, written after success
     done_text: str = ""
     deadline: float = 0.0
@@ -183,8 +186,8 @@ def _data_check(config: Config, data: str | None, preflight: bool) -> Decision:
                     why)
 
 
-def _launch(config: Config, facts: Facts, data: str | None,
-            ssh_cmd: tuple[str, ...], rdma: tuple[tuple[str, str], ...] = ()
+def _launch(config: Config, facts: Facts, data: str | None, ssh_cmd: tuple[str, ...], *,
+            rdma: tuple[tuple[str, str], ...] = (), ssh_gate: str | None = None
             ) -> mpi.LaunchSpec:
     return mpi.build(mpi.LaunchFacts(
         mpi=facts.mpi, program=config.program, hostfile=config.output_hostfile,
@@ -194,7 +197,7 @@ def _launch(config: Config, facts: Facts, data: str | None,
         is_root=facts.is_root, ssh_command=ssh_cmd,
         ssh_wrapper=f"{config.state_dir}/ssh-launcher",
         forward_patterns=config.forward_env, startup_timeout=config.startup_timeout,
-        multi_host=bool(facts.remote), rdma=rdma,
+        multi_host=bool(facts.remote), rdma=rdma, ssh_gate=ssh_gate,
     ))
 
 
@@ -229,17 +232,23 @@ def build_plan(config: Config, facts: Facts) -> Plan:
     control = control_dir(config, facts, preflight, decisions)
     ssh_cmd, ssh_files, targets = ssh_setup(config, facts, entries, decisions, control)
     rdma = data_nics(config, facts, data, decisions)
-    spec = _launch(config, facts, data, ssh_cmd, rdma)
+    # The checks run beside mpirun where the resident supervisor carries them (not
+    # --exec): mpirun's ssh is then the gate, unless the user set an agent of their own.
+    gate_path = f"{config.state_dir}/{gate.SCRIPT}" if preflight and not config.exec else None
+    spec = _launch(config, facts, data, ssh_cmd, rdma=rdma, ssh_gate=gate_path)
     decisions.extend(spec.decisions)
     decisions.extend(run_decisions)
     check = _data_check(config, data, preflight)
     decisions.append(check)
+    mode, gate_files, gate_decision = launch_gate(config, facts, spec, ssh_cmd, preflight)
+    decisions.append(gate_decision)
     files = (
         PlannedFile(f"{config.output_hostfile}.orig", facts.hostfile.text, 0o644,
                     f"original text of {facts.hostfile.path}, kept for reference"),
         PlannedFile(config.output_hostfile, text, 0o644, "hostfile for mpirun"),
         *ssh_files,
         *spec.files,
+        *gate_files,
     )
     prefix = next((spec.argv[i + 1] for i, a in enumerate(spec.argv[:spec.program_index])
                    if a == "--prefix"), None)
@@ -256,30 +265,7 @@ def build_plan(config: Config, facts: Facts) -> Plan:
                 control_dir=control if ssh_files else None,
                 data_check=data if check.value == "on" else None,
                 published_data={h: r.data for h, r in facts.records.items()
-                                if r.data is not None and h in facts.remote})
-
-
-def control_dir(config: Config, facts: Facts, preflight: bool,
-                decisions: list[Decision]) -> str | None:
-    """Where ssh keeps preflight's connections for mpirun to reuse, or None."""
-    path: str | None = f"{config.state_dir}/cm"
-    if not config.ssh_reuse or config.exchange == "none" or facts.client is None:
-        why, path = ("disabled" if not config.ssh_reuse else
-                     "no exchange: mpirun uses ssh as the image configures it"), None
-    elif not preflight:
-        why, path = "no preflight: there is no connection to reuse", None
-    elif path is not None and len(path) > sshconfig.MAX_CONTROL_DIR:
-        why = (f"{path} is too long for a socket path (at most "
-               f"{sshconfig.MAX_CONTROL_DIR} characters): set a shorter "
-               "MPI_BOOTSTRAP_STATE_DIR")
-        path = None
-    else:
-        why = (f"preflight's ssh connection to each worker stays open (ControlMaster, "
-               f"socket in {path}/, 0700) and mpirun's ssh runs over it: one handshake "
-               "and one login per worker, not two")
-    decisions.append(Decision("ssh reuse", "on" if path else "off",
-                              str(config.source("ssh_reuse")), why))
-    return path
+                                if r.data is not None and h in facts.remote}, gate=mode)
 
 
 def host_entries(config: Config, hostfile: hf.Hostfile, answers: Mapping[str, Answer]
@@ -293,77 +279,6 @@ def host_entries(config: Config, hostfile: hf.Hostfile, answers: Mapping[str, An
         new = address if config.rewrite == "ip" and address else lname
         entries.append(HostEntry(host.name, address, host.slots, new, host.line))
     return entries
-
-
-SshSetup = tuple[tuple[str, ...], list[PlannedFile], dict[str, tuple[str, int]]]
-
-
-def kex_decision(config: Config) -> Decision:
-    """The key exchange of the generated ssh config: the one choice that sets each
-    handshake's CPU cost (preflight's, and mpirun's when connections are not reused)."""
-    if config.ssh_kex:
-        return Decision("ssh key exchange", config.ssh_kex, str(config.source("ssh_kex")),
-                        "KexAlgorithms in the ssh config")
-    return Decision("ssh key exchange", "ssh's default", str(config.source("ssh_kex")),
-                    "OpenSSH 9 picks post-quantum sntrup761x25519-sha512; "
-                    "MPI_BOOTSTRAP_SSH_KEX=curve25519-sha256 costs a third of its CPU "
-                    "per handshake")
-
-
-def ssh_setup(config: Config, facts: Facts, entries: list[HostEntry],
-              decisions: list[Decision], control: str | None = None) -> SshSetup:
-    """The ssh command mpirun uses, the files behind it, and where each sshd listens."""
-    if config.exchange == "none" or facts.client is None:
-        why = f" ({config.exchange_reason})" if config.exchange == "none" else ""
-        decisions.append(Decision("ssh trust", "none", str(config.source("exchange")),
-                                  f"no exchange{why}: mpirun uses ssh as the image "
-                                  "configures it"))
-        return ssh_command(config), [], {}
-    state = config.state_dir
-    cfg_path, kh_path = f"{state}/ssh_config", f"{state}/known_hosts"
-    by_new = {e.rewritten_to: e for e in entries}
-    names = {new: tuple(dict.fromkeys(
-        n for n in (new, e.name, e.address) if n)) for new, e in by_new.items()}
-    ps = sshconfig.peers({n: r for n, r in facts.records.items() if n in names}, names,
-                     config.ssh_user)
-    text = sshconfig.client_config(ps, identity=facts.client.path, known_hosts=kh_path,
-                                   connect_timeout=config.ssh_connect_timeout,
-                                   control_dir=control, kex=config.ssh_kex)
-    decisions.append(kex_decision(config))
-    files = [PlannedFile(cfg_path, text, 0o600, "ssh client config: pinned host keys",
-                         shown=True),
-             PlannedFile(kh_path, sshconfig.known_hosts(ps), 0o644,
-                         "the workers' host keys, from the exchange", shown=True)]
-    if facts.client.file is not None:
-        files.append(facts.client.file)
-    targets = {new: (sshconfig.endpoint(new, rec), rec.port) for new, rec in facts.records.items()
-               if new in by_new}
-    for new, rec in facts.records.items():
-        dns_addr = by_new[new].address if new in by_new else None
-        if rec.addresses and dns_addr and dns_addr not in rec.addresses:
-            decisions.append(Decision(
-                f"ssh endpoint {new}", rec.addresses[0], "exchange record",
-                f"WARNING: DNS says {dns_addr}, the worker published {rec.addresses[0]}: "
-                "ssh uses the published address (stale DNS of an earlier pod?)"))
-    decisions.append(Decision(
-        "ssh trust", config.exchange, str(config.source("exchange")),
-        {"secret": "the job's key from the Secret is also each worker's host key: pinned, "
-                   "no exchange",
-         "dir": f"records and the job key in {config.exchange_dir}",
-         "net": f"records fetched from each worker on port {config.exchange_port}, "
-                "HMAC-authenticated with MPI_BOOTSTRAP_TOKEN"}[config.exchange]
-        + f"; {len(facts.records)} of {len(facts.remote)} remote workers known"))
-    return ("ssh", "-F", cfg_path), files, targets
-
-
-def ssh_command(config: Config) -> tuple[str, ...]:
-    """The ssh client command mpirun's launcher uses to reach workers.
-
-    BatchMode: a PID 1 has no terminal, so a password or host-key prompt would hang the
-    job instead of failing it. With an exchange, `ssh -F` and a per-host config with
-    pinned host keys replace it (ssh_setup).
-    """
-    return ("ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={config.ssh_connect_timeout}")
 
 
 def supervision(is_pid1: bool, exec_requested: bool) -> tuple[str, str]:

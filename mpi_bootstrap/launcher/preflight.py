@@ -260,7 +260,8 @@ class _Session:
 
 def run(hosts: Sequence[str], ssh_command: Sequence[str], check: RemoteCheck, *,
         env: Mapping[str, str], deadline: float, log: Log,
-        targets: Mapping[str, tuple[str, int]] | None = None) -> dict[str, children.Lines]:
+        targets: Mapping[str, tuple[str, int]] | None = None,
+        passed: Callable[[str], None] | None = None) -> dict[str, children.Lines]:
     """ssh to every host in parallel; raise PeerUnavailableError naming the first failure
     (NotSetUpError when the workers' sshd was never set up). With `targets`, a host whose
     first ssh finds no SSH server (`unreached`) has its sshd awaited (its banner) in the
@@ -268,7 +269,8 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], check: RemoteCheck, *,
     A worker publishes its record once its sshd listens, so the first ssh normally just
     works, and sshd is spared a connection (a fork and an exec) that only said hello.
     With `check.then`, the sessions still running it, by host (the caller ends them);
-    none are left running on a failure."""
+    none are left running on a failure. `passed(host)` as soon as a host has passed (the
+    launch gate lets mpirun's ssh through to it: its connection is there to reuse)."""
     started = time.monotonic()
     endpoints = dict(targets or {})
     sessions = {h: _Session(h, list(ssh_command), check, env, log, expect_sshd=h in endpoints)
@@ -294,6 +296,8 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], check: RemoteCheck, *,
                            backoff=2.0, most=2.0)
         if host in unreachable:
             return unreachable[host]
+        if done and s.final is None and passed is not None:
+            passed(host)
         return s.final if done else s.reason
 
     try:

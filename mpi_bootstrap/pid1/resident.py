@@ -56,6 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if spec.get("probe"):  # nobody reads it now: a session must not wait on it
         with contextlib.suppress(OSError):
             os.unlink(spec["probe"]["fifo"])
+    if spec.get("gate_dir"):  # the launch gate's marks (core/gate.py): mpirun has ended
+        import shutil
+
+        shutil.rmtree(spec["gate_dir"], ignore_errors=True)
     # Tells the workers (dir exchange) that the job is over — on success only: after a
     # failure the orchestrator may restart the launcher, which needs its workers.
     if spec.get("done_file") and code == 0:

@@ -116,6 +116,29 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def end(pid: int, grace: float, *, patience: float = 0.0) -> int | None:
+    """End our child `pid`: given `patience` s to exit by itself, then SIGTERM, then
+    SIGKILL after `grace` s (to its whole group, if it leads one, and to what is left of
+    that group once it has gone); its exit code, None if it was gone already. For
+    mpirun started beside the launch gate's checks: what it started (gates, ssh) goes
+    with it."""
+    group = _pending.pop(pid, False)
+    code: list[int | None] = [None]
+
+    def ended() -> bool | None:
+        code[0] = exited(pid)
+        return True if code[0] is not None else None
+
+    if not retry_until(time.monotonic() + patience, ended, every=LOCAL) and \
+            _signal(pid, False, signal.SIGTERM) and \
+            not retry_until(time.monotonic() + grace, ended, every=LOCAL):
+        _signal(pid, group, signal.SIGKILL)
+        code[0] = exited(pid, wait=True)
+    if group:
+        _signal(pid, True, signal.SIGKILL)
+    return code[0]
+
+
 def end_pending(grace: float = 1.0) -> int:
     """SIGTERM every child still pending, SIGKILL what is left after `grace` s; reap them.
     Returns how many were signalled. Only PIDs this process started are touched."""

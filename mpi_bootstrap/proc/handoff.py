@@ -12,6 +12,8 @@ by the kernel for a PID 1), and the supervisor unblocks them once its handlers e
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import fcntl
 import json
 import os
 import signal
@@ -71,27 +73,60 @@ def handoff(argv: Sequence[str], env: Mapping[str, str], *, grace: float, group:
         raise
 
 
-def start_and_handoff(argv: Sequence[str], env: Mapping[str, str], *, group: bool,
-                      **handoff_args: Any) -> None:
-    """Start argv here, as the resident would (spawn.start_main: its stderr piped for the
-    failure explainer's tee, its own group and the terminal on one), then hand it over
-    running (`adopt`): its start overlaps the exec and the resident's imports instead of
-    waiting for them. Signals are blocked from before the start: one that arrives
-    meanwhile waits for the resident, which forwards it to argv, instead of meeting the
-    agent's early handlers."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, signals.HANDLED)
-    err: int | None = None
+@dataclasses.dataclass(frozen=True)
+class Started:
+    """The job's main child, started here for the resident to adopt (`handoff`)."""
+
+    pid: int
+    stderr_fd: int | None  # the read end of its stderr pipe (the explainer's tee)
+    tty: bool  # it was given the terminal
+
+
+def start(argv: Sequence[str], env: Mapping[str, str], *, group: bool) -> Started:
+    """Start argv as the resident would run it (spawn.start_main: its stderr piped, its
+    own group with `group` or on a terminal, the terminal given), registered until it
+    is handed off: if the agent gives up first, children.end_pending ends it (its whole
+    group if it leads one). Signals wait (blocked) from before the start until it is
+    registered, so none can leave it unaccounted for; the caller's mask is restored."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signals.HANDLED)
     try:
         pid, err, tty = start_main(argv, env, group=group, pipe_stderr=True,
                                    starter=_registered)
-        if err is not None:  # (always, with pipe_stderr)
-            os.set_inheritable(err, True)  # the resident's, after the exec
-        handoff(argv, env, group=group, adopt=pid, stderr_fd=err, tty=tty, **handoff_args)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    if err is not None:  # (always, with pipe_stderr)
+        os.set_inheritable(err, True)  # the resident's, after the exec
+        # Nobody reads it until the hand-off, which waits for the launch gate's checks:
+        # room for what mpirun says meanwhile (Open MPI: a setpgid warning per host past
+        # ~250 hosts), so that it never waits on a full pipe.
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(err, fcntl.F_SETPIPE_SZ, 1 << 20)
+    return Started(pid, err, tty)
+
+
+def start_and_handoff(argv: Sequence[str], env: Mapping[str, str], *, group: bool,
+                      **handoff_args: Any) -> None:
+    """Start argv here (`start`), then hand it over running (`adopt`): its start overlaps
+    the exec and the resident's imports instead of waiting for them. Signals are blocked
+    from before the start: one that arrives meanwhile waits for the resident, which
+    forwards it to argv, instead of meeting the agent's early handlers."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals.HANDLED)
+    started = None
+    try:
+        started = start(argv, env, group=group)
+        adopt(started, argv, env, group=group, **handoff_args)
     except BaseException:
-        if err is not None:
-            os.close(err)
+        if started is not None and started.stderr_fd is not None:
+            os.close(started.stderr_fd)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.HANDLED)
         raise
+
+
+def adopt(started: Started, argv: Sequence[str], env: Mapping[str, str], *, group: bool,
+          **handoff_args: Any) -> None:
+    """Hand `started`, running, over to the resident supervisor (`handoff`)."""
+    handoff(argv, env, group=group, adopt=started.pid, stderr_fd=started.stderr_fd,
+            tty=started.tty, **handoff_args)
 
 
 def _registered(argv: Sequence[str], env: Mapping[str, str], *, new_group: bool,

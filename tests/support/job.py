@@ -19,7 +19,16 @@ from tests.support.programs import LINE
 from tests.support.wait import wait_until
 from tests.support.workers import PODS, WORKERS, wait_ready
 
-__all__ = ["PODS", "WORKERS", "Agent", "Job", "check_allreduce", "pod_processes", "ranks"]
+__all__ = [
+    "PODS",
+    "WORKERS",
+    "Agent",
+    "Job",
+    "check_allreduce",
+    "pod_processes",
+    "ranks",
+    "sshd_of",
+]
 
 
 class Agent:
@@ -210,3 +219,12 @@ def pod_processes(pod: Pod) -> list[str]:
         with contextlib.suppress(OSError):
             names.append(Path(f"/proc/{pid}/comm").read_text().strip())
     return names
+
+
+def sshd_of(pod: Pod) -> int:
+    """The PID of the worker's sshd (its listener) in `pod`."""
+    for pid in pod.netns.pids():
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
+                return pid
+    raise AssertionError(f"no sshd in {pod.name}")

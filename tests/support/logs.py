@@ -61,3 +61,15 @@ def stamp(event: Event) -> float:
 def messages(text: str) -> list[str]:
     """The other lines: what a person reads (the agent's messages, other programs' output)."""
     return [ln for ln in text.splitlines() if ln and not ln.startswith("{")]
+
+
+def no_rank_started(text: str) -> bool:
+    """A failed launch's log says no rank of the program can have started: mpirun either
+    never started, or started beside the checks and was ended by the agent before it was
+    handed over ("mpirun ended": core/gate.py lets no daemon set complete, and no hydra
+    proxy connect, before every check passed). tests/test_gate.py proves the rule with a
+    marker per rank on each real MPI."""
+    names = [e["event"] for e in events(text, partial=True)]
+    if "child adopted" in names or "mpirun exec" in names:
+        return False
+    return "mpirun start" not in names or "mpirun ended" in names

@@ -38,6 +38,9 @@ class LaunchFacts:
     ssh_wrapper: str  # path of the hydra launcher-exec wrapper
     forward_patterns: tuple[str, ...]
     startup_timeout: float
+    # The launch gate (core/gate.py), mpirun's ssh in place of ssh_command, when the
+    # checks run beside mpirun; None: they run before it.
+    ssh_gate: str | None = None
     multi_host: bool = True  # some rank runs on another host (over ssh)
     # The RDMA devices behind the data NIC, with where each was seen ("job-worker-1
     # mlx5_0"): NCCL_IB_HCA names exactly them.
@@ -53,6 +56,7 @@ class LaunchSpec:
     decisions: tuple[Decision, ...]
     wrap: bool
     program_index: int  # where the user's program starts in argv
+    gated: bool = False  # mpirun's ssh is the launch gate (the user set no agent of theirs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +89,7 @@ class Builder:
         self.env_set: dict[str, str] = {}
         self.decisions: list[Decision] = []
         self.files: list[PlannedFile] = []
+        self.gated = False  # the launch gate is mpirun's ssh (LaunchFacts.ssh_gate)
 
     def decide(self, setting: str, value: str, source: str, reason: str) -> None:
         self.decisions.append(Decision(setting, value, source, reason))
@@ -207,4 +212,4 @@ class Builder:
         return LaunchSpec(argv=tuple(argv), env_set=dict(self.env_set),
                           forwarded=tuple(forwarded), files=tuple(self.files),
                           decisions=tuple(self.decisions), wrap=self.wrap,
-                          program_index=start)
+                          program_index=start, gated=self.gated)

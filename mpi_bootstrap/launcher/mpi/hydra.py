@@ -78,17 +78,24 @@ INTEL_ROW = Hydra("-bootstrap", "-bootstrap-exec", "I_MPI_HYDRA_BOOTSTRAP", "I_M
 
 
 def _proxies(b: Builder, row: Hydra) -> None:
-    """Proxies start over ssh, through a wrapper that carries the agent's ssh options."""
+    """Proxies start over ssh, through a script that carries the agent's ssh options."""
     b.add(Default(row.launch, (row.launch, "ssh"), "start proxies over ssh",
                   flags=("launcher", "bootstrap"), env=(row.launch_env,),
                   works=lambda v: v.strip().lower() in ("ssh", "rsh"),
                   why="that launcher does not reach other hosts (with `fork`, MPICH ran "
                       "every rank on the launcher, and the job \"succeeded\")"))
-    # hydra takes one path for the ssh program, so the options live in a wrapper script.
-    if b.add(Default(row.launch_exec, (row.launch_exec, b.f.ssh_wrapper),
-                     "hydra takes a single path: this wrapper adds the agent's ssh options",
-                     flags=("launcher-exec", "bootstrap-exec"),
-                     env=(f"{row.launch_env}_EXEC",))):
+    # hydra takes one path for the ssh program, so the options live in a script: the
+    # launch gate where there is one (core/gate.py), else a wrapper.
+    def add(value: str, why: str) -> bool:
+        return b.add(Default(row.launch_exec, (row.launch_exec, value),
+                             f"hydra takes a single path: {why}",
+                             flags=("launcher-exec", "bootstrap-exec"),
+                             env=(f"{row.launch_env}_EXEC",)))
+
+    if b.f.ssh_gate:
+        b.gated = add(b.f.ssh_gate, "the launch gate: ssh to a worker once every check "
+                      "passed (core/gate.py)")
+    elif add(b.f.ssh_wrapper, "this wrapper adds the agent's ssh options"):
         script = (
             "#!/bin/sh\n"
             "# Written by mpi-bootstrap: hydra's launcher-exec takes one path, so the ssh\n"

@@ -163,7 +163,11 @@ def _placement_and_transport(b: Builder, rt: Runtime) -> None:
 
 def _daemons(b: Builder, rt: Runtime) -> None:
     """How daemons are started and what optional components are kept out."""
-    b.add(rt.param(rt.ssh_agent, " ".join(b.f.ssh_command), "the agent's ssh settings"))
+    if b.f.ssh_gate:
+        b.gated = b.add(rt.param(rt.ssh_agent, b.f.ssh_gate, "the launch gate: ssh to a "
+                                 "worker once its checks passed (core/gate.py)"))
+    else:
+        b.add(rt.param(rt.ssh_agent, " ".join(b.f.ssh_command), "the agent's ssh settings"))
     b.add(rt.param(rt.keep_fqdn, "1", KEEP_FQDN))
     b.add(rt.param(rt.no_tree_spawn, "1", NO_TREE_SPAWN))
     b.add(mca("coll_ucc_enable", "0", "UCC collectives need a transport the pod may lack"))

@@ -1,0 +1,143 @@
+"""How mpirun's ssh reaches the workers, for the launcher's Plan: the ssh config with
+the exchanged host keys pinned, connection reuse (ControlMaster), and the launch gate
+(core/gate.py). Pure, as plan.py: facts in, files and decisions out.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mpi_bootstrap.core import gate
+from mpi_bootstrap.core.config import Config
+from mpi_bootstrap.core.model import Decision, PlannedFile
+from mpi_bootstrap.launcher import mpi
+from mpi_bootstrap.ssh import sshconfig
+
+if TYPE_CHECKING:
+    from mpi_bootstrap.launcher.plan import Facts, HostEntry
+
+
+def launch_gate(config: Config, facts: Facts, spec: mpi.LaunchSpec, ssh_cmd: tuple[str, ...],
+                preflight: bool) -> tuple[str | None, list[PlannedFile], Decision]:
+    """Whether mpirun starts beside the checks (core/gate.py): its mode, the gate
+    script, and the decision that says so."""
+    source = str(config.source("preflight"))
+    if not spec.gated:
+        why = ("no checks to wait for (preflight is off)" if not preflight else
+               "--exec: no resident supervisor to carry the checks beside mpirun"
+               if config.exec else "the user's own ssh agent for mpirun (it would not wait)")
+        return None, [], Decision("launch gate", "off", source,
+                                  f"{why}: the checks, if any, run first, then mpirun")
+    if facts.mpi.runtime == mpi.HYDRA:
+        mode, last = gate.EVERY, None
+        waits = ("every worker's ssh waits for every check and the data check (a hydra "
+                 "proxy starts its ranks as soon as it connects)")
+    else:
+        mode, last = gate.EACH, facts.remote[-1]
+        waits = (f"its ssh to each worker waits until that worker's check passed, and the "
+                 f"one to {last} also for every check and the data check: "
+                 f"{facts.mpi.vendor} starts no rank before every daemon has reported")
+    state = config.state_dir
+    text = gate.script(state, ssh_cmd, mode, last)
+    return mode, [PlannedFile(f"{state}/{gate.SCRIPT}", text, 0o700,
+                              "the launch gate: mpirun's ssh, once the checks passed",
+                              shown=True)], Decision(
+        "launch gate", "on", source,
+        f"mpirun starts with the checks, not after them; {waits}; a worker's failed check "
+        "ends mpirun before any rank starts: exit 69")
+
+
+
+def control_dir(config: Config, facts: Facts, preflight: bool,
+                decisions: list[Decision]) -> str | None:
+    """Where ssh keeps preflight's connections for mpirun to reuse, or None."""
+    path: str | None = f"{config.state_dir}/cm"
+    if not config.ssh_reuse or config.exchange == "none" or facts.client is None:
+        why, path = ("disabled" if not config.ssh_reuse else
+                     "no exchange: mpirun uses ssh as the image configures it"), None
+    elif not preflight:
+        why, path = "no preflight: there is no connection to reuse", None
+    elif path is not None and len(path) > sshconfig.MAX_CONTROL_DIR:
+        why = (f"{path} is too long for a socket path (at most "
+               f"{sshconfig.MAX_CONTROL_DIR} characters): set a shorter "
+               "MPI_BOOTSTRAP_STATE_DIR")
+        path = None
+    else:
+        why = (f"preflight's ssh connection to each worker stays open (ControlMaster, "
+               f"socket in {path}/, 0700) and mpirun's ssh runs over it: one handshake "
+               "and one login per worker, not two")
+    decisions.append(Decision("ssh reuse", "on" if path else "off",
+                              str(config.source("ssh_reuse")), why))
+    return path
+
+
+
+SshSetup = tuple[tuple[str, ...], list[PlannedFile], dict[str, tuple[str, int]]]
+
+
+def kex_decision(config: Config) -> Decision:
+    """The key exchange of the generated ssh config: the one choice that sets each
+    handshake's CPU cost (preflight's, and mpirun's when connections are not reused)."""
+    if config.ssh_kex:
+        return Decision("ssh key exchange", config.ssh_kex, str(config.source("ssh_kex")),
+                        "KexAlgorithms in the ssh config")
+    return Decision("ssh key exchange", "ssh's default", str(config.source("ssh_kex")),
+                    "OpenSSH 9 picks post-quantum sntrup761x25519-sha512; "
+                    "MPI_BOOTSTRAP_SSH_KEX=curve25519-sha256 costs a third of its CPU "
+                    "per handshake")
+
+
+def ssh_setup(config: Config, facts: Facts, entries: list[HostEntry],
+              decisions: list[Decision], control: str | None = None) -> SshSetup:
+    """The ssh command mpirun uses, the files behind it, and where each sshd listens."""
+    if config.exchange == "none" or facts.client is None:
+        why = f" ({config.exchange_reason})" if config.exchange == "none" else ""
+        decisions.append(Decision("ssh trust", "none", str(config.source("exchange")),
+                                  f"no exchange{why}: mpirun uses ssh as the image "
+                                  "configures it"))
+        return ssh_command(config), [], {}
+    state = config.state_dir
+    cfg_path, kh_path = f"{state}/ssh_config", f"{state}/known_hosts"
+    by_new = {e.rewritten_to: e for e in entries}
+    names = {new: tuple(dict.fromkeys(
+        n for n in (new, e.name, e.address) if n)) for new, e in by_new.items()}
+    ps = sshconfig.peers({n: r for n, r in facts.records.items() if n in names}, names,
+                     config.ssh_user)
+    text = sshconfig.client_config(ps, identity=facts.client.path, known_hosts=kh_path,
+                                   connect_timeout=config.ssh_connect_timeout,
+                                   control_dir=control, kex=config.ssh_kex)
+    decisions.append(kex_decision(config))
+    files = [PlannedFile(cfg_path, text, 0o600, "ssh client config: pinned host keys",
+                         shown=True),
+             PlannedFile(kh_path, sshconfig.known_hosts(ps), 0o644,
+                         "the workers' host keys, from the exchange", shown=True)]
+    if facts.client.file is not None:
+        files.append(facts.client.file)
+    targets = {new: (sshconfig.endpoint(new, rec), rec.port) for new, rec in facts.records.items()
+               if new in by_new}
+    for new, rec in facts.records.items():
+        dns_addr = by_new[new].address if new in by_new else None
+        if rec.addresses and dns_addr and dns_addr not in rec.addresses:
+            decisions.append(Decision(
+                f"ssh endpoint {new}", rec.addresses[0], "exchange record",
+                f"WARNING: DNS says {dns_addr}, the worker published {rec.addresses[0]}: "
+                "ssh uses the published address (stale DNS of an earlier pod?)"))
+    decisions.append(Decision(
+        "ssh trust", config.exchange, str(config.source("exchange")),
+        {"secret": "the job's key from the Secret is also each worker's host key: pinned, "
+                   "no exchange",
+         "dir": f"records and the job key in {config.exchange_dir}",
+         "net": f"records fetched from each worker on port {config.exchange_port}, "
+                "HMAC-authenticated with MPI_BOOTSTRAP_TOKEN"}[config.exchange]
+        + f"; {len(facts.records)} of {len(facts.remote)} remote workers known"))
+    return ("ssh", "-F", cfg_path), files, targets
+
+
+def ssh_command(config: Config) -> tuple[str, ...]:
+    """The ssh client command mpirun's launcher uses to reach workers.
+
+    BatchMode: a PID 1 has no terminal, so a password or host-key prompt would hang the
+    job instead of failing it. With an exchange, `ssh -F` and a per-host config with
+    pinned host keys replace it (ssh_setup).
+    """
+    return ("ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={config.ssh_connect_timeout}")
