@@ -41,10 +41,19 @@ from tests.support.cluster import Cluster, Pod, agent_env
 PATH = "/usr/local/bin:/usr/bin:/bin"
 PHASES = (  # (with preflight, its first ssh to each worker is the wait for its sshd)
     ("records", "records"),
+    ("mpirun_start", "mpirun start"),  # with the launch gate: before the checks
     ("preflight", "preflight ok"),
     ("data_check", "data check ok"),
-    ("mpirun_start", "mpirun start"),
+    ("checks_passed", "checks passed"),  # the launch gate's: every check passed
 )
+# The host's neighbour (ARP/ND) table is shared by every namespace: past ~200 pods its
+# default thresholds (128/512/1024) overflowed at 999 pods ("no route" to ~500 workers,
+# ORTE's errmgr "no-path"). Raised for a run with more pods, then put back.
+NEIGH_SYSCTLS = [
+    f"/proc/sys/net/{v}/neigh/default/gc_thresh{i}" for v in ("ipv4", "ipv6") for i in (1, 2, 3)
+]
+NEIGH_RAISED = {"1": "8192", "2": "16384", "3": "32768"}
+NEIGH_FROM_PODS = 200
 
 
 def _agent() -> str:
@@ -62,6 +71,7 @@ class Scale:
         self, n: int, work: Path, agent: str, mpirun: str, data: bool = False, *, kex: str = ""
     ) -> None:
         self.n, self.work, self.agent, self.mpirun, self.kex = n, work, agent, mpirun, kex
+        self.profile: Path | None = None  # where Profile keeps its files, when asked
         self.workers = [f"w{i}" for i in range(n)]
         self.xdir = work / "exchange"
         self.xdir.mkdir()
@@ -172,14 +182,16 @@ class Scale:
         ) + (f"  KexAlgorithms {self.kex}\n" if self.kex else "")
         (hand / "ssh_config").write_text(cfg)
         ssh = f"ssh -F {hand}/ssh_config"
-        # The agent's files → ours: its ssh command, the hostfile it writes.
-        out = [ssh if a.startswith("ssh -F ") else a for a in argv]
+        # The agent's files → ours: its ssh command (or its launch gate), the hostfile.
+        out = [ssh if a.startswith("ssh -F ") or a.endswith("/ssh-gate") else a for a in argv]
         out[out.index("--hostfile") + 1] = str(self.hostfile)
         pod = self.c.pods[0]
-        t0, cpu0 = time.monotonic(), _busy_cpu_s()
-        done = pod.run(out, self.env(pod), timeout=600)
-        total, cpu = time.monotonic() - t0, _busy_cpu_s() - cpu0
+        with Profile(self.profile, f"bare-{time.time():.0f}") as prof:
+            t0, cpu0 = time.monotonic(), _busy_cpu_s()
+            done = pod.run(out, self.env(pod), timeout=600)
+            total, cpu = time.monotonic() - t0, _busy_cpu_s() - cpu0
         return {
+            **prof.summary(),
             "total_s": round(total, 3),
             "busy_cpu_s": round(cpu, 2),
             "exit_code": done.returncode,
@@ -191,16 +203,18 @@ class Scale:
     def agent_job(self, **extra: str) -> dict[str, Any]:
         pod = self.c.pods[0]
         env = self.env(pod, MPI_HOSTFILE=str(self.hostfile), **extra)
-        t0, cpu0 = time.time(), _busy_cpu_s()
-        done = pod.run(
-            [self.agent, "launcher", "--mpirun", self.mpirun, "--", "/bin/hostname"],
-            env,
-            timeout=600,
-        )
-        total, cpu = time.time() - t0, _busy_cpu_s() - cpu0
+        with Profile(self.profile, f"agent-{time.time():.0f}") as prof:
+            t0, cpu0 = time.time(), _busy_cpu_s()
+            done = pod.run(
+                [self.agent, "launcher", "--mpirun", self.mpirun, "--", "/bin/hostname"],
+                env,
+                timeout=600,
+            )
+            total, cpu = time.time() - t0, _busy_cpu_s() - cpu0
         ev = {e["event"]: e for e in logs.events(done.stderr, partial=True)}
         phases = {k: round(logs.stamp(ev[name]) - t0, 3) for k, name in PHASES if name in ev}
         out = {
+            **prof.summary(),
             "total_s": round(total, 3),
             "busy_cpu_s": round(cpu, 2),
             "exit_code": done.returncode,
@@ -212,7 +226,7 @@ class Scale:
             out["data_check"] = {
                 k: ev["data check ok"].get(k) for k in ("listen_s", "probe_s", "probes", "cpu_s")
             }
-        if "mpirun_start" in phases:
+        if "mpirun_start" in phases:  # mpirun's whole life (beside the checks, if gated)
             out["mpirun_run_s"] = round(total - phases["mpirun_start"], 3)
         return out
 
@@ -232,8 +246,121 @@ class Scale:
     def _all_ran(self, stdout: str) -> bool:
         return sorted(set(stdout.split())) == sorted(self.workers)
 
+    def end_workers(self, timeout: float = 60) -> None:
+        """Until the workers have ended: by themselves after a job that succeeded (its
+        job-done), else stopped (SIGTERM): after a failed job they stay up for a retry."""
+        deadline = time.monotonic() + timeout
+        for p in self.c.procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.c.signal(p)
+                p.wait(timeout=30)
+        self.c.procs.clear()
+
     def close(self) -> None:
         self.c.close()
+
+
+class Profile:
+    """Where one job's CPU went, machine-wide (every pod shares the machine): `perf record
+    -a` sampled at HZ, summed by program (CPU seconds), and process accounting (`accton`,
+    Debian's acct) counting every process by program: sshd children, shells, Python
+    starts, ssh clients and masters. Either part is skipped where its tool is missing."""
+
+    HZ = 999
+
+    def __init__(self, where: Path | None, name: str) -> None:
+        self.where, self.name = where, name
+        self.perf: subprocess.Popen[bytes] | None = None
+        self.acct: Path | None = None
+
+    def __enter__(self) -> Profile:
+        if self.where is None:
+            return self
+        self.where.mkdir(parents=True, exist_ok=True)
+        if shutil.which("perf"):
+            self.perf = subprocess.Popen(
+                ["perf", "record", "-a", "-F", str(self.HZ), "-o", str(self._file("perf"))],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            time.sleep(0.5)  # perf's own start-up is not the job's
+        if shutil.which("accton"):
+            self.acct = self._file("acct")
+            self.acct.touch()
+            subprocess.run(["accton", str(self.acct)], capture_output=True, check=False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.acct is not None:
+            subprocess.run(["accton", "off"], capture_output=True, check=False)
+        if self.perf is not None:
+            self.perf.send_signal(2)  # SIGINT: perf writes its file and ends
+            self.perf.wait(timeout=60)
+
+    def _file(self, kind: str) -> Path:
+        assert self.where is not None
+        return self.where / f"{self.name}.{kind}"
+
+    def summary(self, top: int = 12) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.perf is not None:
+            comms = subprocess.run(
+                ["perf", "script", "-i", str(self._file("perf")), "-F", "comm"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.split("\n")
+            counts: dict[str, int] = {}
+            for c in comms:
+                if c.strip() and c.strip() != "swapper":
+                    counts[c.strip()] = counts.get(c.strip(), 0) + 1
+            out["cpu_s_by_program"] = {
+                k: round(v / self.HZ, 2)
+                for k, v in sorted(counts.items(), key=lambda kv: -kv[1])[:top]
+            }
+        if self.acct is not None:
+            lines = subprocess.run(
+                ["lastcomm", "-f", str(self.acct)], capture_output=True, text=True, check=False
+            ).stdout.splitlines()
+            procs: dict[str, int] = {}
+            for ln in lines:
+                if ln.split():
+                    procs[ln.split()[0]] = procs.get(ln.split()[0], 0) + 1
+            out["processes_by_program"] = dict(sorted(procs.items(), key=lambda kv: -kv[1])[:top])
+        return out
+
+
+class NeighbourTable:
+    """The host's neighbour table thresholds raised for `pods` pods past NEIGH_FROM_PODS
+    (said on stderr), and put back as they were."""
+
+    def __init__(self, pods: int) -> None:
+        self.saved: dict[str, str] = {}
+        if pods <= NEIGH_FROM_PODS:
+            return
+        for path in NEIGH_SYSCTLS:
+            try:
+                self.saved[path] = Path(path).read_text().strip()
+                Path(path).write_text(NEIGH_RAISED[path[-1]])
+            except OSError as exc:
+                print(f"neighbour table: cannot raise {path}: {exc}", file=sys.stderr)
+        print(
+            f"neighbour table: gc_thresh1/2/3 raised to {'/'.join(NEIGH_RAISED.values())} "
+            f"for {pods} pods (were {'/'.join(list(self.saved.values())[:3])}); put back after",
+            file=sys.stderr,
+        )
+
+    def __enter__(self) -> NeighbourTable:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for path, value in self.saved.items():
+            try:
+                Path(path).write_text(value)
+            except OSError as err:
+                print(f"neighbour table: cannot put back {path}: {err}", file=sys.stderr)
 
 
 def _busy_cpu_s() -> float:
@@ -259,26 +386,40 @@ def _rollup(pid: int) -> dict[str, int]:
 
 
 def one_size(
-    n: int, agent: str, mpirun: str, runs: int, compare: bool, *, data: bool = False, kex: str = ""
+    n: int,
+    agent: str,
+    mpirun: str,
+    runs: int,
+    compare: bool,
+    *,
+    data: bool = False,
+    kex: str = "",
+    profile: Path | None = None,
+    other: str = "",
 ) -> dict[str, Any]:
     """`runs` rounds on one cluster of `n` workers: workers started, the bare mpirun, then
     the agent's job (which ends the workers). With `compare`, as many rounds again with
     the agent's ssh reuse off. With `data`, the pods have a data NIC (net1) and as many
-    rounds again run with the data check off (its cost)."""
+    rounds again run with the data check off (its cost). With `other` (another agent, an
+    earlier version, say), a round of it after each of the agent's, alternating which
+    comes first ("agent_b")."""
     work = Path(tempfile.mkdtemp(prefix="mpib-scale-", dir="/run"))
     work.chmod(0o755)  # sshd's StrictModes: the keys' directories not writable by others
     s = None
+    result: dict[str, Any] = {
+        "workers": n,
+        "kex": kex or None,
+        "bare": [],
+        "agent": [],
+        "agent_reuse_off": [],
+        "agent_data_check_off": [],
+        "agent_b": [],
+    }
+    table_ = NeighbourTable(n + 1)
     try:
         s = Scale(n, work, agent, mpirun, data, kex=kex)
-        result: dict[str, Any] = {
-            "workers": n,
-            "kex": kex or None,
-            "cluster_build_s": round(s.build_s, 2),
-            "bare": [],
-            "agent": [],
-            "agent_reuse_off": [],
-            "agent_data_check_off": [],
-        }
+        s.profile = profile / str(n) if profile else None
+        result["cluster_build_s"] = round(s.build_s, 2)
         variants = [("agent", {})] * runs + (
             [("agent_reuse_off", {"MPI_BOOTSTRAP_SSH_REUSE": "off"})] * runs if compare else []
         )
@@ -286,8 +427,12 @@ def one_size(
             off = ("agent_data_check_off", {"MPI_BOOTSTRAP_DATA_CHECK": "off"})
             offs = [off] * len(variants)
             variants = [v for pair in zip(variants, offs, strict=True) for v in pair]
+        if other:
+            pairs = [(("agent", {}), ("agent_b", {}))[:: 1 - 2 * (i % 2)] for i in range(runs)]
+            variants = [v for pair in pairs for v in pair] + variants[runs:]
         argv: list[str] = []
         for r, (key, extra) in enumerate(variants):
+            s.agent = other if key == "agent_b" else agent
             up = s.start_workers()
             time.sleep(1.0)  # at rest: start-up done
             if r == 0:
@@ -297,13 +442,16 @@ def one_size(
             if key == "agent":
                 result["bare"].append(s.counted(lambda argv=argv: s.bare(argv)))
             result[key].append(s.counted(lambda extra=extra: s.agent_job(**extra)))
-            for p in s.c.procs:  # the workers end once the job is done (job-done)
-                p.wait(timeout=60)
-            s.c.procs.clear()
+            s.end_workers()
+        return result
+    except (Exception, KeyboardInterrupt) as exc:  # what was measured is kept and shown
+        result["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+        print(f"{n} workers: stopped: {result['error']}", file=sys.stderr)
         return result
     finally:
         if s is not None:
             s.close()
+        table_.__exit__()
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -320,16 +468,20 @@ def _median(runs: list[dict[str, Any]], *keys: str) -> float | None:
 
 def table(results: list[dict[str, Any]]) -> str:
     head = (
-        "| workers | records | preflight done = mpirun start | mpirun's own "
-        "run | total (agent) | bare mpirun | agent/bare | agent, reuse off | logins "
-        "agent/bare | worker pod PSS (USS) | busy CPU agent/bare |\n" + "|---" * 11 + "|\n"
+        "| workers | records | start → mpirun start | checks passed | mpirun's own run "
+        "| total (agent) | bare mpirun | agent/bare | paired | agent, reuse off | other agent "
+        "(busy CPU) | logins agent/bare | worker pod PSS (USS) | busy CPU agent/bare |\n"
+        + "|---" * 14
+        + "|\n"
     )
     rows = []
     for r in results:
         a, b, off = r["agent"], r["bare"], r["agent_reuse_off"]
         total, bare = _median(a, "total_s"), _median(b, "total_s")
         ok = all(x["exit_code"] == 0 and x["all_hosts_ran"] for x in a + b + off)
-        mem = r["memory_per_worker_pod"]
+        ok = ok and bool(a) and "error" not in r
+        mem = r.get("memory_per_worker_pod")
+        ratios = [x["total_s"] / y["total_s"] for x, y in zip(a, b, strict=False)]
         rows.append(
             "| "
             + " | ".join(
@@ -338,18 +490,23 @@ def table(results: list[dict[str, Any]]) -> str:
                     r["workers"],
                     _median(a, "phases_s", "records"),
                     _median(a, "phases_s", "mpirun_start"),
+                    _median(a, "phases_s", "checks_passed"),
                     _median(a, "mpirun_run_s"),
                     total,
                     bare,
                     f"{total / bare:.2f}x" if total and bare else "n/a",
+                    f"{statistics.median(ratios):.2f}" if ratios else "n/a",
                     _median(off, "total_s") if off else "",
+                    f"{_median(r['agent_b'], 'total_s')} ({_median(r['agent_b'], 'busy_cpu_s')} s)"
+                    if r.get("agent_b")
+                    else "",
                     f"{_median(a, 'logins')}/{_median(b, 'logins')}",
-                    f"{mem['pss_mib_median']} MiB ({mem['uss_mib_median']} MiB)",
+                    f"{mem['pss_mib_median']} MiB ({mem['uss_mib_median']} MiB)" if mem else "",
                     f"{_median(a, 'busy_cpu_s')}/{_median(b, 'busy_cpu_s')} s",
                 )
             )
             + " |"
-            + ("" if ok else " FAILED")
+            + ("" if ok else f" FAILED {r.get('error', '')[:200]}")
         )
     return head + "\n".join(rows) + "\n"
 
@@ -420,6 +577,18 @@ def main(argv: list[str] | None = None) -> int:
         help="the mpi-bootstrap command the pods run (default: .venv's, else on PATH); "
         "`make bench-scale` gives a plain install with the runtime dependencies only",
     )
+    ap.add_argument(
+        "--compare-agent",
+        default="",
+        help="another mpi-bootstrap (an earlier version's plain install), run on the same "
+        "workers in alternate rounds with the agent's; its totals in the table too",
+    )
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        help="profile every job (perf record -a, process accounting): where the CPU went, "
+        "by program, and how many processes of each; files kept in this directory",
+    )
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("needs root (network namespaces)")
@@ -427,10 +596,20 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for n in args.workers:
         r = one_size(
-            n, agent, args.mpirun, args.runs, args.compare_reuse, data=args.data, kex=args.kex
+            n,
+            agent,
+            args.mpirun,
+            args.runs,
+            args.compare_reuse,
+            data=args.data,
+            kex=args.kex,
+            profile=args.profile,
+            other=args.compare_agent,
         )
         results.append(r)
         print(table([r]).splitlines()[-1], flush=True)
+        if args.json:  # after each size: a later one that fails loses nothing before it
+            args.json.write_text(json.dumps(results, indent=2))
     print()
     print(
         f"cores: {os.cpu_count()}; mpirun: {args.mpirun}; runs per size: {args.runs}; "
