@@ -15,6 +15,8 @@ from mpi_bootstrap.launcher.mpi.detect import PRRTE
 NO_TREE_SPAWN = ("mpirun reaches every worker itself: only the launcher needs ssh "
                  "credentials, and tree spawn hangs past ~64 hosts (ompi #4465)")
 KEEP_FQDN = "keep FQDNs: Open MPI cuts names at the first dot (ompi #2015)"
+# Runs the launch gate: the agent's first word must exist on every worker too.
+GATE_SHELL = "/bin/sh"
 ON_NODE_BTLS = frozenset({"self", "vader", "sm", "smcuda"})
 
 
@@ -164,8 +166,12 @@ def _placement_and_transport(b: Builder, rt: Runtime) -> None:
 def _daemons(b: Builder, rt: Runtime) -> None:
     """How daemons are started and what optional components are kept out."""
     if b.f.ssh_gate:
-        b.gated = b.add(rt.param(rt.ssh_agent, b.f.ssh_gate, "the launch gate: ssh to a "
-                                 "worker once its checks passed (core/gate.py)"))
+        # Through /bin/sh: every daemon is given mpirun's MCA parameters and looks the
+        # agent's first word up on its own host, where the gate (the launcher's file) is
+        # not: orted then failed, and mpirun waited for it (seen in containers).
+        b.gated = b.add(rt.param(rt.ssh_agent, f"{GATE_SHELL} {b.f.ssh_gate}",
+                                 "the launch gate: ssh to a worker once its checks passed "
+                                 "(core/gate.py), run by a shell every worker has"))
     else:
         b.add(rt.param(rt.ssh_agent, " ".join(b.f.ssh_command), "the agent's ssh settings"))
     b.add(rt.param(rt.keep_fqdn, "1", KEEP_FQDN))
