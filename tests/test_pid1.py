@@ -159,6 +159,62 @@ class TestSubreaper:
         assert any(e["count"] >= 1 for e in logs.named(err, "reaped others"))
 
 
+ORPHANING_MPIRUN = """#!/bin/sh
+# An Open MPI mpirun, as far as the agent can tell, that leaves an orphan in its first
+# instant: the orphan writes who adopted it once its parent is gone.
+if [ "$1" = "--version" ]; then echo "mpirun (Open MPI) 4.1.4"; exit 0; fi
+echo "$PPID" > "$OUT.agent"
+python3 -c '
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+while os.getppid() == int(sys.argv[2]):
+    time.sleep(0.001)
+with open(sys.argv[1], "w") as fh:
+    fh.write(str(os.getppid()))
+time.sleep(0.5)
+' "$OUT.orphan" "$$" &
+exit 0
+"""
+
+
+@pytest.mark.netns
+def test_subreaper_before_the_first_child(pod: Pod) -> None:
+    """Not PID 1, the launcher is a subreaper before it starts mpirun (which it starts before
+    its hand-off to the resident): an orphan mpirun makes at once re-parents to the agent,
+    not to the host's init, and is reaped with the job's other leftovers."""
+    fake = pod.tmp / "bin" / "mpirun"
+    fake.parent.mkdir()
+    fake.write_text(ORPHANING_MPIRUN)
+    fake.chmod(0o755)
+    hostfile = pod.tmp / "hostfile"
+    hostfile.write_text("localhost slots=1\n")
+    out = pod.tmp / "who"
+    code, _, err = pod.agent(
+        "--hostfile",
+        str(hostfile),
+        "--output-hostfile",
+        str(pod.tmp / "out"),
+        "--mpirun",
+        str(fake),
+        "--grace-seconds",
+        "2",
+        "--log-format",
+        "json",
+        "launcher",
+        "--",
+        "mpirun",
+        "-np",
+        "1",
+        "true",
+        env={"OUT": str(out), "PATH": f"{fake.parent}:/usr/bin:/bin"},
+    )
+    assert code == 0, err
+    agent = Path(f"{out}.agent").read_text().strip()
+    wait_until(lambda: Path(f"{out}.orphan").exists(), 10, "the orphan's report")
+    assert Path(f"{out}.orphan").read_text() == agent, err  # today: 1 (or the host's reaper)
+    assert logs.named(err, "subreaper")
+
+
 @pytest.mark.netns
 class TestLauncherPhases:
     """The full agent: SIGTERM while it waits for DNS ends it within a second, exit 143."""

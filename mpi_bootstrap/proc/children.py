@@ -166,6 +166,39 @@ def end_pending(grace: float = 1.0) -> int:
     return count
 
 
+def end_adopted(grace: float = 1.0) -> int:
+    """After end_pending, as the agent exits without a hand-off: the orphans that
+    re-parented to it (a subreaper: proc/subreaper.py), ssh's ControlMaster daemons above
+    all, would outlive it (ControlPersist) under the host's init. They are ours now:
+    SIGTERM, SIGKILL after `grace` s, reaped. Returns how many were signalled."""
+    adopted = _children()
+    for pid in adopted:
+        _signal(pid, False, signal.SIGTERM)
+    left = set(adopted)
+
+    def all_gone() -> bool | None:
+        left.difference_update([p for p in left if _gone(p)])
+        return None if left else True
+
+    retry_until(time.monotonic() + grace, all_gone, every=LOCAL)
+    for pid in left:
+        _signal(pid, False, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    return len(adopted)
+
+
+def _children() -> list[int]:
+    """This process's children now (every thread's), from /proc."""
+    found: set[int] = set()
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError), \
+                    open(f"/proc/self/task/{task}/children", encoding="ascii") as fh:
+                found.update(int(p) for p in fh.read().split())
+    return sorted(found)
+
+
 def capture(argv: Sequence[str], env: Mapping[str, str] | None = None,
             timeout: float = 20.0) -> tuple[int, str]:
     """Run argv to completion; return (exit code, stdout and stderr together).
