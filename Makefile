@@ -21,7 +21,7 @@ MPICH_VERSION := 5.0.2
 # 2021.19 needs a libfabric wheel PyPI does not have; 2021.18.1 bundles its own.
 IMPI_VERSION := 2021.18.1
 
-.PHONY: install system-deps mpi-venvs wheelhouse test test-fast compose-test lint bench bench-scale demo clean
+.PHONY: install system-deps mpi-venvs wheelhouse test test-fast compose-test lint bench bench-scale soak chaos demo clean
 
 install: $(VENV)/.installed
 
@@ -106,6 +106,19 @@ MPIRUN ?= $(shell command -v mpirun)
 bench-scale: install $(BENCH_VENV)/.installed
 	$(PY) tests/bench/scale.py $(N) --mpirun $(MPIRUN) --agent $(BENCH_VENV)/bin/mpi-bootstrap \
 		--compare-reuse --json bench-scale.json
+
+# Reliability in figures (README "Reliability"): RUNS launches against the same 16
+# worker pods for each exchange (tests/bench/soak.py); faults at random moments of the
+# launch on 64 worker pods (tests/bench/chaos.py; SEED= replays a run).
+RUNS ?= 200
+soak: system-deps install
+	$(PY) tests/bench/soak.py --runs $(RUNS) --json bench-soak.json
+
+CHAOS_RUNS ?= 50
+SEED ?=
+chaos: system-deps install
+	$(PY) tests/bench/chaos.py --runs $(CHAOS_RUNS) $(if $(SEED),--seed $(SEED)) \
+		--json bench-chaos.json
 
 # A real MPI job through the agent on a simulated 3-pod cluster (tests/demo.py).
 # `make demo DEMO_ARGS="--mpi mpich --workers 4"` picks another MPI or size. Only the

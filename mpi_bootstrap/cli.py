@@ -6,11 +6,16 @@ import os
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import BootstrapError, ConfigError, ExitStatus, signal_exit_status
 from mpi_bootstrap.core.log import Log
-from mpi_bootstrap.proc import children
+from mpi_bootstrap.core.settings import ROLES
+from mpi_bootstrap.core.termination import DEFAULT_PATH
+from mpi_bootstrap.proc import children, subreaper
+
+TERMINATION_VAR = "MPI_BOOTSTRAP_TERMINATION_LOG"
 
 
 def _fail(message: str, details: str = "") -> None:
@@ -39,6 +44,11 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         config = Config.from_env(environ, argv, host.facts())
     except ConfigError as exc:
         _fail(exc.message, exc.details)
+        if _pod_process(argv, environ):  # the flags could not be read: the variable's path
+            path = environ.get(TERMINATION_VAR, DEFAULT_PATH)
+            _terminated(path if path.startswith("/") else "", TERMINATION_VAR in environ,
+                        _role_word(argv, environ), int(exc.status), phase=exc.phase,
+                        error=exc.message, host=None)
         return int(exc.status)
     finally:
         # The token now lives in `config` only: out of the environment (and of
@@ -50,15 +60,30 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     from mpi_bootstrap.system import log
 
     log.configure(config.log_format, config.log_level, role=config.role)
-    logger = log.get()
+    logger = _Tracked(log.get())
+    main_role = config.role in ("launcher", "worker") and not config.explain
+    # (--exec: mpirun becomes this process and would inherit the flag; tini reaps there)
+    if main_role and not config.exec and os.getpid() != 1:
+        # Before the first child (mpirun starts before the hand-off): an orphan it makes
+        # at once re-parents here, not to the host's init (proc/subreaper.py).
+        subreaper.become()
+    code, phase, error, at = 0, "", "", None
     try:
-        return _role(config, environ, logger)
+        code, phase, error, at = _role(config, environ, logger)
+        return code
     finally:
         # Reached only when the agent is about to exit without a hand-off (a success
-        # hands off or execs): what it started and did not hand off must not outlive it.
+        # hands off or execs): what it started and did not hand off must not outlive it,
+        # nor what re-parented to it (ssh's ControlMaster daemons).
         stopped = children.end_pending()
+        if subreaper.is_set() and os.getpid() != 1:
+            stopped += children.end_adopted()
         if stopped:
             logger("stopped children", count=stopped)
+        if main_role and code != 0:
+            where = config.termination()
+            _terminated(where["path"], where["create"], config.role, code,
+                        phase=phase or f"after {logger.last or 'start'}", error=error, host=at)
 
 
 def _dispatch(config: Config, environ: Mapping[str, str], logger: Log) -> int:
@@ -80,24 +105,63 @@ def _dispatch(config: Config, environ: Mapping[str, str], logger: Log) -> int:
     return worker.start(config, environ, logger)
 
 
-def _role(config: Config, environ: Mapping[str, str], logger: Log) -> int:
-    """Run the role; every failure becomes its exit status (core/errors.py's table)."""
+def _role(config: Config, environ: Mapping[str, str], logger: Log
+          ) -> tuple[int, str, str, str | None]:
+    """Run the role; every failure becomes its exit status (core/errors.py's table).
+    Returns (status, phase, error, host at fault) for the termination message."""
     try:
-        return _dispatch(config, environ, logger)
+        return _dispatch(config, environ, logger), "", "", None
     except BootstrapError as exc:
         logger("failed", level="error", error=exc.message, exit_code=int(exc.status))
         _fail(exc.message, exc.details)
-        return int(exc.status)
+        return int(exc.status), exc.phase, exc.message, exc.host
     except children.Interrupted as exc:
-        logger("interrupted", level="warning", signal=str(exc),
-               exit_code=signal_exit_status(exc.signum))
-        return signal_exit_status(exc.signum)
+        code = signal_exit_status(exc.signum)
+        logger("interrupted", level="warning", signal=str(exc), exit_code=code)
+        return code, "", f"ended by {exc}", None
     except Exception as exc:
         logger("internal error", level="error", error=repr(exc),
                exit_code=int(ExitStatus.INTERNAL), traceback=traceback.format_exc())
         _fail(f"internal error: {exc!r} (a bug in mpi-bootstrap; please report it with the "
               "log above)")
-        return int(ExitStatus.INTERNAL)
+        return int(ExitStatus.INTERNAL), "", f"internal error: {exc!r}", None
+
+
+class _Tracked:
+    """The Log, remembering the last event: the phase an interrupted run was in."""
+
+    def __init__(self, log: Log) -> None:
+        self.log, self.last = log, ""
+
+    def __call__(self, event: str, /, level: str = "info", **keys: Any) -> None:
+        self.last = event
+        self.log(event, level, **keys)
+
+
+def _pod_process(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
+    """Whether this run is a pod's main process (launcher, worker), as far as can be told
+    without a configuration: not `--explain`, the probe or the doctor."""
+    return "--explain" not in argv and _role_word(argv, environ) in ("launcher", "worker")
+
+
+def _role_word(argv: Sequence[str], environ: Mapping[str, str]) -> str:
+    words = [a for a in argv if a in ROLES]
+    if words:
+        return words[0]
+    for env in ("MPI_BOOTSTRAP_ROLE", "K_MPI_JOB_ROLE"):
+        if environ.get(env):
+            return environ[env].strip().lower()
+    return "launcher"
+
+
+def _terminated(path: str, create: bool, role: str, code: int, *, phase: str, error: str,
+                host: str | None) -> None:
+    """The reason, where Kubernetes shows it (core/termination.py); never fails."""
+    from mpi_bootstrap.core import termination
+    from mpi_bootstrap.system import termlog
+
+    termlog.write(path, termination.text(role=role, code=code, phase=phase, error=error,
+                                         host=host), create=create)
 
 
 def main() -> int:

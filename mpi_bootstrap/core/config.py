@@ -67,6 +67,7 @@ class Config:
     startup_timeout: float
     ssh_connect_timeout: int
     state_dir: str
+    termination_log: str
     log_format: str
     log_level: str
     sources: Mapping[str, Source]
@@ -81,6 +82,12 @@ class Config:
 
     def source(self, name: str) -> Source:
         return self.sources[name]
+
+    def termination(self) -> dict[str, Any]:
+        """Where the termination message goes (system/termlog.py): the path, and whether
+        to create it (only a path that was set; the default only where it exists)."""
+        return {"path": self.termination_log,
+                "create": self.sources["termination_log"].kind != "default"}
 
 
 def _default_state_dir(environ: Mapping[str, str], euid: int) -> str:

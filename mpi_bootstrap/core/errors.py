@@ -25,22 +25,73 @@ class ExitStatus(enum.IntEnum):
     SIGNAL_BASE = 128  # 128+N: killed by (or stopped for) signal N
 
 
+# Each code's meaning and its one-line fix: the termination message (core/termination.py)
+# and README's "Exit codes" say the same. mpirun's own code and 128+N: termination.py.
+MEANINGS: dict[int, tuple[str, str]] = {
+    ExitStatus.PROBLEMS_FOUND: (
+        "doctor: a check failed", "each finding above says what to do"),
+    ExitStatus.CONFIG: (
+        "bad configuration",
+        "correct the flag or variable named (mpi-bootstrap --help lists them); "
+        "`mpi-bootstrap --explain` checks a configuration without running anything"),
+    ExitStatus.HOSTFILE: (
+        "the hostfile cannot be used",
+        "fix the hostfile at the file:line named (MPI Operator writes it from the "
+        "MPIJob's worker replicas)"),
+    ExitStatus.DNS_TIMEOUT: (
+        "a host did not resolve",
+        "check that the worker pods run and that the job's headless Service exists "
+        "(MPI_BOOTSTRAP_CLUSTER_DOMAIN if the cluster's is not cluster.local); "
+        "`mpi-bootstrap doctor` asks each nameserver"),
+    ExitStatus.PEER_UNAVAILABLE: (
+        "a worker is unavailable",
+        "look at the named worker: its pod's log (is `mpi-bootstrap worker` its "
+        "entrypoint, with the launcher's exchange settings?), its sshd and MPI install; "
+        "`mpi-bootstrap doctor` in the launcher pod checks each; no rank started"),
+    ExitStatus.INTERNAL: (
+        "internal error", "a bug in mpi-bootstrap: please report it with the pod's log"),
+    ExitStatus.CANT_CREATE: (
+        "a file or directory cannot be written",
+        "give the agent a writable directory with free space (an emptyDir) at the path "
+        "named: MPI_BOOTSTRAP_STATE_DIR, or the exchange volume"),
+    ExitStatus.NOT_EXECUTABLE: (
+        "the program is not executable", "make it executable (chmod +x) or fix its path"),
+    ExitStatus.NOT_FOUND: (
+        "the program was not found",
+        "install mpirun in the image or put it on PATH (or MPI_BOOTSTRAP_MPIRUN)"),
+}
+# The worker's 69: its own sshd, not a peer's.
+WORKER_FIXES: dict[int, str] = {
+    ExitStatus.PEER_UNAVAILABLE:
+        "the worker's log has sshd's own messages: check the image's sshd "
+        "(MPI_BOOTSTRAP_SSHD), the state directory and the port (MPI_BOOTSTRAP_SSHD_PORT)",
+}
+
+
 class BootstrapError(Exception):
-    """A failure with a known cause: one line for the user, and the exit status."""
+    """A failure with a known cause: one line for the user, and the exit status; with the
+    phase it happened in and the host at fault, where there is one (the termination
+    message, core/termination.py)."""
 
     status: ExitStatus = ExitStatus.INTERNAL
+    phase: str = "agent"
 
-    def __init__(self, message: str, *, details: str = "") -> None:
+    def __init__(self, message: str, *, details: str = "", phase: str | None = None,
+                 host: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         # Multi-line context (e.g. the DNS dump) printed after the one-line message.
         self.details = details
+        if phase is not None:
+            self.phase = phase
+        self.host = host
 
 
 class ConfigError(BootstrapError):
     """One or more settings are invalid; `problems` lists every one of them."""
 
     status = ExitStatus.CONFIG
+    phase = "configuration"
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)
@@ -56,18 +107,21 @@ class HostfileError(BootstrapError):
     """The hostfile is missing, unreadable or malformed; the message names file:line."""
 
     status = ExitStatus.HOSTFILE
+    phase = "hostfile"
 
 
 class DNSTimeoutError(BootstrapError):
     """Some hosts did not resolve before the deadline."""
 
     status = ExitStatus.DNS_TIMEOUT
+    phase = "DNS wait"
 
 
 class PeerUnavailableError(BootstrapError):
     """A worker cannot be reached (no sshd, refused, wrong key)."""
 
     status = ExitStatus.PEER_UNAVAILABLE
+    phase = "worker checks"
 
 
 class NotSetUpError(PeerUnavailableError):
@@ -80,6 +134,7 @@ class WriteError(BootstrapError, OSError):
     so code that tolerates a failed write (the supervisor's bookkeeping) still does."""
 
     status = ExitStatus.CANT_CREATE
+    phase = "writing files"
 
     @classmethod
     def of(cls, path: str, exc: OSError) -> WriteError:
@@ -89,6 +144,8 @@ class WriteError(BootstrapError, OSError):
 
 class ExecError(BootstrapError):
     """A program could not be started: not found (127) or not executable (126)."""
+
+    phase = "starting the program"
 
     def __init__(self, message: str, status: ExitStatus) -> None:
         super().__init__(message)

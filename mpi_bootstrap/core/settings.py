@@ -21,6 +21,7 @@ from mpi_bootstrap.core.names import (
     is_plain_path,
     is_user_name,
 )
+from mpi_bootstrap.core.termination import DEFAULT_PATH as DEFAULT_TERMINATION_LOG
 
 ROLES = ("launcher", "worker", "probe", "doctor")
 # Names a secondary "fast" NIC gets: Multus/SR-IOV attaches `net1`, DraNet `dranet0`.
@@ -43,6 +44,15 @@ def _path(raw: str) -> str:
         raise ValueError("must not be empty")
     if "\0" in raw:
         raise ValueError("contains a NUL byte")
+    return raw
+
+
+def _path_or_off(raw: str) -> str:
+    """A path, or empty: off."""
+    if "\0" in raw:
+        raise ValueError("contains a NUL byte")
+    if raw and not raw.startswith("/"):
+        raise ValueError(f"{raw!r} must be an absolute path (or empty: off)")
     return raw
 
 
@@ -259,6 +269,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("state_dir", "--state-dir", ("MPI_BOOTSTRAP_STATE_DIR",), None,
             _plain_dir,
             "private directory for generated files (default /run/mpi-bootstrap as root)"),
+    Setting("termination_log", "--termination-log", ("MPI_BOOTSTRAP_TERMINATION_LOG",),
+            DEFAULT_TERMINATION_LOG, _path_or_off,
+            "on a non-zero exit of the launcher or worker, the reason (phase, host, exit "
+            "code, fix; at most 4 KiB) is written here, where Kubernetes shows it (`kubectl "
+            "describe pod`); the default only if it exists, a path you set is created; "
+            "empty: off"),
     Setting("log_format", "--log-format", ("MPI_BOOTSTRAP_LOG_FORMAT",), "auto",
             _choice(LOG_FORMATS), "json, console, or auto (console on a TTY)"),
     Setting("log_level", "--log-level", ("MPI_BOOTSTRAP_LOG_LEVEL",), "info",

@@ -47,7 +47,8 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> in
     hand: dict[str, Any] = {"grace": config.grace_seconds, "group": config.signal_group,
             "role": config.role, "log_level": config.log_level,
             "log_format": config.log_format, "done_file": p.done_file,
-            "done_text": p.done_text, "explain": True}
+            "done_text": p.done_text, "explain": True,
+            "termination_log": config.termination()}
     if p.gate is not None:
         started = gated(p, config, env, log)
         # mpirun's late gates still read the marks: the resident removes them at the end.

@@ -126,7 +126,7 @@ def wait_for_dns(config: Config, hostfile: hf.Hostfile, own_name: str, log: Log
             f"DNS: {len(failing)} of {len(names)} names did not resolve within "
             f"{config.dns_wait_seconds:g} s: {summary}",
             details=dns_dump(hostfile, failing, own_name) + "\n--- doctor (each "
-            "nameserver asked directly)\n" + doctor)
+            "nameserver asked directly)\n" + doctor, host=failing[0].name)
     return answers
 
 

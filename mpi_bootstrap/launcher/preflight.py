@@ -168,7 +168,8 @@ def banner(name: str, target: tuple[str, int], deadline: float) -> str | None:
 
 def _unreachable(failed: Mapping[str, str]) -> PeerUnavailableError:
     return PeerUnavailableError(f"worker unreachable: {some(list(failed.values()))}",
-                                details="\n".join(failed.values()))
+                                details="\n".join(failed.values()), phase="sshd wait",
+                                host=next(iter(failed), None))
 
 
 def wait_sshd(targets: Mapping[str, tuple[str, int]], deadline: float, log: Log) -> None:
@@ -317,7 +318,8 @@ def _raise_failures(hosts: list[str], sessions: Mapping[str, _Session],
         first = next(iter(failed))  # in the order of `hosts`
         error = NotSetUpError if sessions[first].not_set_up else PeerUnavailableError
         raise error(f"preflight: {some(list(failed.values()))}",
-                    details="\n".join(failed.values()) if len(failed) > 1 else "")
+                    details="\n".join(failed.values()) if len(failed) > 1 else "",
+                    phase="preflight", host=first)
 
 
 def _release(sessions: Iterable[_Session]) -> None:

@@ -17,9 +17,7 @@ from mpi_bootstrap.core.errors import ExecError
 from mpi_bootstrap.pid1.output import Output, line_logger
 from mpi_bootstrap.pid1.restart import RestartPolicy
 from mpi_bootstrap.pid1.supervisor import Settings, Supervisor
-from mpi_bootstrap.proc import signals
-
-PR_SET_CHILD_SUBREAPER = 36
+from mpi_bootstrap.proc import signals, subreaper
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -45,7 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         dataserve.serve(spec["probe"], log, sup.readers)
     sup.install()
-    if os.getpid() != 1 and become_subreaper():
+    # Set before the hand-off by cli.py (it survives the exec); set here too for
+    # `python -m mpi_bootstrap.pid1`.
+    if os.getpid() != 1 and (subreaper.is_set() or subreaper.become()):
         log("subreaper", reason="not PID 1: orphans re-parent to the agent and are reaped")
     try:
         code = sup.run(spec["argv"], spec["env"], adopt=spec.get("adopt"),
@@ -53,6 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ExecError as exc:
         output.write(f"mpi-bootstrap: {exc.message}\n".encode())
         code = int(exc.status)
+        sup.reason = exc.message
     if spec.get("probe"):  # nobody reads it now: a session must not wait on it
         with contextlib.suppress(OSError):
             os.unlink(spec["probe"]["fifo"])
@@ -67,8 +68,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         with contextlib.suppress(OSError):
             atomic_write(spec["done_file"], spec.get("done_text", f"{code}\n"), 0o644)
+    if code != 0 and spec.get("termination_log"):
+        _terminated(spec, sup, code)
     output.flush(interrupted=sup.terminating_signal_arrived)
     return code
+
+
+def _terminated(spec: dict[str, Any], sup: Supervisor, code: int) -> None:
+    """The reason, where Kubernetes shows it (core/termination.py)."""
+    from mpi_bootstrap.core import termination
+    from mpi_bootstrap.system import termlog
+
+    role = spec["role"]
+    program = os.path.basename(str(spec["argv"][0]))
+    if sup.stop_signal:
+        error = (f"ended by {termination.signal_name(code)}, forwarded to {program}"
+                 if code > 128 else f"{program} exited {code} after a stop signal")
+    else:
+        error = sup.reason or f"{program} exited {code}"
+    phase = "supervising sshd" if role == "worker" else program
+    where = spec["termination_log"]
+    termlog.write(where["path"], termination.text(
+        role=role, code=code, phase=phase, error=error,
+        fix=None if sup.stop_signal else sup.fix or None), create=bool(where["create"]))
 
 
 def read_spec(args: list[str]) -> dict[str, Any] | str:
@@ -98,14 +120,3 @@ def read_spec(args: list[str]) -> dict[str, Any] | str:
     if not spec.get("argv"):
         return "no program"
     return spec
-
-
-def become_subreaper() -> bool:
-    """prctl(PR_SET_CHILD_SUBREAPER): orphans of our descendants re-parent to us."""
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
-    except (OSError, AttributeError):
-        return False

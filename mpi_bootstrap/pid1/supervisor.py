@@ -71,6 +71,8 @@ class Supervisor:
         self.deaths: tuple[float, ...] = ()
         self.restart_at: float | None = None
         self.give_up = False
+        # Why the job failed and what to do, when known: the termination message's.
+        self.reason, self.fix = "", ""
         self.none_left = False
         self.leftovers_deadline: float | None = None
         self.killed = False
@@ -243,10 +245,10 @@ class Supervisor:
                      reason=f"{self.argv[0]} died {len(self.deaths)} times in "
                             f"{policy.window:g} s; exiting so that Kubernetes restarts "
                             "the pod")
-            self.output.write(
-                f"mpi-bootstrap: {self.argv[0]} keeps dying ({len(self.deaths)} times in "
-                f"{policy.window:g} s, last exit {code}); giving up so that Kubernetes "
-                "restarts the pod\n".encode())
+            self.reason = (f"{self.argv[0]} keeps dying ({len(self.deaths)} times in "
+                           f"{policy.window:g} s, last exit {code})")
+            self.output.write(f"mpi-bootstrap: {self.reason}; giving up so that Kubernetes "
+                              "restarts the pod\n".encode())
         self.main_status = status
 
     def keep_service_alive(self) -> None:
@@ -310,6 +312,7 @@ class Supervisor:
                                  stop=self.terminating_signal_arrived)
         if found is not None:
             self.log("mpirun failure explained", signature=found.signature, code=code)
+            self.reason, self.fix = f"likely cause: {found.cause}", found.fix
             self.output.write(found.text(code).encode())
 
     # ------------------------------------------------------------ helpers

@@ -221,6 +221,7 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], nic: str, *, python: s
     try:
         found = parallel.map_all(r.start, list(hosts), MAX_PARALLEL)
         problems = [why for _, why in found if why]
+        at = next((h for h, (_, why) in zip(hosts, found, strict=True) if why), None)
         facts = {h: f for h, (f, why) in zip(hosts, found, strict=True) if f and not why}
         for host, f in facts.items():
             log("data NIC", level="debug", host=host, nic=nic, mtu=f["mtu"],
@@ -239,7 +240,8 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], nic: str, *, python: s
                  for peer, why in found]
         common = set.intersection(*(p for p, _ in pairs)) if len(pairs) > 1 else set()
         if len(common) == 1:  # one worker in every failing pair: say so first
-            problems.append(f"every failing pair involves {common.pop()}; {pairs[0][1]}")
+            at = common.pop()
+            problems.append(f"every failing pair involves {at}; {pairs[0][1]}")
             problems.extend(why for _, why in pairs[1:])
         else:
             problems.extend(why for _, why in pairs)
@@ -249,7 +251,8 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], nic: str, *, python: s
         r.close(wait=not (passed and reaper))
     if problems:
         raise PeerUnavailableError(f"data network: {some(problems)}",
-                                   details="\n".join(problems) if len(problems) > 1 else "")
+                                   details="\n".join(problems) if len(problems) > 1 else "",
+                                   phase="data check", host=at)
     log("data check ok", workers=len(hosts), nic=nic,
         probes=sum(len(words) - 1 for words in lines.values()),
         mtu=sorted({f["mtu"] for f in facts.values()}),

@@ -106,7 +106,8 @@ def collect(config: Config, hosts: Sequence[tuple[str, str, str | None]],
             raise PeerUnavailableError(
                 f"no record from {some(missing)} {where} before the deadline: is the worker "
                 "running `mpi-bootstrap worker`?",
-                details="\n".join(f"last attempt: {last[m]}" for m in missing if m in last))
+                details="\n".join(f"last attempt: {last[m]}" for m in missing if m in last),
+                phase="records", host=missing[0])
     return records
 
 
@@ -151,7 +152,7 @@ def _collect_net(token: str, port: int, public: str,
                 return exchange.fetch(new, port, token, public, target=target_of(orig),
                                       deadline=deadline)
             except exchange.ExchangeRefused as exc:
-                raise PeerUnavailableError(str(exc)) from None
+                raise PeerUnavailableError(str(exc), phase="records", host=new) from None
             except RecordError as exc:
                 last[new] = str(exc)  # e.g. a replayed reply: ask again
             except TimeoutError as exc:  # the deadline: the last answer says more

@@ -177,7 +177,7 @@ def start(argv_for_port: Callable[[int], list[str]], env: Mapping[str, str], *,
             why = (f"port {port} is already in use (a system sshd, or hostNetwork "
                    "pods on one node: mpi-operator #593)") if taken else \
                 f"sshd exited with {code} (its messages are above)"
-            raise PeerUnavailableError(f"worker sshd did not start: {why}")
+            raise PeerUnavailableError(f"worker sshd did not start: {why}", phase="sshd")
 
         outcome = retry_until(time.monotonic() + timeout, up, every=LOCAL)
         if outcome == "ready":
@@ -191,5 +191,7 @@ def start(argv_for_port: Callable[[int], list[str]], env: Mapping[str, str], *,
             os.kill(pid, 9)
         children.exited(pid, wait=True)
         raise PeerUnavailableError(
-            f"worker sshd did not answer on {probe_address}:{port} within {timeout:g} s")
-    raise PeerUnavailableError(f"worker sshd lost the race for a free port {PORT_TRIES} times")
+            f"worker sshd did not answer on {probe_address}:{port} within {timeout:g} s",
+            phase="sshd")
+    raise PeerUnavailableError(f"worker sshd lost the race for a free port {PORT_TRIES} times",
+                               phase="sshd")

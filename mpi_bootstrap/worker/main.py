@@ -108,7 +108,8 @@ def _net_listener(config: Config, bind_addr: str) -> socket.socket:
         listener.bind((bind_addr, config.exchange_port))
     except OSError as exc:
         raise PeerUnavailableError(f"net exchange: cannot listen on {bind_addr}:"
-                                   f"{config.exchange_port} ({exc.strerror})") from None
+                                   f"{config.exchange_port} ({exc.strerror})",
+                                   phase="net exchange") from None
     listener.listen(64)
     listener.set_inheritable(True)
     return listener
@@ -205,7 +206,8 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> int:
         extra["probe"] = {"fifo": probe_fifo}
     handoff(argv, env, grace=config.grace_seconds, group=False, role="worker",
             log_level=config.log_level, log_format=config.log_format,
-            restart={"limit": 5, "window": 60.0}, adopt=pid, **extra)
+            restart={"limit": 5, "window": 60.0}, adopt=pid,
+            termination_log=config.termination(), **extra)
     raise AssertionError("unreachable: handoff replaces the process")
 
 
