@@ -5,11 +5,11 @@ files, and the text's bounds."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -153,6 +153,14 @@ def launcher(
     return code, err
 
 
+def sshd_of_pod(pod: Pod) -> int:
+    for pid in pod.netns.pids():
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
+                return pid
+    raise AssertionError("no sshd")
+
+
 def message(path: Path) -> dict[str, str]:
     """The message's lines, by their label (the first line as `head`)."""
     lines = path.read_text().splitlines()
@@ -207,28 +215,28 @@ class TestLauncher:
         assert m["phase"] == "records" and m["host"] == "node-a", m
 
     def test_cannot_write(self, pod: Pod) -> None:
-        """The output hostfile's directory cannot be made: 73, the path named."""
+        """The state directory cannot be made (a file where its parent should be): 73, the
+        path named."""
         log = pod.tmp / "term"
         blocker = pod.tmp / "file"
         blocker.write_text("")
-        code, err = launcher(
-            pod, log, env={"MPI_BOOTSTRAP_OUTPUT_HOSTFILE": str(blocker / "hostfile")}
-        )
+        code, err = launcher(pod, log, env={"MPI_BOOTSTRAP_STATE_DIR": str(blocker / "state")})
         assert code == 73, err
         m = message(log)
         assert m["phase"] == "writing files" and str(blocker) in m["error"]
 
     @pytest.mark.parametrize("code", [126, 127])
-    def test_program(self, pod: Pod, code: int) -> None:
+    def test_mpirun(self, pod: Pod, code: int) -> None:
+        """mpirun not executable (126) or not there (127): the path named."""
         log = pod.tmp / "term"
-        prog = pod.tmp / "prog"
+        mpirun = pod.tmp / "mpirun"
         if code == 126:
-            prog.write_text("#!/bin/sh\n")
-        got, err = launcher(pod, log, program=(str(prog),))
+            mpirun.write_text("#!/bin/sh\n")
+        got, err = launcher(pod, log, "--mpirun", str(mpirun))
         assert got == code, err
         m = message(log)
         assert m["head"].startswith(f"mpi-bootstrap launcher: exit {code} (")
-        assert str(prog) in m["error"]
+        assert str(mpirun) in m["error"]
 
     def test_job_exit_code(self, pod: Pod) -> None:
         """The job's own code (here 3), from the resident supervisor."""
@@ -237,7 +245,7 @@ class TestLauncher:
         assert code == 3, err
         m = message(log)
         assert m["head"] == "mpi-bootstrap launcher: exit 3 (mpirun's own exit code)"
-        assert m["phase"] == "sh" and m["error"] == "sh exited 3"
+        assert m["phase"] == "mpirun" and m["error"] == "mpirun exited 3"
 
     def test_signal(self, pod: Pod) -> None:
         """SIGTERM to the agent while the job runs: 143, forwarded, said so."""
@@ -280,7 +288,7 @@ class TestLauncher:
             p.wait()
         m = message(log)
         assert m["head"] == "mpi-bootstrap launcher: exit 143 (ended by SIGTERM)"
-        assert m["error"] == "ended by SIGTERM, forwarded to sleep"
+        assert m["error"] == "ended by SIGTERM, forwarded to mpirun"
         assert m["fix"] == termination.SIGNAL_FIX
 
     def test_success_writes_nothing(self, pod: Pod) -> None:
@@ -368,8 +376,10 @@ class TestWorker:
         assert m["phase"] == "sshd" and m["fix"].startswith("the worker's log has sshd's")
 
     def test_stopped(self, pod: Pod) -> None:
-        """A running worker (the resident supervising sshd) sent SIGTERM: 143, said so."""
+        """A running worker (the resident supervising sshd) sent SIGTERM ends cleanly (0: the
+        pod is being stopped, nothing failed): it writes nothing."""
         log = pod.tmp / "term"
+        log.write_text("")
         p = self.worker(pod, log)
         try:
             assert p.stderr is not None
@@ -387,13 +397,37 @@ class TestWorker:
                 lambda: f"the worker to hand off: {''.join(seen)[-2000:]}",
             )
             p.send_signal(signal.SIGTERM)
-            assert p.wait(timeout=30) == 143
+            assert p.wait(timeout=30) == 0
+        finally:
+            self.cleanup(p)
+        assert log.read_text() == ""
+
+    def test_sshd_keeps_dying(self, pod: Pod) -> None:
+        """sshd killed again and again: the supervisor gives up (69), the message says so."""
+        log = pod.tmp / "term"
+        p = self.worker(pod, log)
+        try:
+            assert p.stderr is not None
+            seen: list[str] = []
+            reader = threading.Thread(target=lambda: seen.extend(p.stderr or []), daemon=True)
+            reader.start()
+            wait_until(
+                lambda: any('"child adopted"' in line for line in seen),
+                60,
+                lambda: f"the worker to hand off: {''.join(seen)[-2000:]}",
+            )
+            deadline = time.monotonic() + 60
+            while p.poll() is None and time.monotonic() < deadline:
+                with contextlib.suppress(AssertionError, ProcessLookupError):
+                    os.kill(sshd_of_pod(pod), signal.SIGKILL)
+                time.sleep(0.2)
+            assert p.wait(timeout=30) == 69, "".join(seen)[-3000:]
         finally:
             self.cleanup(p)
         m = message(log)
-        assert m["head"] == "mpi-bootstrap worker: exit 143 (ended by SIGTERM)"
-        assert m["phase"] == "supervising sshd" and "forwarded to sshd" in m["error"]
-        assert stat.S_ISREG(log.stat().st_mode)
+        assert m["head"] == "mpi-bootstrap worker: exit 69 (a worker is unavailable)"
+        assert m["phase"] == "supervising sshd" and "keeps dying" in m["error"], m
+        assert m["fix"].startswith("the worker's log has sshd's")
 
     @staticmethod
     def cleanup(p: subprocess.Popen[str]) -> None:
