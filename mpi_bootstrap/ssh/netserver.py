@@ -169,11 +169,18 @@ class Connections:
 
 def serve(net: Mapping[str, Any], log: Log, readers: Readers) -> Connections:
     """The worker's exchange as the hand-off describes it (worker/main.py): the listening
-    socket's descriptor, the token, the record, and the authorized_keys file to extend."""
+    socket's descriptor, the token, the record, and the authorized_keys file to write.
+
+    The file holds the keys the worker authorized at its start (`base_keys`: a mounted
+    key, the dir exchange's job key) and the key of the latest hello, which replaces the
+    one before: a restarted launcher comes with a new key each time, and appending them
+    grew the file by a line per launch (tests/test_soak.py). The previous launcher is
+    gone; a session already logged in is not touched (sshd reads the file at login)."""
     from mpi_bootstrap.system.files import atomic_write
 
     listener = socket.socket(fileno=int(net["fd"]))
     path = str(net["authorized_keys"])
+    base = [str(k) for k in net.get("base_keys", ())]
 
     def authorize(key: str, peer: str) -> None:
         try:
@@ -183,8 +190,9 @@ def serve(net: Mapping[str, Any], log: Log, readers: Readers) -> Connections:
             lines = []
         except ValueError as exc:  # not UTF-8: refuse this hello, keep serving
             raise OSError(f"{path} is not text: {exc}") from None
-        if key not in lines:
-            atomic_write(path, "\n".join([*lines, key]) + "\n", 0o600)
+        wanted = [*base, key] if key not in base else base
+        if lines != wanted:
+            atomic_write(path, "\n".join(wanted) + "\n", 0o600)
             log("key authorized", fingerprint=fingerprint(key),
                 key_type=key.split(maxsplit=1)[0], origin=f"net exchange hello from {peer}")
 

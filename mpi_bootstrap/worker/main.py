@@ -129,7 +129,8 @@ def _publish(config: Config, record: records.Record, ident: Identity, bind_addr:
         # fd before the resident PID 1 inherits it).
         listener = _net_listener(config, bind_addr)
         extra["net"] = {"fd": listener.detach(), "token": config.token,
-                        "record": record.to_dict(), "authorized_keys": authorized_path}
+                        "record": record.to_dict(), "authorized_keys": authorized_path,
+                        "base_keys": [k for k, _ in ident.authorized]}
         log("record published", exchange="net", port=record.port,
             exchange_port=config.exchange_port)
     else:
