@@ -138,13 +138,19 @@ class Chaos:
         return w
 
     def ready(self, w: Agent) -> bool:
+        """The worker's probe, run in its pod's namespaces (its state directory is a tmpfs
+        in its own mount namespace)."""
         assert w.p.poll() is None, f"{w.pod.name} exited {w.p.returncode}: {w.stderr()[-1500:]}"
-        return w.pod.run([AGENT, "probe"], self.env(w.pod), timeout=30).returncode == 0
+        env = [f"{k}={v}" for k, v in self.env(w.pod).items()]
+        done = subprocess.run(["nsenter", "-t", str(self.c.pid_of(w.p)), "-m", "-n", "-u", "-p",
+                               "env", "-i", *env, AGENT, "probe"],
+                              capture_output=True, timeout=30, check=False)
+        return done.returncode == 0
 
     def start_workers(self) -> None:
         started = [self.start_worker(p) for p in self.c.pods[1:]]
         for w in started:
-            wait_until(lambda w=w: self.ready(w), 300, f"{w.pod.name} to be ready", interval=0.2)
+            wait_until(lambda w=w: self.ready(w), 180, f"{w.pod.name} to be ready", interval=0.2)
 
     # ------------------------------------------------------------ runs
 
