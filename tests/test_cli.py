@@ -229,6 +229,24 @@ class TestExplain:
         assert not (pod.tmp / "out-hostfile").exists()
 
 
+    def test_names_that_resolve_nowhere(self, pod: Pod) -> None:
+        """Off-cluster (a laptop, CI), --explain is still a dry run: one DNS round, no wait
+        for the 120 s deadline, the plan printed (exit 0) with the unresolved hosts marked
+        and what the launcher would do about them."""
+        import time
+
+        path = pod.tmp / "hostfile"
+        path.write_text("ghost-0.job.default.svc slots=2\nghost-1.job.default.svc slots=2\n")
+        for fmt in (("--explain",), ("--explain", "--json")):
+            t0 = time.monotonic()
+            code, out, err = launcher(pod, path, *fmt, "--dns-wait-seconds", "120")
+            assert code == 0, err
+            assert time.monotonic() - t0 < 10
+            assert "ghost-0.job.default.svc" in out and "2 of 3 unresolved" in out
+            assert "would wait up to 120 s for them" in out and "then exit 68" in out
+        assert not (pod.tmp / "out-hostfile").exists()
+
+
 def test_python_m_entrypoint() -> None:
     """`python -m mpi_bootstrap` is the same program."""
     done = subprocess.run(

@@ -148,8 +148,18 @@ class TestErrors:
 
     def test_unknown_flag(self) -> None:
         """An unknown flag is a ConfigError naming it."""
-        with pytest.raises(ConfigError, match="unrecognized arguments: --frobnicate"):
+        with pytest.raises(ConfigError) as err:
             cfg(argv=["--frobnicate", "launcher", *PROG])
+        assert err.value.problems == ["unknown flag --frobnicate"]
+
+    def test_did_you_mean(self) -> None:
+        """A flag one typo away from a real one says which, one problem per flag."""
+        with pytest.raises(ConfigError) as err:
+            cfg(argv=["--dta-check", "--rewite=ip", "launcher", *PROG])
+        assert err.value.problems == [
+            "unknown flag --dta-check (did you mean --data-check?)",
+            "unknown flag --rewite (did you mean --rewrite?)",
+        ]
 
     def test_launcher_needs_program(self) -> None:
         """The launcher role without a program is refused with 'no program given'."""

@@ -299,7 +299,22 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports problems instead of exiting with 2."""
 
     def error(self, message: str) -> NoReturn:
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):  # one problem per unknown flag, with a near one
+            known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+            raise ConfigError([_unknown(word, known) for word in message[len(prefix):].split()])
         raise ConfigError([message])
+
+
+def _unknown(word: str, known: list[str]) -> str:
+    """`unknown flag --x`, and the flag it may be a typo of."""
+    import difflib
+
+    if not word.startswith("-"):
+        return f"unexpected argument {word!r}"
+    flag = word.split("=", 1)[0]
+    near = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+    return f"unknown flag {flag}" + (f" (did you mean {near[0]}?)" if near else "")
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -106,17 +106,19 @@ def wait_for_dns(config: Config, hostfile: hf.Hostfile, own_name: str, log: Log
                      detail=answer.detail)
 
     rate = dns.lookup_rate(len(names), config.dns_wait_interval)
-    log("DNS wait", hosts=len(names), deadline_s=config.dns_wait_seconds,
-             max_lookups_per_s=round(rate, 1))
+    # --explain is a dry run wherever it runs (a laptop, CI): one round, no waiting; the
+    # plan marks what did not resolve (gather's `DNS` decision).
+    wait = 0.0 if config.explain else config.dns_wait_seconds
+    log("DNS wait", hosts=len(names), deadline_s=wait, max_lookups_per_s=round(rate, 1))
     result = dns.wait_for(names, lookup=dns.SystemResolver(RESOLV_CONF),
-                          deadline=config.dns_wait_seconds,
+                          deadline=wait,
                           interval=config.dns_wait_interval,
                           concurrency=config.dns_concurrency, on_answer=on_answer)
     answers.update(result.answers)
     log("DNS done", resolved=len(names) - len(result.unresolved),
              unresolved=len(result.unresolved), lookups=result.lookups,
              elapsed_s=round(result.elapsed, 3))
-    if not result.ok:
+    if not result.ok and not config.explain:
         failing = [result.answers[n] for n in result.unresolved]
         summary = some([f"{a.name} ({a.error_kind})" for a in failing], shown=5)
         from mpi_bootstrap.doctor import diagnose
@@ -151,6 +153,21 @@ def dns_dump(hostfile: hf.Hostfile, failing: list[Answer], own_name: str) -> str
     return "\n".join(parts)
 
 
+def dns_decision(config: Config, answers: Mapping[str, Answer]) -> Decision:
+    """--explain's one DNS round: what did not resolve here, and what the launcher would
+    do about it."""
+    unresolved = sorted(n for n, a in answers.items() if not a.ok)
+    if not unresolved:
+        return Decision("DNS", f"{len(answers)} of {len(answers)} resolved", "one lookup",
+                        "every name resolved here")
+    return Decision(
+        "DNS", f"{len(unresolved)} of {len(answers)} unresolved", "one lookup (--explain)",
+        f"not resolved here: {some(unresolved, shown=5)}; the launcher would wait up to "
+        f"{config.dns_wait_seconds:g} s for them (MPI_DNS_WAIT_SECONDS), then exit 68; what "
+        "depends on their addresses (--rewrite ip, local or remote, records, preflight) "
+        "is planned as if they stay unresolved")
+
+
 def gather(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Facts, list[Decision]]:
     # One deadline for DNS, the workers' records, sshd readiness and preflight.
     deadline = time.monotonic() + config.dns_wait_seconds
@@ -162,6 +179,8 @@ def gather(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Facts,
     hostfile = hostfiles.read(path)
     own = socket.gethostname()
     answers = wait_for_dns(config, hostfile, own, log)
+    if config.explain:
+        notes.append(dns_decision(config, answers))
     mine = frozenset(netif.addresses())
     remote = [(e.name, e.rewritten_to, e.address)
               for e in host_entries(config, hostfile, answers)
