@@ -13,7 +13,14 @@ from collections.abc import Mapping
 from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.env import public
-from mpi_bootstrap.core.errors import ConfigError, DNSTimeoutError, ExecError, ExitStatus, some
+from mpi_bootstrap.core.errors import (
+    ConfigError,
+    DNSTimeoutError,
+    ExecError,
+    ExitStatus,
+    HostfileError,
+    some,
+)
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.model import Answer, Decision
 from mpi_bootstrap.core.names import is_ip_literal
@@ -153,6 +160,19 @@ def dns_dump(hostfile: hf.Hostfile, failing: list[Answer], own_name: str) -> str
     return "\n".join(parts)
 
 
+def read_hostfile(config: Config, path: str) -> hf.Hostfile:
+    """The hostfile; a missing default one says where it comes from and how to name
+    another."""
+    try:
+        return hostfiles.read(path)
+    except HostfileError as exc:
+        if config.source("hostfile").kind == "default" and exc.message.endswith("not found"):
+            exc.message += (" (the default path, where MPI Operator mounts the job's "
+                            "hostfile; name another with --hostfile or MPI_HOSTFILE)")
+            exc.args = (exc.message,)
+        raise
+
+
 def dns_decision(config: Config, answers: Mapping[str, Answer]) -> Decision:
     """--explain's one DNS round: what did not resolve here, and what the launcher would
     do about it."""
@@ -176,7 +196,7 @@ def gather(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Facts,
     log("MPI", vendor=info.vendor, version=info.version, mpirun=info.mpirun)
     path, more = input_hostfile(config, info)
     notes.extend(more)
-    hostfile = hostfiles.read(path)
+    hostfile = read_hostfile(config, path)
     own = socket.gethostname()
     answers = wait_for_dns(config, hostfile, own, log)
     if config.explain:
