@@ -107,6 +107,7 @@ def _choice(choices: Sequence[str]) -> Callable[[str], str]:
         if low not in choices:
             raise ValueError(f"{raw!r} is not one of {', '.join(choices)}")
         return low
+    parse.choices = tuple(choices)  # type: ignore[attr-defined]
     return parse
 
 
@@ -296,7 +297,13 @@ class Source:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports problems instead of exiting with 2."""
+    """argparse that reports problems instead of exiting with 2, and whose help (-h after
+    other arguments) is --help-all's."""
+
+    def format_help(self) -> str:
+        from mpi_bootstrap.core import helptext
+
+        return helptext.full()
 
     def error(self, message: str) -> NoReturn:
         prefix = "unrecognized arguments: "
