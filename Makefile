@@ -25,9 +25,15 @@ IMPI_VERSION := 2021.18.1
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# The agent and what the simulated cluster's driver imports (the demo's needs) ...
+$(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+# ... and the linters, for `make test`.
+$(VENV)/.installed: $(VENV)/.base
 	$(PY) -m pip install -q -e ".[test,lint]"
 	touch $@
 
@@ -125,7 +131,7 @@ chaos: system-deps install
 # venvs that MPI needs are installed (`--print-needs`): the default, Open MPI 4, is
 # Debian's and needs none.
 DEMO_ARGS ?=
-demo: system-deps install
+demo: system-deps $(VENV)/.base
 	@needs=$$($(PY) tests/demo.py --print-needs $(DEMO_ARGS)) || exit; \
 	for venv in $$needs; do $(MAKE) --no-print-directory $$venv/.installed || exit; done
 	$(PY) tests/demo.py $(DEMO_ARGS)
