@@ -75,7 +75,7 @@ compose-test: system-deps install
 
 # Wheels of the agent and its dependencies, for container/Dockerfile's offline install.
 wheelhouse: install
-	$(PY) -m pip wheel -q --wheel-dir container/wheelhouse .
+	$(PY) container/wheelhouse.py
 
 # Unit tests only: no real MPI, no namespaces (seconds).
 test-fast: install
