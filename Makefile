@@ -3,7 +3,7 @@
 #   make demo    the main job (see README)
 #   make test    everything CI runs
 #   make lint    ruff (rules and format), mypy, import-linter (the architecture's rules)
-#   make bench   benchmarks; numbers go to README "Benchmarks"
+#   make bench   benchmarks; numbers go to docs/benchmarks.md
 #   make bench-scale N="16 32 64 128"   one job on N worker pods, agent vs bare mpirun
 
 SHELL := /bin/bash
@@ -82,7 +82,7 @@ test-fast: install
 	$(PY) -m pytest -q -m "not realmpi and not netns and not dnsmasq and not container"
 
 # lint-imports checks the contracts in pyproject.toml: the plan is pure, the resident
-# PID 1 loads only the standard library, the layers (README "Architecture").
+# PID 1 loads only the standard library, the layers (docs/architecture.md).
 lint: install
 	$(VENV)/bin/ruff check mpi_bootstrap tests
 	$(VENV)/bin/ruff format --check tests
@@ -113,7 +113,7 @@ bench-scale: install $(BENCH_VENV)/.installed
 	$(PY) tests/bench/scale.py $(N) --mpirun $(MPIRUN) --agent $(BENCH_VENV)/bin/mpi-bootstrap \
 		--compare-reuse --json bench-scale.json
 
-# Reliability in figures (README "Reliability"): RUNS launches against the same 16
+# Reliability in figures (docs/benchmarks.md "Reliability"): RUNS launches against the same 16
 # worker pods for each exchange (tests/bench/soak.py); faults at random moments of the
 # launch on 64 worker pods (tests/bench/chaos.py; SEED= replays a run).
 RUNS ?= 200

@@ -329,7 +329,7 @@ def make_parser() -> argparse.ArgumentParser:
         prog="mpi-bootstrap",
         description="Make mpirun work the first time in MPI jobs on Kubernetes.",
         epilog="Every flag may also be set by the variable named in its help; "
-               "the flag wins. See README.md for the exit codes.",
+               "the flag wins. --help lists the exit codes.",
     )
     parser.add_argument("--explain", action="store_true",
                         help="show every decision and the exact mpirun argv; run nothing")

@@ -19,7 +19,7 @@ one fault into one worker drawn the same way (or the launcher):
 
 The moment is read back from the launcher's log: `before checks` (it had not yet logged
 `checks passed`) or `ranks running` (it had). Each run must end with an exit code of the
-README's table for that fault and moment (OUTCOMES below), within the deadline + 10 s,
+docs/benchmarks.md's table for that fault and moment (OUTCOMES below), within the deadline + 10 s,
 its message naming the pod at fault (not for sigterm), with no process of the job left
 on any pod; then the fault is undone (the pod restarted, the link up, the record back,
 the filesystem emptied) and a clean run must succeed. The seed is printed: `--seed N
@@ -64,7 +64,7 @@ FAULTS = (
     "sigterm",
 )
 BEFORE, RUNNING = "before checks", "ranks running"
-# The README's table: the exit codes each fault may end a launch with, by moment. 69:
+# docs/benchmarks.md's table: the exit codes each fault may end a launch with, by moment. 69:
 # a check failed (no rank started); 68: a name did not resolve by the deadline; 143:
 # SIGTERM; 0: the fault did not touch the launch (it came after its part, or the agent
 # got past it: sshd restarted before preflight's retry); mpirun's own non-zero code
