@@ -68,15 +68,18 @@ BEFORE, RUNNING = "before checks", "ranks running"
 # a check failed (no rank started); 68: a name did not resolve by the deadline; 143:
 # SIGTERM; 0: the fault did not touch the launch (it came after its part, or the agent
 # got past it: sshd restarted before preflight's retry); mpirun's own non-zero code
-# (`N`) when a rank or daemon was lost while ranks ran.
+# (`N`) when a rank or daemon was lost while ranks ran — or 0 when the fault came after
+# that worker's ranks had ended and its daemon had reported (`ranks running` is every
+# moment after `checks passed`, the job's last instants included: seed 383140092's run 40
+# took eth0 down 10 ms before mpirun exited 0).
 N = "N"
 OUTCOMES: dict[tuple[str, str], set[int | str]] = {
     ("kill9-pid1", BEFORE): {69},
-    ("kill9-pid1", RUNNING): {N},
+    ("kill9-pid1", RUNNING): {0, N},
     ("kill-sshd", BEFORE): {0, 69},
     ("kill-sshd", RUNNING): {0},
     ("eth0-down", BEFORE): {69, 68},
-    ("eth0-down", RUNNING): {N},
+    ("eth0-down", RUNNING): {0, N},
     ("dns-removed", BEFORE): {0, 68},
     ("dns-removed", RUNNING): {0},
     ("sigstop-20s", BEFORE): {0, 69},
