@@ -3,7 +3,7 @@
 #   make demo    the main job (see README)
 #   make test    everything CI runs
 #   make lint    ruff (rules and format), mypy, import-linter (the architecture's rules)
-#   make bench   benchmarks; numbers go to README "Benchmarks"
+#   make bench   benchmarks; numbers go to docs/benchmarks.md
 #   make bench-scale N="16 32 64 128"   one job on N worker pods, agent vs bare mpirun
 
 SHELL := /bin/bash
@@ -25,9 +25,15 @@ IMPI_VERSION := 2021.18.1
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# The agent and what the simulated cluster's driver imports (the demo's needs) ...
+$(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+# ... and the linters, for `make test`.
+$(VENV)/.installed: $(VENV)/.base
 	$(PY) -m pip install -q -e ".[test,lint]"
 	touch $@
 
@@ -69,14 +75,14 @@ compose-test: system-deps install
 
 # Wheels of the agent and its dependencies, for container/Dockerfile's offline install.
 wheelhouse: install
-	$(PY) -m pip wheel -q --wheel-dir container/wheelhouse .
+	$(PY) container/wheelhouse.py
 
 # Unit tests only: no real MPI, no namespaces (seconds).
 test-fast: install
 	$(PY) -m pytest -q -m "not realmpi and not netns and not dnsmasq and not container"
 
 # lint-imports checks the contracts in pyproject.toml: the plan is pure, the resident
-# PID 1 loads only the standard library, the layers (README "Architecture").
+# PID 1 loads only the standard library, the layers (docs/architecture.md).
 lint: install
 	$(VENV)/bin/ruff check mpi_bootstrap tests
 	$(VENV)/bin/ruff format --check tests
@@ -107,7 +113,7 @@ bench-scale: install $(BENCH_VENV)/.installed
 	$(PY) tests/bench/scale.py $(N) --mpirun $(MPIRUN) --agent $(BENCH_VENV)/bin/mpi-bootstrap \
 		--compare-reuse --json bench-scale.json
 
-# Reliability in figures (README "Reliability"): RUNS launches against the same 16
+# Reliability in figures (docs/benchmarks.md "Reliability"): RUNS launches against the same 16
 # worker pods for each exchange (tests/bench/soak.py); faults at random moments of the
 # launch on 64 worker pods (tests/bench/chaos.py; SEED= replays a run).
 RUNS ?= 200
@@ -125,7 +131,7 @@ chaos: system-deps install
 # venvs that MPI needs are installed (`--print-needs`): the default, Open MPI 4, is
 # Debian's and needs none.
 DEMO_ARGS ?=
-demo: system-deps install
+demo: system-deps $(VENV)/.base
 	@needs=$$($(PY) tests/demo.py --print-needs $(DEMO_ARGS)) || exit; \
 	for venv in $$needs; do $(MAKE) --no-print-directory $$venv/.installed || exit; done
 	$(PY) tests/demo.py $(DEMO_ARGS)

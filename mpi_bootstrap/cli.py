@@ -27,10 +27,10 @@ def _fail(message: str, details: str = "") -> None:
 
 def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     """Run the agent with `argv` (without the program name); return the exit status."""
-    if argv and argv[0] in ("-h", "--help"):
-        from mpi_bootstrap.core.settings import make_parser
+    if argv and argv[0] in ("-h", "--help", "--help-all"):
+        from mpi_bootstrap.core import helptext
 
-        make_parser().print_help()
+        sys.stdout.write(helptext.full() if argv[0] == "--help-all" else helptext.short())
         return 0
     if argv and argv[0] == "--version":
         from mpi_bootstrap import __version__

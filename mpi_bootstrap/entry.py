@@ -4,7 +4,7 @@ A PID 1 drops a signal it has no handler for, so a SIGTERM in the agent's first 
 would be lost and the pod would sit out its whole grace period. Blocked, it waits: the
 kernel never discards a blocked signal, and cli.run lets it in once its handler exists,
 after the slow imports (the configuration, the role's modules). Only the interpreter's own
-start-up remains unprotected (measured by `make bench`: README "Benchmarks").
+start-up remains unprotected (measured by `make bench`: docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -80,6 +80,16 @@ class TestHostfileErrors:
         assert code == 65
         assert message_lines(err) == [f"mpi-bootstrap: {pod.tmp / 'nope'}: hostfile not found"]
 
+    def test_missing_default(self, pod: Pod) -> None:
+        """The default hostfile missing: where it comes from, and how to name another."""
+        code, _, err = pod.agent("--log-format", "json", "launcher", "--", "true")
+        assert code == 65
+        assert message_lines(err) == [
+            "mpi-bootstrap: /etc/mpi/hostfile: hostfile not found (the default path, where "
+            "MPI Operator mounts the job's hostfile; name another with --hostfile or "
+            "MPI_HOSTFILE)"
+        ]
+
     def test_unreadable(self, pod: Pod) -> None:
         """Root without the capabilities that let it read any file, as in a locked-down pod."""
         if shutil.which("setpriv") is None:
@@ -137,11 +147,17 @@ class TestConfigErrors:
         assert "no role" in err
 
     def test_worker_without_any_key(self, pod: Pod) -> None:
-        """A worker with no key to authorise exits 64, naming the secret, dir and net exchanges."""
+        """A worker with no exchange exits 64 saying what `auto` looked for and what each
+        exchange needs, having written nothing (no state directory, no host key)."""
         code, _, err = pod.agent("worker")
         assert code == 64
-        assert "no key to authorise" in err
-        assert "use secret, dir or net" in err
+        assert "the worker has no exchange (`auto` found none: no key at" in err
+        assert "MPI_BOOTSTRAP_EXCHANGE_DIR" in err and "MPI_BOOTSTRAP_TOKEN" in err
+        assert "secret (the MPIJob's ssh Secret mounted at" in err
+        assert not (pod.tmp / "state").exists()
+        code, _, err = pod.agent("worker", env={"MPI_BOOTSTRAP_EXCHANGE": "none"})
+        assert code == 64
+        assert "env MPI_BOOTSTRAP_EXCHANGE is none and nothing is mounted at" in err
 
     def test_net_needs_token(self, pod: Pod) -> None:
         """The net exchange without MPI_BOOTSTRAP_TOKEN exits 64 saying it needs the token."""
@@ -226,6 +242,23 @@ class TestExplain:
                 assert code == 0, err
                 assert "tok-3f9a-secret-0123456789" not in out + err
                 assert "NCCL_DEBUG" in out
+        assert not (pod.tmp / "out-hostfile").exists()
+
+    def test_names_that_resolve_nowhere(self, pod: Pod) -> None:
+        """Off-cluster (a laptop, CI), --explain is still a dry run: one DNS round, no wait
+        for the 120 s deadline, the plan printed (exit 0) with the unresolved hosts marked
+        and what the launcher would do about them."""
+        import time
+
+        path = pod.tmp / "hostfile"
+        path.write_text("ghost-0.job.default.svc slots=2\nghost-1.job.default.svc slots=2\n")
+        for fmt in (("--explain",), ("--explain", "--json")):
+            t0 = time.monotonic()
+            code, out, err = launcher(pod, path, *fmt, "--dns-wait-seconds", "120")
+            assert code == 0, err
+            assert time.monotonic() - t0 < 10
+            assert "ghost-0.job.default.svc" in out and "2 of 3 unresolved" in out
+            assert "would wait up to 120 s for them" in out and "then exit 68" in out
         assert not (pod.tmp / "out-hostfile").exists()
 
 

@@ -148,8 +148,18 @@ class TestErrors:
 
     def test_unknown_flag(self) -> None:
         """An unknown flag is a ConfigError naming it."""
-        with pytest.raises(ConfigError, match="unrecognized arguments: --frobnicate"):
+        with pytest.raises(ConfigError) as err:
             cfg(argv=["--frobnicate", "launcher", *PROG])
+        assert err.value.problems == ["unknown flag --frobnicate"]
+
+    def test_did_you_mean(self) -> None:
+        """A flag one typo away from a real one says which, one problem per flag."""
+        with pytest.raises(ConfigError) as err:
+            cfg(argv=["--dta-check", "--rewite=ip", "launcher", *PROG])
+        assert err.value.problems == [
+            "unknown flag --dta-check (did you mean --data-check?)",
+            "unknown flag --rewite (did you mean --rewrite?)",
+        ]
 
     def test_launcher_needs_program(self) -> None:
         """The launcher role without a program is refused with 'no program given'."""
@@ -165,3 +175,50 @@ class TestErrors:
         """--json is refused unless given with --explain or doctor."""
         with pytest.raises(ConfigError, match="--json: only valid with --explain or doctor"):
             cfg(argv=["--json", "launcher", *PROG])
+
+
+class TestHelp:
+    """--help a person reads, --help-all for every setting; both print the exit codes."""
+
+    def test_every_setting_in_one_group(self) -> None:
+        from mpi_bootstrap.core import helptext
+        from mpi_bootstrap.core.settings import SETTINGS
+
+        grouped = [n for _, names in helptext.GROUPS for n in names]
+        assert sorted(grouped) == sorted(s.name for s in SETTINGS)
+
+    def test_short(self) -> None:
+        """Every role, the common settings with their variables, the exit codes; short."""
+        from mpi_bootstrap.core import helptext
+        from mpi_bootstrap.core.errors import MEANINGS
+
+        text = helptext.short()
+        assert len(text.splitlines()) <= 45
+        for role in ("launcher", "worker", "probe", "doctor"):
+            assert f"\n  {role} " in text
+        for word in (
+            "--hostfile PATH",
+            "MPI_HOSTFILE",
+            "--rewrite none|fqdn|ip",
+            "--help-all",
+            "--explain",
+        ):
+            assert word in text
+        for code in MEANINGS:
+            assert f"\n  {code} " in text
+        assert all(len(line) <= 90 for line in text.splitlines())
+
+    def test_full(self) -> None:
+        """Every flag with the form of its value, every variable, grouped."""
+        from mpi_bootstrap.core import helptext
+        from mpi_bootstrap.core.settings import SETTINGS
+
+        text = helptext.full()
+        for s in SETTINGS:
+            if s.flag:
+                assert f"  {s.flag} {helptext.form(s)} " in text, s.name
+            for env in s.envs:
+                assert env in text
+        assert "--data-check true|false" in text and "--sshd-port PORT" in text
+        for title, _ in helptext.GROUPS:
+            assert f"\n{title}:\n" in text

@@ -1,4 +1,6 @@
-"""README stays true: every setting, variable and exit code the code has is documented."""
+"""README and docs/ stay true: every setting, variable and exit code the code has is
+documented (docs/configuration.md, docs/troubleshooting.md), every link resolves, and the
+README stays a page a newcomer reads (at most 15 KB)."""
 
 from __future__ import annotations
 
@@ -9,22 +11,46 @@ import pytest
 from mpi_bootstrap.core.errors import ExitStatus
 from mpi_bootstrap.core.settings import SETTINGS
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+CONFIGURATION = (ROOT / "docs" / "configuration.md").read_text()
+TROUBLESHOOTING = (ROOT / "docs" / "troubleshooting.md").read_text()
+PAGES = [ROOT / "README.md", ROOT / "SECURITY.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
 def test_setting_documented(setting: object) -> None:
-    """Every setting's variables and flag appear in backticks in the README."""
+    """Every setting's variables and flag appear in backticks in the configuration page."""
     for env in setting.envs:  # type: ignore[attr-defined]
-        assert f"`{env}`" in README, env
+        assert f"`{env}`" in CONFIGURATION, env
     if setting.flag:  # type: ignore[attr-defined]
-        assert f"`{setting.flag}`" in README  # type: ignore[attr-defined]
+        assert f"`{setting.flag}`" in CONFIGURATION  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("status", [s for s in ExitStatus if s not in (0, 128)])
 def test_exit_code_documented(status: ExitStatus) -> None:
-    """Every exit status but 0 and 128 has a row in the README's exit code table."""
-    assert f"| {int(status)} |" in README
+    """Every exit status but 0 and 128 has a row in the troubleshooting page's table."""
+    assert f"| {int(status)} |" in TROUBLESHOOTING
+
+
+def test_readme_is_short() -> None:
+    """The README is the newcomer's page: at most 15 KB; the rest is in docs/."""
+    assert len(README.encode()) <= 15 * 1024
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_links_resolve(page: Path) -> None:
+    """Every relative link of README, SECURITY.md and docs/ names a file that is there, and
+    every page of docs/ is linked from the README."""
+    import re
+
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+        if "://" in target or target.startswith("mailto:"):
+            continue
+        assert (page.parent / target).exists(), f"{page.name}: {target}"
+    if page.name == "README.md":
+        for doc in (ROOT / "docs").glob("*.md"):
+            assert f"(docs/{doc.name})" in README, doc.name
 
 
 def test_first_lines_give_the_two_commands() -> None:

@@ -91,6 +91,35 @@ def test_record_missing_then_late(tmp_path: Path) -> None:
         assert checked and all(f["ok"] for f in checked), report
 
 
+def test_no_sshd_anywhere(tmp_path: Path) -> None:
+    """Names that resolve and no sshd listening (no exchange: the image's own sshd on 22,
+    or the fixed port): the doctor says so per worker instead of "no problem found"."""
+    with Cluster(PODS, dns=True) as c:
+        for extra in (
+            {"MPI_BOOTSTRAP_EXCHANGE": "none"},
+            {"MPI_BOOTSTRAP_EXCHANGE": "none", "MPI_BOOTSTRAP_SSHD_PORT": "2222"},
+        ):
+            report = doctor(c, tmp_path, **extra)
+            port = extra.get("MPI_BOOTSTRAP_SSHD_PORT", "22")
+            reach = [f for f in report["findings"] if f["check"] == "ssh port"]
+            assert len(reach) == 2 and not any(f["ok"] for f in reach), report
+            assert all(
+                "nothing answers on" in f["detail"] and f":{port} " in f["detail"] for f in reach
+            ), reach
+            assert report["exit"] == 1
+
+
+def test_no_service(tmp_path: Path) -> None:
+    """No record for any worker, nor the Service: NXDOMAIN is said as such (the Service does
+    not exist), not as a Service whose endpoints are empty."""
+    with Cluster(PODS, dns=True, late=["job-worker-0", "job-worker-1"]) as c:
+        report = doctor(c, tmp_path)
+        svc = next(f for f in report["findings"] if f["check"] == "headless Service")
+        assert not svc["ok"] and svc["detail"] == "no such name (NXDOMAIN) for 2 workers"
+        assert "the Service does not exist (yet)" in svc["advice"]
+        assert "endpoints" not in svc["advice"]
+
+
 def test_only_fqdn(tmp_path: Path) -> None:
     """Where only FQDNs resolve, doctor shows the REFUSED short name and advises
     MPI_BOOTSTRAP_REWRITE=fqdn, with which the checks pass."""

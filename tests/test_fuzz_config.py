@@ -240,6 +240,9 @@ EXPECTED: dict[str, Callable[[object], bool]] = {
     "data_check": lambda v: type(v) is bool,
     "sysfs": _is_path,
     "state_dir": _is_plain_path,
+    "termination_log": lambda v: (
+        type(v) is str and (v == "" or v.startswith("/")) and "\0" not in v
+    ),
     "log_format": _one_of(cfg.LOG_FORMATS),
     "log_level": _one_of(cfg.LOG_LEVELS),
 }

@@ -835,3 +835,27 @@ class TestLaunchGate:
         value, reason = self.decision(plan)
         assert (plan.gate, value) == (None, "off") and why in reason, reason
         assert not any(f.path.endswith("ssh-gate") for f in plan.files)
+
+
+class TestLocalRule:
+    """mpirun's rule for a host it runs without ssh, which decides preflight's hosts too."""
+
+    @pytest.mark.parametrize(
+        ("name", "address", "local"),
+        [
+            ("launcher-0", "10.1.0.9", True),  # the pod's own hostname
+            ("launcher-0.job.default.svc", None, True),
+            ("localhost", None, True),
+            ("w", "127.0.0.1", True),  # lo's address is the pod's own
+            ("w", "10.1.0.5", True),  # eth0's
+            ("w", "127.0.0.2", False),  # loopback, but no interface holds it: ssh
+            ("w", "::1", True),
+            ("w", "10.1.0.6", False),
+            ("w", None, False),
+        ],
+    )
+    def test_local(self, name: str, address: str | None, local: bool) -> None:
+        from mpi_bootstrap.ssh.peers import is_local
+
+        own = frozenset({"127.0.0.1", "::1", "10.1.0.5"})
+        assert is_local(name, address, "launcher-0", own) is local

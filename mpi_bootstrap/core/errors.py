@@ -1,7 +1,8 @@
 """The one exit-code table, and the exceptions that carry a code to `cli.main`.
 
 Every failure the agent knows about is raised as a `BootstrapError` subclass; `cli.main`
-is the only place that turns one into a process exit status (see README "Exit codes").
+is the only place that turns one into a process exit status (docs/troubleshooting.md,
+"Exit codes").
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class ExitStatus(enum.IntEnum):
 
 
 # Each code's meaning and its one-line fix: the termination message (core/termination.py)
-# and README's "Exit codes" say the same. mpirun's own code and 128+N: termination.py.
+# and docs/troubleshooting.md say the same. mpirun's own code and 128+N: termination.py.
 MEANINGS: dict[int, tuple[str, str]] = {
     ExitStatus.PROBLEMS_FOUND: (
         "doctor: a check failed", "each finding above says what to do"),

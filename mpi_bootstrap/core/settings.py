@@ -107,6 +107,7 @@ def _choice(choices: Sequence[str]) -> Callable[[str], str]:
         if low not in choices:
             raise ValueError(f"{raw!r} is not one of {', '.join(choices)}")
         return low
+    parse.choices = tuple(choices)  # type: ignore[attr-defined]
     return parse
 
 
@@ -296,10 +297,31 @@ class Source:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports problems instead of exiting with 2."""
+    """argparse that reports problems instead of exiting with 2, and whose help (-h after
+    other arguments) is --help-all's."""
+
+    def format_help(self) -> str:
+        from mpi_bootstrap.core import helptext
+
+        return helptext.full()
 
     def error(self, message: str) -> NoReturn:
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):  # one problem per unknown flag, with a near one
+            known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+            raise ConfigError([_unknown(word, known) for word in message[len(prefix):].split()])
         raise ConfigError([message])
+
+
+def _unknown(word: str, known: list[str]) -> str:
+    """`unknown flag --x`, and the flag it may be a typo of."""
+    import difflib
+
+    if not word.startswith("-"):
+        return f"unexpected argument {word!r}"
+    flag = word.split("=", 1)[0]
+    near = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+    return f"unknown flag {flag}" + (f" (did you mean {near[0]}?)" if near else "")
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -307,7 +329,7 @@ def make_parser() -> argparse.ArgumentParser:
         prog="mpi-bootstrap",
         description="Make mpirun work the first time in MPI jobs on Kubernetes.",
         epilog="Every flag may also be set by the variable named in its help; "
-               "the flag wins. See README.md for the exit codes.",
+               "the flag wins. --help lists the exit codes.",
     )
     parser.add_argument("--explain", action="store_true",
                         help="show every decision and the exact mpirun argv; run nothing")

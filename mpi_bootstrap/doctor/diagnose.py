@@ -21,7 +21,7 @@ from mpi_bootstrap.core.names import is_ip_literal
 from mpi_bootstrap.doctor import datacheck
 from mpi_bootstrap.doctor.dnscheck import dns_findings, service_finding
 from mpi_bootstrap.doctor.finding import Finding
-from mpi_bootstrap.doctor.sshcheck import ssh_jobs
+from mpi_bootstrap.doctor.sshcheck import reach_jobs, ssh_jobs
 from mpi_bootstrap.system import dns as sysdns
 from mpi_bootstrap.system import hostfiles
 from mpi_bootstrap.system.parallel import map_within
@@ -65,6 +65,7 @@ def run(config: Config, *, deadline_s: float = 10.0, data: bool = True) -> list[
         functools.partial(dns_findings, n, conf, deadline) for n in [*names, own]]
     jobs.append(lambda: service_finding(names, config.cluster_domain, conf, deadline))
     jobs.extend(ssh_jobs(config, names, deadline))
+    jobs.extend(reach_jobs(config, names, deadline))
     if data:
         jobs.extend(datacheck.jobs(config, names, deadline))
     return within(deadline + 0.5, jobs, lambda n: [Finding(

@@ -134,6 +134,13 @@ def service_finding(hosts: Sequence[str], domain: str, conf: sysdns.ResolvConf,
         if len(addrs) >= workers:
             out.append(Finding(service, "headless Service", True,
                                f"{len(addrs)} addresses for {workers} workers"))
+        elif status == "NXDOMAIN":  # no such name at all: not an empty Service
+            out.append(Finding(service, "headless Service", False,
+                               f"no such name (NXDOMAIN) for {workers} workers",
+                               "the Service does not exist (yet): MPI Operator creates it "
+                               "with the job; check its name and namespace, and "
+                               "MPI_BOOTSTRAP_CLUSTER_DOMAIN if the cluster's domain is "
+                               "not cluster.local"))
         else:
             out.append(Finding(service, "headless Service", False,
                                f"{len(addrs)} addresses for {workers} workers ({status})",

@@ -133,3 +133,40 @@ def ssh_jobs(config: Config, names: Sequence[str], deadline: float
 
         jobs.append(check)
     return jobs
+
+
+def reach_jobs(config: Config, names: Sequence[str], deadline: float
+               ) -> list[Callable[[], list[Finding]]]:
+    """Where the doctor has no record to log in with (every exchange but `dir`): whether
+    each worker's ssh port answers with an SSH banner (the fixed sshd port, else 22), or,
+    with the `net` exchange, whether its exchange port takes a connection."""
+    if config.exchange == "dir" and config.exchange_dir:
+        return []  # ssh_jobs logs in with the job's key
+    if config.exchange == "net":
+        port, what = config.exchange_port, "net exchange port"
+    else:
+        port, what = config.sshd_port or 22, "ssh port"
+    return [functools.partial(reach_finding, n, port, what, deadline) for n in names]
+
+
+def reach_finding(name: str, port: int, what: str, deadline: float) -> list[Finding]:
+    timeout = max(0.5, deadline - time.monotonic())
+    try:
+        with socket.create_connection((name, port), timeout=timeout) as conn:
+            if what != "ssh port":
+                return [Finding(name, what, True, f"{name}:{port} takes a connection")]
+            conn.settimeout(timeout)
+            banner = conn.recv(255)
+    except OSError as exc:
+        failure = _failure_of(exc)
+        advice = (failures.BY_NAME[failure].fix if failure else
+                  "is the worker running `mpi-bootstrap worker`, and is its sshd up?")
+        return [Finding(name, what, False, f"nothing answers on {name}:{port} ({exc})",
+                        advice)]
+    if banner.startswith(b"SSH-"):
+        first = banner.split(b"\n")[0].decode("ascii", "replace").strip()
+        return [Finding(name, what, True, f"{name}:{port} answers {first}")]
+    return [Finding(name, what, False, f"{name}:{port} answers, but not with an SSH banner",
+                    "another program holds the port: set MPI_BOOTSTRAP_SSHD_PORT on both "
+                    "sides")]
+

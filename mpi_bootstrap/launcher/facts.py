@@ -13,7 +13,14 @@ from collections.abc import Mapping
 from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.env import public
-from mpi_bootstrap.core.errors import ConfigError, DNSTimeoutError, ExecError, ExitStatus, some
+from mpi_bootstrap.core.errors import (
+    ConfigError,
+    DNSTimeoutError,
+    ExecError,
+    ExitStatus,
+    HostfileError,
+    some,
+)
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.model import Answer, Decision
 from mpi_bootstrap.core.names import is_ip_literal
@@ -106,17 +113,19 @@ def wait_for_dns(config: Config, hostfile: hf.Hostfile, own_name: str, log: Log
                      detail=answer.detail)
 
     rate = dns.lookup_rate(len(names), config.dns_wait_interval)
-    log("DNS wait", hosts=len(names), deadline_s=config.dns_wait_seconds,
-             max_lookups_per_s=round(rate, 1))
+    # --explain is a dry run wherever it runs (a laptop, CI): one round, no waiting; the
+    # plan marks what did not resolve (gather's `DNS` decision).
+    wait = 0.0 if config.explain else config.dns_wait_seconds
+    log("DNS wait", hosts=len(names), deadline_s=wait, max_lookups_per_s=round(rate, 1))
     result = dns.wait_for(names, lookup=dns.SystemResolver(RESOLV_CONF),
-                          deadline=config.dns_wait_seconds,
+                          deadline=wait,
                           interval=config.dns_wait_interval,
                           concurrency=config.dns_concurrency, on_answer=on_answer)
     answers.update(result.answers)
     log("DNS done", resolved=len(names) - len(result.unresolved),
              unresolved=len(result.unresolved), lookups=result.lookups,
              elapsed_s=round(result.elapsed, 3))
-    if not result.ok:
+    if not result.ok and not config.explain:
         failing = [result.answers[n] for n in result.unresolved]
         summary = some([f"{a.name} ({a.error_kind})" for a in failing], shown=5)
         from mpi_bootstrap.doctor import diagnose
@@ -151,6 +160,34 @@ def dns_dump(hostfile: hf.Hostfile, failing: list[Answer], own_name: str) -> str
     return "\n".join(parts)
 
 
+def read_hostfile(config: Config, path: str) -> hf.Hostfile:
+    """The hostfile; a missing default one says where it comes from and how to name
+    another."""
+    try:
+        return hostfiles.read(path)
+    except HostfileError as exc:
+        if config.source("hostfile").kind == "default" and exc.message.endswith("not found"):
+            exc.message += (" (the default path, where MPI Operator mounts the job's "
+                            "hostfile; name another with --hostfile or MPI_HOSTFILE)")
+            exc.args = (exc.message,)
+        raise
+
+
+def dns_decision(config: Config, answers: Mapping[str, Answer]) -> Decision:
+    """--explain's one DNS round: what did not resolve here, and what the launcher would
+    do about it."""
+    unresolved = sorted(n for n, a in answers.items() if not a.ok)
+    if not unresolved:
+        return Decision("DNS", f"{len(answers)} of {len(answers)} resolved", "one lookup",
+                        "every name resolved here")
+    return Decision(
+        "DNS", f"{len(unresolved)} of {len(answers)} unresolved", "one lookup (--explain)",
+        f"not resolved here: {some(unresolved, shown=5)}; the launcher would wait up to "
+        f"{config.dns_wait_seconds:g} s for them (MPI_DNS_WAIT_SECONDS), then exit 68; what "
+        "depends on their addresses (--rewrite ip, local or remote, records, preflight) "
+        "is planned as if they stay unresolved")
+
+
 def gather(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Facts, list[Decision]]:
     # One deadline for DNS, the workers' records, sshd readiness and preflight.
     deadline = time.monotonic() + config.dns_wait_seconds
@@ -159,9 +196,11 @@ def gather(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Facts,
     log("MPI", vendor=info.vendor, version=info.version, mpirun=info.mpirun)
     path, more = input_hostfile(config, info)
     notes.extend(more)
-    hostfile = hostfiles.read(path)
+    hostfile = read_hostfile(config, path)
     own = socket.gethostname()
     answers = wait_for_dns(config, hostfile, own, log)
+    if config.explain:
+        notes.append(dns_decision(config, answers))
     mine = frozenset(netif.addresses())
     remote = [(e.name, e.rewritten_to, e.address)
               for e in host_entries(config, hostfile, answers)

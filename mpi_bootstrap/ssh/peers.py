@@ -7,7 +7,6 @@ are skipped.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import pwd
 from collections.abc import Sequence
@@ -26,16 +25,14 @@ from mpi_bootstrap.system.retry import NETWORK, PEER, retry_until
 
 
 def is_local(name: str, address: str | None, own_name: str, own: frozenset[str]) -> bool:
+    """Whether mpirun runs `name`'s ranks here rather than over ssh — mpirun's own rule
+    (Open MPI's orte_ifislocal, hydra's alike): the pod's own hostname, `localhost`, or
+    an address one of the pod's interfaces holds (lo's 127.0.0.1 among them). Any other
+    address is remote, 127.0.0.2 included: mpirun ssh'd to such a host while a
+    loopback-is-local rule had turned preflight off."""
     if name.split(".", 1)[0] == own_name.split(".", 1)[0] or name == "localhost":
         return True
-    if address is None:
-        return False
-    try:
-        if ipaddress.ip_address(address).is_loopback:
-            return True
-    except ValueError:
-        return False
-    return address in own
+    return address is not None and address in own
 
 
 def client_key(config: Config, *, write: bool, log: Log

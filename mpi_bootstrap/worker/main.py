@@ -49,6 +49,23 @@ def mounted_keys(config: Config) -> tuple[keys.KeyPair, list[tuple[str, str]]] |
     return keys.from_secret(config.ssh_auth_dir, config.state_dir)
 
 
+def needs_exchange(config: Config) -> None:
+    """A worker with no way to learn the launcher's key is refused before anything is
+    written (its state directory, its host key), saying what it looked for."""
+    if config.exchange != "none" or mounted_keys(config) is not None:
+        return
+    where = (f"`auto` found none: {config.exchange_reason.removeprefix('auto: ')}"
+             if config.source("exchange").kind == "default"
+             else f"{config.source('exchange')} is none and nothing is mounted at "
+                  f"{config.ssh_auth_dir}")
+    raise ConfigError([
+        f"the worker has no exchange ({where}); it needs one to authorise the launcher's "
+        f"key: secret (the MPIJob's ssh Secret mounted at {config.ssh_auth_dir}, as MPI "
+        "Operator does; MPI_BOOTSTRAP_SSH_AUTH_DIR names another path), dir "
+        "(MPI_BOOTSTRAP_EXCHANGE_DIR: a volume shared with the launcher) or net "
+        "(MPI_BOOTSTRAP_TOKEN: the same token as the launcher's, from a Secret)"])
+
+
 def identity(config: Config, log: Log) -> Identity:
     """Keys for this start: the host key, and the client keys sshd will authorise."""
     state = config.state_dir
@@ -69,9 +86,6 @@ def identity(config: Config, log: Log) -> Identity:
         key = dirx.DirExchange(config.exchange_dir).job_key(keys.make_job_key, log)
         authorized.append((key.public, f"{config.exchange_dir}/{records.KEY_DIR}"))
         job = key.fingerprint
-    if config.exchange == "none" and not authorized:
-        raise ConfigError([f"no key to authorise: nothing mounted at {config.ssh_auth_dir} "
-                           "and MPI_BOOTSTRAP_EXCHANGE is none (use secret, dir or net)"])
     unique = {k: origin for k, origin in reversed(authorized)}  # first origin wins
     return Identity(host.private_path, host.public, tuple(reversed(unique.items())), job)
 
@@ -173,6 +187,7 @@ def data_probe(config: Config, log: Log) -> str | None:
 
 def start(config: Config, environ: Mapping[str, str], log: Log) -> int:
     state = config.state_dir
+    needs_exchange(config)
     account = pwd.getpwuid(os.geteuid())
     state_dir(state, sshd_home=account.pw_dir)  # sshd's StrictModes reads keys there
     ident = identity(config, log)

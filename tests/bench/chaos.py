@@ -19,7 +19,7 @@ one fault into one worker drawn the same way (or the launcher):
 
 The moment is read back from the launcher's log: `before checks` (it had not yet logged
 `checks passed`) or `ranks running` (it had). Each run must end with an exit code of the
-README's table for that fault and moment (OUTCOMES below), within the deadline + 10 s,
+docs/benchmarks.md's table for that fault and moment (OUTCOMES below), within the deadline + 10 s,
 its message naming the pod at fault (not for sigterm), with no process of the job left
 on any pod; then the fault is undone (the pod restarted, the link up, the record back,
 the filesystem emptied) and a clean run must succeed. The seed is printed: `--seed N
@@ -64,19 +64,22 @@ FAULTS = (
     "sigterm",
 )
 BEFORE, RUNNING = "before checks", "ranks running"
-# The README's table: the exit codes each fault may end a launch with, by moment. 69:
+# docs/benchmarks.md's table: the exit codes each fault may end a launch with, by moment. 69:
 # a check failed (no rank started); 68: a name did not resolve by the deadline; 143:
 # SIGTERM; 0: the fault did not touch the launch (it came after its part, or the agent
 # got past it: sshd restarted before preflight's retry); mpirun's own non-zero code
-# (`N`) when a rank or daemon was lost while ranks ran.
+# (`N`) when a rank or daemon was lost while ranks ran — or 0 when the fault came after
+# that worker's ranks had ended and its daemon had reported (`ranks running` is every
+# moment after `checks passed`, the job's last instants included: seed 383140092's run 40
+# took eth0 down 10 ms before mpirun exited 0).
 N = "N"
 OUTCOMES: dict[tuple[str, str], set[int | str]] = {
     ("kill9-pid1", BEFORE): {69},
-    ("kill9-pid1", RUNNING): {N},
+    ("kill9-pid1", RUNNING): {0, N},
     ("kill-sshd", BEFORE): {0, 69},
     ("kill-sshd", RUNNING): {0},
     ("eth0-down", BEFORE): {69, 68},
-    ("eth0-down", RUNNING): {N},
+    ("eth0-down", RUNNING): {0, N},
     ("dns-removed", BEFORE): {0, 68},
     ("dns-removed", RUNNING): {0},
     ("sigstop-20s", BEFORE): {0, 69},

@@ -72,7 +72,7 @@ class Default:
     ignored_env: tuple[str, ...] = ()  # variables users set that this MPI ignores
     # Values of `env` that make a multi-host launch impossible — single-node settings
     # images carry (CUDA/PyTorch images set OMPI_MCA_plm=isolated): for a job with
-    # remote hosts the agent overrides them, and says so (README "Settings the image
+    # remote hosts the agent overrides them, and says so (docs/configuration.md "Settings the image
     # brings"). None: every value is the user's.
     works: Callable[[str], bool] | None = None
     why: str = ""  # why such a value cannot work
