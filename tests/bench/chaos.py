@@ -145,9 +145,25 @@ class Chaos:
         in its own mount namespace)."""
         assert w.p.poll() is None, f"{w.pod.name} exited {w.p.returncode}: {w.stderr()[-1500:]}"
         env = [f"{k}={v}" for k, v in self.env(w.pod).items()]
-        done = subprocess.run(["nsenter", "-t", str(self.c.pid_of(w.p)), "-m", "-n", "-u", "-p",
-                               "env", "-i", *env, AGENT, "probe"],
-                              capture_output=True, timeout=30, check=False)
+        done = subprocess.run(
+            [
+                "nsenter",
+                "-t",
+                str(self.c.pid_of(w.p)),
+                "-m",
+                "-n",
+                "-u",
+                "-p",
+                "env",
+                "-i",
+                *env,
+                AGENT,
+                "probe",
+            ],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
         return done.returncode == 0
 
     def start_workers(self) -> None:
