@@ -170,22 +170,11 @@ def end_adopted(grace: float = 1.0) -> int:
     """After end_pending, as the agent exits without a hand-off: the orphans that
     re-parented to it (a subreaper: proc/subreaper.py), ssh's ControlMaster daemons above
     all, would outlive it (ControlPersist) under the host's init. They are ours now:
-    SIGTERM, SIGKILL after `grace` s, reaped. Returns how many were signalled."""
-    adopted = _children()
-    for pid in adopted:
-        _signal(pid, False, signal.SIGTERM)
-    left = set(adopted)
-
-    def all_gone() -> bool | None:
-        left.difference_update([p for p in left if _gone(p)])
-        return None if left else True
-
-    retry_until(time.monotonic() + grace, all_gone, every=LOCAL)
-    for pid in left:
-        _signal(pid, False, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
-    return len(adopted)
+    registered like the children it started, and ended the same way (end_pending).
+    Returns how many were signalled."""
+    for pid in _children():
+        _pending.setdefault(pid, False)  # not group leaders of ours: the process alone
+    return end_pending(grace)
 
 
 def _children() -> list[int]:
