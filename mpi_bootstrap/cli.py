@@ -11,7 +11,7 @@ from typing import Any
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import BootstrapError, ConfigError, ExitStatus, signal_exit_status
 from mpi_bootstrap.core.log import Log
-from mpi_bootstrap.core.settings import ROLES
+from mpi_bootstrap.core.settings import split_role
 from mpi_bootstrap.core.termination import DEFAULT_PATH
 from mpi_bootstrap.proc import children, subreaper
 
@@ -145,9 +145,10 @@ def _pod_process(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
 
 
 def _role_word(argv: Sequence[str], environ: Mapping[str, str]) -> str:
-    words = [a for a in argv if a in ROLES]
-    if words:
-        return words[0]
+    """The role as Config would take it (core/config.py `_role`), from the raw input."""
+    _, role, _ = split_role(list(argv))
+    if role is not None:
+        return role
     for env in ("MPI_BOOTSTRAP_ROLE", "K_MPI_JOB_ROLE"):
         if environ.get(env):
             return environ[env].strip().lower()

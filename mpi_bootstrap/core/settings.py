@@ -325,38 +325,22 @@ def _unknown(word: str, known: list[str]) -> str:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="mpi-bootstrap",
-        description="Make mpirun work the first time in MPI jobs on Kubernetes.",
-        epilog="Every flag may also be set by the variable named in its help; "
-               "the flag wins. --help lists the exit codes.",
-    )
-    parser.add_argument("--explain", action="store_true",
-                        help="show every decision and the exact mpirun argv; run nothing")
-    parser.add_argument("--json", action="store_true", help="with --explain: one JSON object")
+    """The command line's grammar. Its help is core/helptext.py's (`format_help`), so the
+    arguments carry none of their own."""
+    parser = _Parser(prog="mpi-bootstrap")
+    parser.add_argument("--explain", action="store_true")
+    parser.add_argument("--json", action="store_true")
     for s in SETTINGS:
         if s.flag is None:
             continue
-        envs = ", ".join(s.envs)
-        text = f"{s.help} [{envs}; default: {_show_default(s.default)}]"
         if s.default is False:  # a switch: the flag alone turns it on
             parser.add_argument(s.flag, dest=s.name, default=None, action="store_const",
-                                const="true", help=text)
+                                const="true")
         else:
-            parser.add_argument(s.flag, dest=s.name, default=None, metavar="VALUE", help=text)
-    parser.add_argument("role", nargs="?", help="launcher or worker "
-                        "(default: MPI_BOOTSTRAP_ROLE, else K_MPI_JOB_ROLE)")
-    parser.add_argument("program", nargs=argparse.REMAINDER,
-                        help="-- PROGRAM ARGS…: the command to run (mpirun … is wrapped)")
+            parser.add_argument(s.flag, dest=s.name, default=None)
+    parser.add_argument("role", nargs="?")
+    parser.add_argument("program", nargs=argparse.REMAINDER)
     return parser
-
-
-def _show_default(value: Any) -> str:
-    if value is None:
-        return "auto"
-    if isinstance(value, tuple):
-        return ",".join(value) or "none"
-    return str(value)
 
 
 def split_role(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
