@@ -16,8 +16,13 @@ pytestmark = [pytest.mark.netns, pytest.mark.timeout(120)]
 
 
 def launcher(
-    pod: Pod, hostfile: Path | str, *extra: str, env: dict[str, str] | None = None
+    pod: Pod,
+    hostfile: Path | str,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    program: tuple[str, ...] = ("true",),
 ) -> tuple[int, str, str]:
+    """The launcher in the pod, its program `program` (JSON log, a 1 s DNS deadline)."""
     return pod.agent(
         "--hostfile",
         str(hostfile),
@@ -30,7 +35,7 @@ def launcher(
         *extra,
         "launcher",
         "--",
-        "true",
+        *program,
         env=env,
     )
 

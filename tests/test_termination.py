@@ -27,7 +27,9 @@ from mpi_bootstrap.core.errors import MEANINGS, ExitStatus
 from mpi_bootstrap.system import termlog
 from tests.conftest import AGENT, Pod
 from tests.support import logs
+from tests.support.job import sshd_of
 from tests.support.wait import wait_until
+from tests.test_cli import launcher as cli_launcher
 
 TROUBLESHOOTING = Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md"
 TOKEN = "tok-never-in-the-message-0123456789abcdef"  # noqa: S105 - a test's own
@@ -135,30 +137,8 @@ def launcher(
     if log is not None:
         extra["MPI_BOOTSTRAP_TERMINATION_LOG"] = str(log)
     extra.setdefault("MPI_BOOTSTRAP_TOKEN", TOKEN)
-    code, _, err = pod.agent(
-        "--hostfile",
-        str(path),
-        "--output-hostfile",
-        str(pod.tmp / "out"),
-        "--dns-wait-seconds",
-        "1",
-        "--log-format",
-        "json",
-        *args,
-        "launcher",
-        "--",
-        *program,
-        env=extra,
-    )
+    code, _, err = cli_launcher(pod, path, *args, env=extra, program=program)
     return code, err
-
-
-def sshd_of_pod(pod: Pod) -> int:
-    for pid in pod.netns.pids():
-        with contextlib.suppress(OSError):
-            if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
-                return pid
-    raise AssertionError("no sshd")
 
 
 def message(path: Path) -> dict[str, str]:
@@ -419,7 +399,7 @@ class TestWorker:
             deadline = time.monotonic() + 60
             while p.poll() is None and time.monotonic() < deadline:
                 with contextlib.suppress(AssertionError, ProcessLookupError):
-                    os.kill(sshd_of_pod(pod), signal.SIGKILL)
+                    os.kill(sshd_of(pod), signal.SIGKILL)
                 time.sleep(0.2)
             assert p.wait(timeout=30) == 69, "".join(seen)[-3000:]
         finally:

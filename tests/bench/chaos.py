@@ -50,7 +50,7 @@ from tests.conftest import AGENT
 from tests.support import logs
 from tests.support.cluster import Cluster, Pod, agent_env
 from tests.support.dnsmasq import READY_NAME, write_hosts_file
-from tests.support.job import Agent, sshd_of
+from tests.support.job import Agent, pod_processes, sshd_of
 from tests.support.wait import wait_until
 
 FAULTS = (
@@ -296,11 +296,7 @@ class Chaos:
     def left(self) -> dict[str, list[str]]:
         found = {}
         for p in self.c.pods:
-            names = []
-            for pid in p.netns.pids():
-                with contextlib.suppress(OSError):
-                    names.append(Path(f"/proc/{pid}/comm").read_text().strip())
-            job = sorted(set(names) & JOB_PROCESSES)
+            job = sorted(set(pod_processes(p)) & JOB_PROCESSES)
             if job:
                 found[p.name] = job
         return found

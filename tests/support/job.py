@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO
 
 from tests.conftest import AGENT, RealMPI
+from tests.conftest import Pod as OnePod
 from tests.support import logs
 from tests.support.cluster import Cluster, Pod, agent_env
 from tests.support.programs import LINE
@@ -221,10 +222,11 @@ def pod_processes(pod: Pod) -> list[str]:
     return names
 
 
-def sshd_of(pod: Pod) -> int:
-    """The PID of the worker's sshd (its listener) in `pod`."""
+def sshd_of(pod: Pod | OnePod) -> int:
+    """The PID of the worker's sshd (its listener) in `pod` (a cluster's, or the one-pod
+    fixture's)."""
     for pid in pod.netns.pids():
         with contextlib.suppress(OSError):
             if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
                 return pid
-    raise AssertionError(f"no sshd in {pod.name}")
+    raise AssertionError(f"no sshd in {getattr(pod, 'name', pod.netns.name)}")

@@ -29,7 +29,7 @@ from typing import Any
 
 from tests.conftest import AGENT
 from tests.support.cluster import Cluster, Pod, agent_env
-from tests.support.job import Agent
+from tests.support.job import Agent, pod_processes
 from tests.support.wait import wait_until
 
 KINDS = ("success", "rank exits 3", "check fails", "SIGTERM")
@@ -169,7 +169,7 @@ class Soak:
         return out
 
     def ranks_running(self, comm: str) -> bool:
-        return all(comm in _comms(p) for p in self.c.pods[1:])
+        return all(comm in pod_processes(p) for p in self.c.pods[1:])
 
     # ------------------------------------------------------------ what the pods hold
 
@@ -202,7 +202,7 @@ class Soak:
         return out
 
     def job_left(self) -> dict[str, list[str]]:
-        found = {p.name: sorted(set(_comms(p)) & JOB_PROCESSES) for p in self.c.pods}
+        found = {p.name: sorted(set(pod_processes(p)) & JOB_PROCESSES) for p in self.c.pods}
         return {name: procs for name, procs in found.items() if procs}
 
     def worker_sample(self, pod: Pod) -> dict[str, int]:
@@ -253,14 +253,6 @@ def flat(samples: list[dict[str, Any]], *, pss_slack_kib: int = 1024) -> list[st
 def _probe(w: Agent, env: dict[str, str]) -> bool:
     assert w.p.poll() is None, f"{w.pod.name} exited {w.p.returncode}: {w.stderr()[-2000:]}"
     return w.pod.run([AGENT, "probe"], env, timeout=30).returncode == 0
-
-
-def _comms(pod: Pod) -> list[str]:
-    out = []
-    for pid in pod.netns.pids():
-        with contextlib.suppress(OSError):
-            out.append(Path(f"/proc/{pid}/comm").read_text().strip())
-    return out
 
 
 def _ppid(pid: int) -> int | None:
