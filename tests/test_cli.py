@@ -11,33 +11,9 @@ import pytest
 
 from tests.conftest import AGENT, Pod
 from tests.support import logs
+from tests.support.onepod import launcher
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(120)]
-
-
-def launcher(
-    pod: Pod,
-    hostfile: Path | str,
-    *extra: str,
-    env: dict[str, str] | None = None,
-    program: tuple[str, ...] = ("true",),
-) -> tuple[int, str, str]:
-    """The launcher in the pod, its program `program` (JSON log, a 1 s DNS deadline)."""
-    return pod.agent(
-        "--hostfile",
-        str(hostfile),
-        "--output-hostfile",
-        str(pod.tmp / "out-hostfile"),
-        "--dns-wait-seconds",
-        "1",
-        "--log-format",
-        "json",
-        *extra,
-        "launcher",
-        "--",
-        *program,
-        env=env,
-    )
 
 
 def message_lines(stderr: str) -> list[str]:

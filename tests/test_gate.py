@@ -7,6 +7,7 @@ process of the job left on any pod; the control writes every marker."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -109,6 +110,17 @@ def daemons_while(launcher: Agent, pod: Pod) -> set[str]:
     return seen
 
 
+@contextlib.contextmanager
+def sshd_stopped(pod: Pod) -> Iterator[None]:
+    """The worker's sshd stopped (SIGSTOP) for the block, continued after it."""
+    sshd = sshd_of(pod)
+    os.kill(sshd, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(sshd, signal.SIGCONT)
+
+
 def launch(job: Job, prog: Path) -> Agent:
     return job.launcher([str(prog)], slots=1, names=W3, LD_LIBRARY_PATH="/opt/user-lib")
 
@@ -175,14 +187,10 @@ class TestWhileGated:
         prog, marks = marker
         with Cluster(["job-launcher", *W3], pid1=True) as c:
             job = start(c, work, real_mpi, Fault(), prog.parent)
-            sshd = sshd_of(c.pods[2])
-            os.kill(sshd, signal.SIGSTOP)
-            try:
+            with sshd_stopped(c.pods[2]):
                 launcher = launch(job, prog)
                 launcher.wait_event("mpirun start")
                 holds_for(lambda: launcher.p.poll() is None, 3, "the launcher waiting")
-            finally:
-                os.kill(sshd, signal.SIGCONT)
             code, _, err = launcher.finish(timeout=120)
             assert code == 0, err
             assert len(list(marks.iterdir())) == 3
@@ -197,15 +205,11 @@ class TestWhileGated:
         prog, marks = marker
         with Cluster(["job-launcher", *W3], pid1=True) as c:
             job = start(c, work, real_mpi, Fault(), prog.parent)
-            sshd = sshd_of(c.pods[2])
-            os.kill(sshd, signal.SIGSTOP)
-            try:
+            with sshd_stopped(c.pods[2]):
                 launcher = launch(job, prog)
                 launcher.wait_event("mpirun start")
                 launcher.signal(signal.SIGTERM)
                 code, _, err = launcher.finish(timeout=60)
-            finally:
-                os.kill(sshd, signal.SIGCONT)
             assert code == 143, err
             assert list(marks.iterdir()) == []
             wait_until(lambda: not left(c), 20, lambda: f"the job's processes gone: {left(c)}")

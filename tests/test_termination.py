@@ -28,8 +28,8 @@ from mpi_bootstrap.system import termlog
 from tests.conftest import AGENT, Pod
 from tests.support import logs
 from tests.support.job import sshd_of
+from tests.support.onepod import launcher as cli_launcher
 from tests.support.wait import wait_until
-from tests.test_cli import launcher as cli_launcher
 
 TROUBLESHOOTING = Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md"
 TOKEN = "tok-never-in-the-message-0123456789abcdef"  # noqa: S105 - a test's own
