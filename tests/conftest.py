@@ -24,24 +24,39 @@ MPI_VENVS = ROOT / ".venv-mpi"
 
 # Agents under test keep their state below pytest's tmp dirs, and a worker's sshd
 # (StrictModes, always on) refuses keys below /tmp, which others may write (sticky or
-# not). As root, the tmp dirs go below /run instead, which only root writes.
-RUN_TMP = "/run/mpi-bootstrap-tests"
+# not). As root, the tmp dirs go below /run instead, which only root writes: a directory
+# of this session's own, so that two sessions of the suite on one machine (two clones
+# tested at once) never empty each other's (a fixed --basetemp is emptied at start).
+RUN_PREFIX = "mpi-bootstrap-tests-"
+_session_tmp: list[str] = []
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    """SIGTERM (a timeout, a CI cancel) ends the session as Ctrl-C does: every fixture's
+    finalizer runs, so namespaces, daemons and state made so far are removed."""
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     if config.option.basetemp is None and os.geteuid() == 0:
-        config.option.basetemp = RUN_TMP
+        import tempfile
+
+        _session_tmp.append(tempfile.mkdtemp(prefix=RUN_PREFIX, dir="/run"))
+        config.option.basetemp = _session_tmp[0]
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminated)
     config.addinivalue_line(
         "markers", "workers(n): the `cluster` fixture builds n worker pods (default 2)"
     )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if str(config.option.basetemp) == RUN_TMP:
-        import shutil
+    import shutil
 
-        shutil.rmtree(RUN_TMP, ignore_errors=True)
+    for path in _session_tmp:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @dataclasses.dataclass(frozen=True)
