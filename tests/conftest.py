@@ -27,7 +27,9 @@ MPI_VENVS = ROOT / ".venv-mpi"
 # not). As root, the tmp dirs go below /run instead, which only root writes: a directory
 # of this session's own, so that two sessions of the suite on one machine (two clones
 # tested at once) never empty each other's (a fixed --basetemp is emptied at start).
-RUN_PREFIX = "mpi-bootstrap-tests-"
+# Short: pods take their HOME below it, and Open MPI 5 (PRRTE) failed "The PMIx server's
+# listener thread failed to start" (exit 213) under a HOME 9 characters longer than this.
+RUN_PREFIX = "mpib-t-"
 _session_tmp: list[str] = []
 
 
