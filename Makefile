@@ -76,7 +76,8 @@ test: system-deps install mpi-venvs lint
 compose-test: system-deps install
 	$(PY) -m pytest -q tests/test_container.py
 
-# Wheels of the agent and its dependencies, for container/Dockerfile's offline install.
+# Wheels of the agent and its dependencies, for container/Dockerfile's offline install,
+# and container/wheelhouse.lock, the sha256 of each, which the Dockerfile requires.
 wheelhouse: install
 	$(PY) container/wheelhouse.py
 

@@ -9,7 +9,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mpi_bootstrap.core.config import Config
-from mpi_bootstrap.core.errors import BootstrapError, ConfigError, ExitStatus, signal_exit_status
+from mpi_bootstrap.core.errors import (
+    BootstrapError,
+    ConfigError,
+    ExitStatus,
+    printable,
+    signal_exit_status,
+)
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.settings import split_role
 from mpi_bootstrap.core.termination import DEFAULT_PATH
@@ -19,9 +25,12 @@ TERMINATION_VAR = "MPI_BOOTSTRAP_TERMINATION_LOG"
 
 
 def _fail(message: str, details: str = "") -> None:
-    sys.stderr.write(f"mpi-bootstrap: {message}\n")
+    """The failure for a person: one line, then its details (the DNS dump holds the
+    hostfile, resolv.conf, /etc/hosts and the resolver's and nameservers' words; a
+    preflight failure, ssh's last line) — escaped, whoever wrote them."""
+    sys.stderr.write(f"mpi-bootstrap: {printable(message, lines=False)}\n")
     if details:
-        sys.stderr.write(details.rstrip("\n") + "\n")
+        sys.stderr.write(printable(details.rstrip("\n")) + "\n")
     sys.stderr.flush()
 
 

@@ -164,6 +164,21 @@ def some(items: list[str], shown: int = 1) -> str:
     return head + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
+def printable(text: str, *, lines: bool = True) -> str:
+    """`text` safe for a person's terminal: every character that is not printable
+    (str.isprintable: C0 and C1 controls, DEL, bidi overrides, line separators) written
+    as Python escapes it (ESC as the four characters `\\x1b`), but tabs and — with
+    `lines` — newlines. A peer, a record, a nameserver or mpirun may say anything; what
+    the agent prints for people (stderr's messages, `doctor`, `--explain`, the console
+    log) must not move the cursor, erase a line, retitle the window (ANSI CSI, OSC) or
+    overwrite with `\\r` and `\\b` what the agent said (tests/test_attacks_escapes.py).
+    Output copied through (mpirun's, the ranks') is the user's, and not escaped."""
+    if text.isprintable():
+        return text
+    keep = "\t\n" if lines else "\t"
+    return "".join(c if c.isprintable() or c in keep else ascii(c)[1:-1] for c in text)
+
+
 def shown(text: str, limit: int = 120) -> str:
     """A peer's words (a worker's report, what its shell printed), safe to print in one
     line: non-printable and non-ASCII characters escaped, at most `limit` of them."""

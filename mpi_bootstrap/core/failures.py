@@ -21,6 +21,8 @@ import dataclasses
 import re
 from collections.abc import Callable, Iterator
 
+from mpi_bootstrap.core.errors import printable
+
 MAX_SCAN = 256 * 1024  # the tail of mpirun's stderr the supervisor keeps
 MAX_LINE = 1024  # ssh's and the MPIs' messages are far shorter
 DAEMONS = ("orted", "prted", "hydra_pmi_proxy", "hydra_bstrap_proxy")
@@ -197,8 +199,10 @@ class Explanation:
     fix: str
 
     def text(self, code: int) -> str:
-        return (f"mpi-bootstrap: mpirun exited {code}. Likely cause: {self.cause}.\n"
-                f"  What to do: {self.fix}.\n")
+        """For a person: the cause names what mpirun printed (a host), escaped."""
+        cause, fix = printable(self.cause, lines=False), printable(self.fix, lines=False)
+        return (f"mpi-bootstrap: mpirun exited {code}. Likely cause: {cause}.\n"
+                f"  What to do: {fix}.\n")
 
 
 def _lines(output: str) -> list[str]:

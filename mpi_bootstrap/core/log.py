@@ -15,6 +15,8 @@ import time
 from collections.abc import MutableMapping
 from typing import Any, Protocol
 
+from mpi_bootstrap.core.errors import printable
+
 # The numbers are the logging module's (DEBUG=10 … ERROR=40).
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 SECRET_WORDS = ("token", "secret", "password", "private_key", "privkey")
@@ -38,8 +40,8 @@ def line(event: str, level: str, role: str, keys: MutableMapping[str, Any], *,
     redact(keys)
     now = time.time()
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
-    if console:
+    if console:  # for a person: what others said is escaped (core/errors.py printable)
         pairs = " ".join(f"{k}={v}" for k, v in sorted({**keys, "role": role}.items()))
-        return f"{stamp} [{level:<9}] {event:<30} {pairs}\n"
+        return printable(f"{stamp} [{level:<9}] {event:<30} {pairs}") + "\n"
     record = {**keys, "event": event, "role": role, "level": level, "timestamp": stamp}
     return json.dumps(record, default=str) + "\n"

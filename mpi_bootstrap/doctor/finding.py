@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from mpi_bootstrap.core.errors import printable
+
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
@@ -14,6 +16,9 @@ class Finding:
     advice: str = ""
 
     def line(self) -> str:
+        """One line for a person: what a worker, a nameserver or an sshd's banner said
+        is escaped (it cannot erase a line above or forge an `ok`)."""
         mark = "ok " if self.ok else "!! "
         text = f"{mark}{self.host}: {self.check}: {self.detail}"
-        return text + (f" — {self.advice}" if self.advice and not self.ok else "")
+        return printable(text + (f" — {self.advice}" if self.advice and not self.ok else ""),
+                         lines=False)

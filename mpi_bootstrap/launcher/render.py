@@ -6,6 +6,7 @@ import json
 import shlex
 from typing import Any
 
+from mpi_bootstrap.core.errors import printable
 from mpi_bootstrap.launcher.plan import Plan
 
 JSON_VERSION = 1
@@ -93,4 +94,5 @@ def as_text(plan: Plan) -> str:
     vw = min(40, max(len(d.value) for d in plan.decisions))
     for d in plan.decisions:
         add(f"  {d.setting:<{sw}}  {d.value:<{vw}}  [{d.source}] {d.reason}")
-    return "\n".join(out) + "\n"
+    # Environment values, hostfile lines and mpirun's version come from others: escaped.
+    return printable("\n".join(out) + "\n")

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from mpi_bootstrap.core.errors import ExecError
+from mpi_bootstrap.core.errors import ExecError, printable
 from mpi_bootstrap.pid1.output import Output, line_logger
 from mpi_bootstrap.pid1.restart import RestartPolicy
 from mpi_bootstrap.pid1.supervisor import Settings, Supervisor
@@ -23,7 +23,7 @@ from mpi_bootstrap.proc import signals, subreaper
 def main(argv: Sequence[str] | None = None) -> int:
     spec = read_spec(list(sys.argv[1:] if argv is None else argv))
     if isinstance(spec, str):
-        sys.stderr.write(f"mpi-bootstrap proc: {spec}\n")
+        sys.stderr.write(f"mpi-bootstrap proc: {printable(spec, lines=False)}\n")
         return 64
     inherited = spec.get("inherited")
     signals.remember_inherited(frozenset(inherited) if inherited is not None else None)
@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = sup.run(spec["argv"], spec["env"], adopt=spec.get("adopt"),
                        stderr_fd=spec.get("stderr_fd"), tty=bool(spec.get("tty")))
     except ExecError as exc:
-        output.write(f"mpi-bootstrap: {exc.message}\n".encode())
+        output.write(f"mpi-bootstrap: {printable(exc.message, lines=False)}\n".encode())
         code = int(exc.status)
         sup.reason = exc.message
     if spec.get("probe"):  # nobody reads it now: a session must not wait on it

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from mpi_bootstrap.core.errors import ExitStatus, signal_exit_status
+from mpi_bootstrap.core.errors import ExitStatus, printable, signal_exit_status
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.pid1.output import Output, Tee
 from mpi_bootstrap.pid1.restart import RestartPolicy
@@ -247,8 +247,8 @@ class Supervisor:
                             "the pod")
             self.reason = (f"{self.argv[0]} keeps dying ({len(self.deaths)} times in "
                            f"{policy.window:g} s, last exit {code})")
-            self.output.write(f"mpi-bootstrap: {self.reason}; giving up so that Kubernetes "
-                              "restarts the pod\n".encode())
+            self.output.write(f"mpi-bootstrap: {printable(self.reason, lines=False)}; giving "
+                              "up so that Kubernetes restarts the pod\n".encode())
         self.main_status = status
 
     def keep_service_alive(self) -> None:

@@ -16,6 +16,7 @@ import threading
 from collections.abc import MutableMapping
 from typing import Any, TextIO
 
+from mpi_bootstrap.core.errors import printable
 from mpi_bootstrap.core.log import LEVELS, Log, line, redact
 
 _log: Log | None = None
@@ -52,6 +53,16 @@ def _json_lines(out: TextIO, level: str, role: str) -> Log:
     return log
 
 
+def _escaped(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+             ) -> MutableMapping[str, Any]:
+    """Every text value printable (core/errors.py): a peer's words in a log line must not
+    drive the terminal; the renderer's own colours come after this."""
+    for key, value in event_dict.items():
+        if isinstance(value, str):
+            event_dict[key] = printable(value)
+    return event_dict
+
+
 def _console(out: TextIO, level: str, role: str) -> Log:
     import structlog
 
@@ -68,6 +79,7 @@ def _console(out: TextIO, level: str, role: str) -> Log:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             lambda _logger, _method, event_dict: redact(event_dict),
+            _escaped,
             structlog.dev.ConsoleRenderer(colors=out.isatty()),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]),

@@ -3,16 +3,24 @@
 Never blocks, never fails the exit: every error is swallowed (the exit code and stderr
 are the same with or without the file). Standard library only (the resident writes it).
 
+- No link is followed at any component of the path: it is opened one directory at a time
+  from `/` (`openat` with O_NOFOLLOW|O_DIRECTORY), and the file itself with O_NOFOLLOW.
+  A directory above it may be writable by someone else (a Kubernetes emptyDir is 0777
+  without the sticky bit: kubernetes#110835); had they swapped a directory on the path
+  for a symlink, the root agent would truncate, or create, a file of that name wherever
+  the link points (tests/test_attacks_termlog.py). A path through a link writes nothing.
 - The file exists (the kubelet bind-mounts /dev/termination-log into every container):
   it is written in place, since a bind mount cannot be renamed over: opened without
-  following a symlink and without blocking (O_NONBLOCK: a FIFO with no reader fails at
-  once instead of waiting), only if it is a regular file, then one pwrite of at most
-  4 KiB at offset 0 and a truncate to its end (the file never reads empty; the kubelet
-  reads it once the container has exited, when nothing writes any more).
+  blocking (O_NONBLOCK: a FIFO with no reader fails at once instead of waiting), only if
+  it is a regular file with one name (a hard link planted where protected_hardlinks is
+  off is another file's), then one pwrite of at most 4 KiB at offset 0 and a truncate to
+  its end (the file never reads empty; the kubelet reads it once the container has
+  exited, when nothing writes any more).
 - It does not exist: created only when the path was set (`MPI_BOOTSTRAP_TERMINATION_LOG`,
-  `--termination-log`), in its existing directory, atomically (a temporary file renamed
-  over). The default path is used only where it exists: the agent puts nothing in a
-  container's /dev that the runtime did not.
+  `--termination-log`), in its existing directory (the one opened above, whatever is
+  renamed meanwhile), atomically (a temporary file renamed over). The default path is
+  used only where it exists: the agent puts nothing in a container's /dev that the
+  runtime did not.
 """
 
 from __future__ import annotations
@@ -24,21 +32,52 @@ import stat
 
 from mpi_bootstrap.core.termination import LIMIT
 
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE = os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
+
 
 def write(path: str, text: str, *, create: bool) -> bool:
     """Write `text` (cut to LIMIT bytes) to `path`; whether it was written."""
-    if not path:
-        return False
     data = text.encode("utf-8", "replace")[:LIMIT]
-    flags = os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        return create and _create(path, data)
-    except OSError:
+        parent, name = _open_parent(path)
+    except (OSError, ValueError):  # a link or a missing directory on the way; a NUL
         return False
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        return _write_in(parent, name, data, create)
+    finally:
+        os.close(parent)
+
+
+def _open_parent(path: str) -> tuple[int, str]:
+    """The directory that holds `path`, opened through no link, and the file's name."""
+    if not path.startswith("/"):
+        raise ValueError(path)
+    *dirs, name = [part for part in path.split("/") if part]
+    if name in (".", ".."):
+        raise ValueError(path)
+    fd = os.open("/", _DIR)
+    try:
+        for part in dirs:
+            below = os.open(part, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = below
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, name
+
+
+def _write_in(parent: int, name: str, data: bytes, create: bool) -> bool:
+    try:
+        fd = os.open(name, _FILE, dir_fd=parent)
+    except FileNotFoundError:
+        return create and _create(parent, name, data)
+    except OSError:  # a symlink (ELOOP), a FIFO with no reader (ENXIO), a directory
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
             return False
         os.pwrite(fd, data, 0)
         os.ftruncate(fd, len(data))
@@ -49,12 +88,11 @@ def write(path: str, text: str, *, create: bool) -> bool:
     return True
 
 
-def _create(path: str, data: bytes) -> bool:
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(4)}.tmp")
+def _create(parent: int, name: str, data: bytes) -> bool:
+    tmp = f".{name}.{secrets.token_hex(4)}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644)
+                     0o644, dir_fd=parent)
     except OSError:
         return False
     try:
@@ -62,9 +100,9 @@ def _create(path: str, data: bytes) -> bool:
             os.write(fd, data)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
     except OSError:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=parent)
         return False
     return True
