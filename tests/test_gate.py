@@ -294,3 +294,24 @@ class TestRanksWithoutTheRshAgent:
             refused(c, launcher, marks)
             started = logs.event(launcher.stderr(), "mpirun start")
             assert (started or {}).get("gate") == gate, started
+
+
+class TestMarks:
+    """The gate's own marks never share a name with a host's."""
+
+    def test_hosts_named_all_and_failed(self, work: Path, marker: tuple[Path, Path]) -> None:
+        """Workers whose hostnames are `all` and `failed` (the names the agent's own marks
+        had): Open MPI 4's gates, one mark per worker, let both through; exit 0, a marker
+        on each (the launcher exited 73, "File exists", when a host named `all` met the
+        mark of every check)."""
+        prog, marks = marker
+        names = ["all", "failed"]
+        with Cluster(["job-launcher", *names], pid1=True) as c:
+            job = Job(c, work, mpi("openmpi4"))
+            for w in job.start_workers():
+                job.wait_ready(w)
+            launcher = job.launcher([str(prog)], slots=1, names=names, LD_LIBRARY_PATH="/o")
+            code, _, err = launcher.finish(timeout=120)
+            assert code == 0, err
+            assert logs.event(err, "mpirun start", gate="each") is not None, err
+            assert sorted(p.name.split(".")[0] for p in marks.iterdir()) == names, err

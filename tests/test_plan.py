@@ -917,6 +917,20 @@ class TestLaunchGate:
         assert not any("vm" in a for a in plan5.argv), plan5.argv
         assert params(list(plan5.argv), "--prtemca")["plm"] == "ssh"
 
+    def test_no_host_name_collides_with_a_mark(self) -> None:
+        """The agent's own marks begin with a dot, which no host name can: hosts named `all`
+        and `failed` get marks of their own, and the gate refuses a host word with a dot
+        in front."""
+        assert gate.ALL.startswith(".") and gate.FAILED.startswith(".")
+        for name in ("all", "failed", "all.ok", "failed.wake"):
+            assert gate.mark(name) not in (gate.ALL, gate.FAILED)
+        for bad in (gate.ALL, gate.FAILED, ".x"):
+            if bad != gate.ALL:
+                with pytest.raises(ValueError):
+                    gate.mark(bad)
+        text = gate.script("/run/s", ("ssh",), gate.EACH, "all")
+        assert '[ "$h" = all ]' in text and "pass .all; fi" in text
+
 
 class TestLocalRule:
     """mpirun's rule for a host it runs without ssh, which decides preflight's hosts too."""

@@ -11,14 +11,14 @@ SIGKILL to its whole process group) and exits 69 with the check's message.
 
 Which marks a gate waits for, per runtime:
     EACH    its own worker's (`HOST.ok`); the gate of one worker (`last`) also waits
-            for `all.ok`: every check and the data check. For ORTE and PRRTE where they
+            for `.all.ok`: every check and the data check. For ORTE and PRRTE where they
             start a daemon on every host of the hostfile: they start no rank until every
             daemon has reported (verified for ORTE 4.1 and PRRTE 5.0 in
             tests/test_gate.py), so no rank starts before all passed, while the other
             daemons start as their workers pass.
-    EVERY   `all.ok` for every worker: hydra, whose proxy starts its ranks as soon as it
+    EVERY   `.all.ok` for every worker: hydra, whose proxy starts its ranks as soon as it
             connects, and ORTE where it starts daemons only on some hosts (`--novm`).
-A host the agent does not check (not in the plan's remote hosts) waits for `all.ok`.
+A host the agent does not check (not in the plan's remote hosts) waits for `.all.ok`.
 Where a rank can start without the gate (a host of the hostfile that is mpirun's own
 pod, a host list of the user's: launcher/mpi/gating.py), there is no gate: the checks
 run first, then mpirun.
@@ -40,8 +40,10 @@ from mpi_bootstrap.core.names import is_host, is_plain_path
 
 SCRIPT = "ssh-gate"  # in the state directory
 DIR = "gate"  # the marks, in the state directory
-ALL = "all"  # every check passed (and the data check)
-FAILED = "failed"  # a check failed: every gate exits without connecting
+# The agent's own marks begin with a dot, which no host name does (core/names.py; the
+# gate refuses such a host): a host named `all` or `failed` has marks of its own.
+ALL = ".all"  # every check passed (and the data check)
+FAILED = ".failed"  # a check failed: every gate exits without connecting
 EACH = "each"  # mode: a gate waits for its own worker ( + ALL for `last`)
 EVERY = "every"  # mode: every gate waits for ALL
 
