@@ -178,6 +178,26 @@ class TestNoRankBeforeEveryCheck:
                 else:  # hydra: no proxy before every check passed
                     assert not seen & {"hydra_pmi_proxy", "hydra_bstrap_proxy"}, seen
 
+    def test_mpirun_that_exited_by_itself_first(
+        self, work: Path, marker: tuple[Path, Path]
+    ) -> None:
+        """mpirun (Open MPI 4, an option it does not know) exits by itself while the checks
+        run, then worker-1's data check fails: 69, and the log says mpirun had exited by
+        itself, with its code, instead of "no rank has started" (which only the agent's
+        ending of a gated mpirun makes known)."""
+        prog, marks = marker
+        m = mpi("openmpi4")
+        with Cluster(["job-launcher", *W3], pid1=True) as c:
+            job = start(c, work, m, FAULTS["data NIC down"], prog.parent)
+            argv = [m.mpirun, "--no-such-option", str(prog)]
+            launcher = job.launcher(argv, slots=1, names=W3, LD_LIBRARY_PATH="/opt/l")
+            refused(c, launcher, marks)
+            ended = logs.event(launcher.stderr(), "mpirun ended")
+            assert ended is not None and ended["code"] not in (None, 0), ended
+            reason = str(ended["reason"])
+            assert "mpirun had exited by itself before" in reason, reason
+            assert "no rank has started" not in reason, reason
+
     def test_control(self, real_mpi: RealMPI, work: Path, marker: tuple[Path, Path]) -> None:
         """Every check passes: one marker per worker, exit 0; mpirun started before the
         checks had passed."""
