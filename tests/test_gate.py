@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import AGENT, RealMPI
+from tests.conftest import AGENT, REAL_MPIS, RealMPI
 from tests.support import logs
 from tests.support.cluster import Cluster, Pod
 from tests.support.job import Agent, Job, pod_processes, sshd_of
@@ -125,6 +125,25 @@ def launch(job: Job, prog: Path) -> Agent:
     return job.launcher([str(prog)], slots=1, names=W3, LD_LIBRARY_PATH="/opt/user-lib")
 
 
+def mpi(kind: str) -> RealMPI:
+    """One real MPI by its kind (the `real_mpi` fixture runs every one)."""
+    m = REAL_MPIS[kind]
+    if not os.access(m.mpirun, os.X_OK):
+        pytest.fail(f"{m.mpirun} missing: run `make system-deps mpi-venvs` (make test does)")
+    return m
+
+
+def refused(c: Cluster, launcher: Agent, marks: Path) -> list[str]:
+    """The launcher's end: 69 naming worker-1's data NIC, no marker on any host, nothing
+    of the job left on any pod; its log's events."""
+    code, _, err = launcher.finish(timeout=120)
+    assert code == 69, err
+    assert "data network:" in err and "job-worker-1" in err, err
+    assert sorted(p.name for p in marks.iterdir()) == [], err
+    wait_until(lambda: not left(c), 20, lambda: f"the job's processes gone: {left(c)}")
+    return [e["event"] for e in logs.events(err)]
+
+
 class TestNoRankBeforeEveryCheck:
     """mpirun starts with the checks (its log says so first), yet a failed check means no
     rank ran anywhere; the agent ends mpirun and leaves nothing of the job behind."""
@@ -158,6 +177,26 @@ class TestNoRankBeforeEveryCheck:
                     assert seen & {"orted", "prted"}, seen
                 else:  # hydra: no proxy before every check passed
                     assert not seen & {"hydra_pmi_proxy", "hydra_bstrap_proxy"}, seen
+
+    def test_mpirun_that_exited_by_itself_first(
+        self, work: Path, marker: tuple[Path, Path]
+    ) -> None:
+        """mpirun (Open MPI 4, an option it does not know) exits by itself while the checks
+        run, then worker-1's data check fails: 69, and the log says mpirun had exited by
+        itself, with its code, instead of "no rank has started" (which only the agent's
+        ending of a gated mpirun makes known)."""
+        prog, marks = marker
+        m = mpi("openmpi4")
+        with Cluster(["job-launcher", *W3], pid1=True) as c:
+            job = start(c, work, m, FAULTS["data NIC down"], prog.parent)
+            argv = [m.mpirun, "--no-such-option", str(prog)]
+            launcher = job.launcher(argv, slots=1, names=W3, LD_LIBRARY_PATH="/opt/l")
+            refused(c, launcher, marks)
+            ended = logs.event(launcher.stderr(), "mpirun ended")
+            assert ended is not None and ended["code"] not in (None, 0), ended
+            reason = str(ended["reason"])
+            assert "mpirun had exited by itself before" in reason, reason
+            assert "no rank has started" not in reason, reason
 
     def test_control(self, real_mpi: RealMPI, work: Path, marker: tuple[Path, Path]) -> None:
         """Every check passes: one marker per worker, exit 0; mpirun started before the
@@ -213,3 +252,86 @@ class TestWhileGated:
             assert code == 143, err
             assert list(marks.iterdir()) == []
             wait_until(lambda: not left(c), 20, lambda: f"the job's processes gone: {left(c)}")
+
+
+class TestRanksWithoutTheRshAgent:
+    """Runtimes that can start a rank without mpirun's ssh to its host (hydra forks the
+    proxy of a host that is mpirun's own; ORTE's --novm and --max-vm-size start daemons on
+    some hosts only): still no rank anywhere before every check passed, with the gate on
+    where it can hold every rank and off (the checks first) where it cannot. worker-1's
+    data NIC is down, so its data check fails seconds after every preflight passed."""
+
+    @pytest.mark.parametrize(
+        ("kind", "gate"),
+        [("mpich", None), ("intel", None), ("openmpi4", "each"), ("openmpi5", "each")],
+    )
+    def test_launcher_in_the_hostfile(
+        self, kind: str, gate: str | None, work: Path, marker: tuple[Path, Path]
+    ) -> None:
+        """`mpirun -n 1` with the launcher itself first in the hostfile (MPI Operator's
+        runLauncherAsWorker): hydra forks that host's proxy without its launcher-exec, so
+        its gate is off and the checks run first (through the gate, the launcher's rank
+        ran at once); ORTE and PRRTE run it only once every daemon has reported, and the
+        last worker's waits for every check. 69, no marker."""
+        prog, marks = marker
+        m = mpi(kind)
+        with Cluster(["job-launcher", *W3], pid1=True) as c:
+            job = start(c, work, m, FAULTS["data NIC down"], prog.parent)
+            argv = [m.mpirun, "-n", "1", str(prog)]
+            names = ["job-launcher", *W3]
+            launcher = job.launcher(argv, slots=1, names=names, LD_LIBRARY_PATH="/opt/l")
+            refused(c, launcher, marks)
+            started = logs.event(launcher.stderr(), "mpirun start")
+            assert (started or {}).get("gate") == gate, started
+
+    @pytest.mark.parametrize(
+        ("flags", "names", "gate"),
+        [
+            (["--novm"], W3, "every"),
+            (["--max-vm-size", "1"], W3, "every"),
+            (["--novm"], ["job-launcher", *W3], None),
+        ],
+    )
+    def test_orte_daemons_on_some_hosts(
+        self,
+        flags: list[str],
+        names: list[str],
+        gate: str | None,
+        work: Path,
+        marker: tuple[Path, Path],
+    ) -> None:
+        """Open MPI 4, `mpirun --novm -np 1` (or `--max-vm-size 1`) on three workers: ORTE
+        starts a daemon on worker-0 only, so every gate waits for every check (worker-0's
+        rank ran, and mpirun exited 0, when only worker-0's own check held its daemon);
+        with the launcher first in the hostfile, ORTE starts the rank there with no daemon
+        at all, and the gate is off. 69, no marker."""
+        prog, marks = marker
+        m = mpi("openmpi4")
+        with Cluster(["job-launcher", *W3], pid1=True) as c:
+            job = start(c, work, m, FAULTS["data NIC down"], prog.parent)
+            argv = [m.mpirun, *flags, "-np", "1", str(prog)]
+            launcher = job.launcher(argv, slots=1, names=names, LD_LIBRARY_PATH="/opt/l")
+            refused(c, launcher, marks)
+            started = logs.event(launcher.stderr(), "mpirun start")
+            assert (started or {}).get("gate") == gate, started
+
+
+class TestMarks:
+    """The gate's own marks never share a name with a host's."""
+
+    def test_hosts_named_all_and_failed(self, work: Path, marker: tuple[Path, Path]) -> None:
+        """Workers whose hostnames are `all` and `failed` (the names the agent's own marks
+        had): Open MPI 4's gates, one mark per worker, let both through; exit 0, a marker
+        on each (the launcher exited 73, "File exists", when a host named `all` met the
+        mark of every check)."""
+        prog, marks = marker
+        names = ["all", "failed"]
+        with Cluster(["job-launcher", *names], pid1=True) as c:
+            job = Job(c, work, mpi("openmpi4"))
+            for w in job.start_workers():
+                job.wait_ready(w)
+            launcher = job.launcher([str(prog)], slots=1, names=names, LD_LIBRARY_PATH="/o")
+            code, _, err = launcher.finish(timeout=120)
+            assert code == 0, err
+            assert logs.event(err, "mpirun start", gate="each") is not None, err
+            assert sorted(p.name.split(".")[0] for p in marks.iterdir()) == names, err

@@ -397,18 +397,24 @@ class TestSSHTrust:
         *flags: str,
         state: str = "/run/mpi-bootstrap",
         program: tuple[str, ...] = ("python3", "train.py"),
+        env_extra: dict[str, str] | None = None,
+        local: str | None = None,
     ) -> Plan:
+        """The two workers' plan; `local`: a host of the hostfile, first, that is this pod
+        (mpirun runs its ranks without ssh: no record, no check)."""
         from mpi_bootstrap.core.model import ClientKey, PlannedFile
 
         env = {
             **BASE_ENV,
             "MPI_BOOTSTRAP_EXCHANGE": exchange_mode,
             "MPI_BOOTSTRAP_EXCHANGE_DIR": "/shared/x",
+            **(env_extra or {}),
         }
         config = Config.from_env(
             env, ["--state-dir", state, *flags, "launcher", "--", *program], host=HOST
         )
-        parsed = hf.parse(HOSTFILE, "/etc/mpi/hostfile")
+        text = f"{local} slots=2\n{HOSTFILE}" if local else HOSTFILE
+        parsed = hf.parse(text, "/etc/mpi/hostfile")
         answers = {n: Answer(n, addresses=(a,)) for n, a in ADDRESSES.items()}
         key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIL4FbUREZCX4XJ0cFCw6lRx4ehfW10t1GxS1s/M0/Gl2"
         file = (
@@ -637,15 +643,18 @@ class TestImageSettings:
 
     def test_plm_kept_on_one_host_and_when_harmless(self) -> None:
         """No --mca plm is added for a single-host job, nor when the image's plm (rsh, ^slurm, none)
-        already reaches other hosts."""
+        already reaches other hosts; with the launch gate and no plm named anywhere, the
+        agent's is pinned (an MCA parameter file may name another: launcher/mpi/gating.py)."""
         for env, remote in (
             (CUDA_IMAGE_ENV, False),
             ({"OMPI_MCA_plm": "rsh"}, True),
             ({"OMPI_MCA_plm": "^slurm"}, True),
-            ({}, True),
+            ({}, False),
         ):
             plan = make_plan("openmpi4", "none", "none", env_extra=env, remote=remote)
             assert "plm" not in params(argv_of(plan), "--mca"), (env, remote)
+        plan = make_plan("openmpi4", "none", "none", remote=True)
+        assert plan.gate == gate.EACH and params(argv_of(plan), "--mca")["plm"] == "rsh"
 
     def test_users_own_plm_flag_wins(self) -> None:
         """A --mca plm in the user's own mpirun command is kept once as given, even isolated."""
@@ -835,6 +844,92 @@ class TestLaunchGate:
         value, reason = self.decision(plan)
         assert (plan.gate, value) == (None, "off") and why in reason, reason
         assert not any(f.path.endswith("ssh-gate") for f in plan.files)
+
+    @pytest.mark.parametrize(
+        ("kind", "program", "env", "local", "why"),
+        [
+            # hydra forks the proxy of a host that is mpirun's own: its ranks start at once
+            ("mpich", (), {}, "localhost", "localhost in the hostfile is this pod: hydra forks"),
+            ("intel", (), {}, "10.1.0.9", "10.1.0.9 in the hostfile is this pod"),
+            ("mpich", ("mpiexec", "-launcher", "fork", "a.out"), {}, None, "launcher 'fork'"),
+            ("intel", ("mpirun", "-hosts", "a,b", "a.out"), {}, None, "user flag -hosts"),
+            ("mpich", ("mpiexec", "-localhost", "x", "a.out"), {}, None, "user flag -localhost"),
+            # ORTE's --novm: daemons only where ranks go, and none for this pod's ranks
+            ("openmpi4", ("mpirun", "--novm", "a.out"), {}, "localhost", "user flag --novm"),
+            ("openmpi4", (), {"OMPI_MCA_orte_no_vm": "1"}, "localhost", "env OMPI_MCA_orte_no_vm"),
+            ("openmpi4", ("mpirun", "-H", "a,b", "a.out"), {}, None, "user flag -H"),
+            ("openmpi4", (), {"OMPI_MCA_orte_default_dash_host": "a"}, None, "env OMPI_MCA_orte"),
+            ("openmpi4", ("mpirun", "--mca", "plm", "slurm", "a.out"), {}, None, "plm 'slurm'"),
+            ("openmpi5", ("mpirun", "--rankfile", "r", "a.out"), {}, None, "--rankfile"),
+            ("openmpi5", ("mpirun", "--max-vm-size", "1", "a"), {}, "localhost", "--max-vm-size"),
+        ],
+    )
+    def test_off_where_a_rank_can_start_without_it(
+        self, kind: str, program: tuple[str, ...], env: dict[str, str], local: str | None, why: str
+    ) -> None:
+        """No gate where a rank can start without mpirun's ssh (launcher/mpi/gating.py): a
+        host of the hostfile that is this pod where that runtime starts its ranks without a
+        daemon that waits, a launcher or host list of the user's; the plan says why."""
+        plan = self.plan(kind, "dir", program=program or ("a.out",), env_extra=env, local=local)
+        value, reason = self.decision(plan)
+        assert (plan.gate, value) == (None, "off") and why in reason, reason
+        assert reason.endswith(": the checks, if any, run first, then mpirun"), reason
+        assert not any(f.path.endswith("ssh-gate") for f in plan.files)
+        assert not any("ssh-gate" in a for a in plan.argv), plan.argv
+
+    @pytest.mark.parametrize(
+        ("kind", "program", "env", "why"),
+        [
+            ("openmpi4", ("mpirun", "--novm", "-np", "1", "a.out"), {}, "user flag --novm"),
+            ("openmpi4", ("mpirun", "-max-vm-size", "1", "a.out"), {}, "-max-vm-size"),
+            ("openmpi4", ("mpirun", "--mca", "state_novm_select", "1", "a"), {}, "--mca state"),
+            ("openmpi4", (), {"OMPI_MCA_orte_max_vm_size": "1"}, "env OMPI_MCA_orte_max_vm"),
+            ("openmpi5", ("mpirun", "--max-vm-size", "1", "a.out"), {}, "--max-vm-size"),
+        ],
+    )
+    def test_every_worker_waits_where_daemons_start_only_on_some(
+        self, kind: str, program: tuple[str, ...], env: dict[str, str], why: str
+    ) -> None:
+        """ORTE's --novm (and --max-vm-size) starts daemons only on some hosts, so one that
+        waits for all may never start: every gate waits for every check (no host of the
+        hostfile is this pod, so every rank needs a daemon, and every daemon the gate)."""
+        plan = self.plan(kind, "dir", program=program or ("a.out",), env_extra=env)
+        value, reason = self.decision(plan)
+        assert (plan.gate, value) == (gate.EVERY, "on") and why in reason, reason
+        assert "every worker's ssh waits for every check" in reason
+        text = next(f.text for f in plan.files if f.path.endswith("ssh-gate"))
+        assert text.count(f"pass {gate.ALL}\n") == 1 and 'pass "$h"' not in text
+        assert "orte_no_vm" not in plan.argv and "orte_max_vm_size" not in plan.argv
+
+    @pytest.mark.parametrize("local", [None, "localhost"])
+    def test_orte_virtual_machine_is_pinned(self, local: str | None) -> None:
+        """ORTE, mode EACH: a daemon on every host of the hostfile before any rank, started
+        over ssh, whatever an MCA parameter file says (the command line wins over it); with
+        this pod in the hostfile too (its ranks start once every daemon has reported).
+        PRRTE has no no-VM setting to pin, its plm is."""
+        plan = self.plan("openmpi4", "dir", local=local)
+        assert plan.gate == gate.EACH
+        mca = params(list(plan.argv), "--mca")
+        assert (mca["orte_no_vm"], mca["orte_max_vm_size"], mca["plm"]) == ("0", "0", "rsh")
+        assert list(plan.argv).count("orte_no_vm") == 1
+        plan5 = self.plan("openmpi5", "dir", local=local)
+        assert plan5.gate == gate.EACH
+        assert not any("vm" in a for a in plan5.argv), plan5.argv
+        assert params(list(plan5.argv), "--prtemca")["plm"] == "ssh"
+
+    def test_no_host_name_collides_with_a_mark(self) -> None:
+        """The agent's own marks begin with a dot, which no host name can: hosts named `all`
+        and `failed` get marks of their own, and the gate refuses a host word with a dot
+        in front."""
+        assert gate.ALL.startswith(".") and gate.FAILED.startswith(".")
+        for name in ("all", "failed", "all.ok", "failed.wake"):
+            assert gate.mark(name) not in (gate.ALL, gate.FAILED)
+        for bad in (gate.ALL, gate.FAILED, ".x"):
+            if bad != gate.ALL:
+                with pytest.raises(ValueError):
+                    gate.mark(bad)
+        text = gate.script("/run/s", ("ssh",), gate.EACH, "all")
+        assert '[ "$h" = all ]' in text and "pass .all; fi" in text
 
 
 class TestLocalRule:

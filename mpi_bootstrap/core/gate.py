@@ -10,14 +10,18 @@ connecting, so that mpirun gives up its launch; it then ends mpirun (SIGTERM, th
 SIGKILL to its whole process group) and exits 69 with the check's message.
 
 Which marks a gate waits for, per runtime:
-    ORTE, PRRTE   its own worker's (`HOST.ok`); the gate of one worker (`last`) also
-                  waits for `all.ok`: every check and the data check. Open MPI starts
-                  no rank until every daemon has reported (verified for ORTE 4.1 and
-                  PRRTE 5.0 in tests/test_gate.py), so no rank starts before all passed,
-                  while the other daemons start as their workers pass.
-    hydra         `all.ok` for every worker: a proxy starts its ranks as soon as it
-                  connects.
-A host the agent does not check (not in the plan's remote hosts) waits for `all.ok`.
+    EACH    its own worker's (`HOST.ok`); the gate of one worker (`last`) also waits
+            for `.all.ok`: every check and the data check. For ORTE and PRRTE where they
+            start a daemon on every host of the hostfile: they start no rank until every
+            daemon has reported (verified for ORTE 4.1 and PRRTE 5.0 in
+            tests/test_gate.py), so no rank starts before all passed, while the other
+            daemons start as their workers pass.
+    EVERY   `.all.ok` for every worker: hydra, whose proxy starts its ranks as soon as it
+            connects, and ORTE where it starts daemons only on some hosts (`--novm`).
+A host the agent does not check (not in the plan's remote hosts) waits for `.all.ok`.
+Where a rank can start without the gate (a host of the hostfile that is mpirun's own
+pod, a host list of the user's: launcher/mpi/gating.py), there is no gate: the checks
+run first, then mpirun.
 
 The marks live in `STATE/gate/` (0700, the agent's): `NAME.ok` files, and a FIFO
 `NAME.wake` per mark that the gate holds open (read-write: never blocks) while it
@@ -36,10 +40,12 @@ from mpi_bootstrap.core.names import is_host, is_plain_path
 
 SCRIPT = "ssh-gate"  # in the state directory
 DIR = "gate"  # the marks, in the state directory
-ALL = "all"  # every check passed (and the data check)
-FAILED = "failed"  # a check failed: every gate exits without connecting
-EACH = "each"  # mode: a gate waits for its own worker ( + `all` for `last`)
-EVERY = "every"  # mode: every gate waits for `all`
+# The agent's own marks begin with a dot, which no host name does (core/names.py; the
+# gate refuses such a host): a host named `all` or `failed` has marks of its own.
+ALL = ".all"  # every check passed (and the data check)
+FAILED = ".failed"  # a check failed: every gate exits without connecting
+EACH = "each"  # mode: a gate waits for its own worker ( + ALL for `last`)
+EVERY = "every"  # mode: every gate waits for ALL
 
 # ssh's options that take a value: the host is the first word that is neither an
 # option nor such a value (mpirun adds `-x` when its agent is named ssh; hydra always).
@@ -58,7 +64,7 @@ def script(state: str, ssh_command: Sequence[str], mode: str, last: str | None) 
     the marks it waits for are there."""
     if not is_plain_path(state):
         raise ValueError(f"{state!r} is not a plain absolute path")
-    waits = {EACH: _each(last), EVERY: "pass all\n"}[mode]
+    waits = {EACH: _each(last), EVERY: f"pass {ALL}\n"}[mode]
     return (
         "#!/bin/sh\n"
         "# Written by mpi-bootstrap: mpirun's ssh to a worker, once the agent's checks of\n"
@@ -91,5 +97,5 @@ def _each(last: str | None) -> str:
     last_test = f' || [ "$h" = {shlex.quote(mark(last))} ]' if last else ""
     return (
         'if [ -p "$G/$h.wake" ]; then pass "$h"; fi\n'
-        f'if [ ! -p "$G/$h.wake" ]{last_test}; then pass all; fi\n'
+        f'if [ ! -p "$G/$h.wake" ]{last_test}; then pass {ALL}; fi\n'
     )

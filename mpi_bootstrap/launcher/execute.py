@@ -75,11 +75,18 @@ def gated(p: Plan, config: Config, env: Mapping[str, str], log: Log) -> handoff.
         checks(p, config, env, log, passed=marks.open if p.gate == gate.EACH else None)
         marks.open(gate.ALL)
     except BaseException as exc:
+        # Exited by itself already (a bad option, say): then it is not the gate that
+        # ended it, and what it did is its own to say (its output), not the agent's.
+        before = children.exited(started.pid)
         marks.fail()  # the gates that wait exit without connecting: mpirun gives up
-        ended = children.end(started.pid, config.grace_seconds, patience=GIVE_UP_S)
+        ended = before if before is not None else \
+            children.end(started.pid, config.grace_seconds, patience=GIVE_UP_S)
         marks.remove()
+        failed = f"a check failed ({type(exc).__name__})"
         log("mpirun ended", level="warning", pid=started.pid, code=ended,
-            reason=f"a check failed ({type(exc).__name__}): no rank has started")
+            reason=f"{failed}: no rank has started (the gate held every one)"
+            if before is None else f"{failed}; mpirun had exited by itself before, "
+            f"with code {before} (its own output says why)")
         raise
     log("checks passed", workers=len(p.remote), elapsed_s=round(time.monotonic() - t0, 3))
     return started

@@ -187,8 +187,8 @@ def _data_check(config: Config, data: str | None, preflight: bool) -> Decision:
 
 
 def _launch(config: Config, facts: Facts, data: str | None, ssh_cmd: tuple[str, ...], *,
-            rdma: tuple[tuple[str, str], ...] = (), ssh_gate: str | None = None
-            ) -> mpi.LaunchSpec:
+            rdma: tuple[tuple[str, str], ...] = (), ssh_gate: str | None = None,
+            local: tuple[str, ...] = ()) -> mpi.LaunchSpec:
     return mpi.build(mpi.LaunchFacts(
         mpi=facts.mpi, program=config.program, hostfile=config.output_hostfile,
         input_hostfile=facts.hostfile.path, total_slots=facts.hostfile.total_slots,
@@ -197,7 +197,7 @@ def _launch(config: Config, facts: Facts, data: str | None, ssh_cmd: tuple[str, 
         is_root=facts.is_root, ssh_command=ssh_cmd,
         ssh_wrapper=f"{config.state_dir}/ssh-launcher",
         forward_patterns=config.forward_env, startup_timeout=config.startup_timeout,
-        multi_host=bool(facts.remote), rdma=rdma, ssh_gate=ssh_gate,
+        multi_host=bool(facts.remote), rdma=rdma, ssh_gate=ssh_gate, local_hosts=local,
     ))
 
 
@@ -233,9 +233,11 @@ def build_plan(config: Config, facts: Facts) -> Plan:
     ssh_cmd, ssh_files, targets = ssh_setup(config, facts, entries, decisions, control)
     rdma = data_nics(config, facts, data, decisions)
     # The checks run beside mpirun where the resident supervisor carries them (not
-    # --exec): mpirun's ssh is then the gate, unless the user set an agent of their own.
+    # --exec): mpirun's ssh is then the gate, where it alone can start ranks
+    # (launcher/mpi/gating.py: not the user's own agent, no rank on this pod unseen).
     gate_path = f"{config.state_dir}/{gate.SCRIPT}" if preflight and not config.exec else None
-    spec = _launch(config, facts, data, ssh_cmd, rdma=rdma, ssh_gate=gate_path)
+    local = tuple(e.rewritten_to for e in entries if e.rewritten_to not in facts.remote)
+    spec = _launch(config, facts, data, ssh_cmd, rdma=rdma, ssh_gate=gate_path, local=local)
     decisions.extend(spec.decisions)
     decisions.extend(run_decisions)
     check = _data_check(config, data, preflight)

@@ -20,23 +20,23 @@ if TYPE_CHECKING:
 def launch_gate(config: Config, facts: Facts, spec: mpi.LaunchSpec, ssh_cmd: tuple[str, ...],
                 preflight: bool) -> tuple[str | None, list[PlannedFile], Decision]:
     """Whether mpirun starts beside the checks (core/gate.py): its mode, the gate
-    script, and the decision that says so."""
+    script, and the decision that says so. The builder chose the mode, or why there is
+    none (launcher/mpi/gating.py)."""
     source = str(config.source("preflight"))
-    if not spec.gated:
+    if spec.gate is None:
         why = ("no checks to wait for (preflight is off)" if not preflight else
                "--exec: no resident supervisor to carry the checks beside mpirun"
-               if config.exec else "the user's own ssh agent for mpirun (it would not wait)")
+               if config.exec else spec.gate_why)
         return None, [], Decision("launch gate", "off", source,
                                   f"{why}: the checks, if any, run first, then mpirun")
-    if facts.mpi.runtime == mpi.HYDRA:
+    if spec.gate == gate.EVERY:
         mode, last = gate.EVERY, None
-        waits = ("every worker's ssh waits for every check and the data check (a hydra "
-                 "proxy starts its ranks as soon as it connects)")
+        waits = ("every worker's ssh waits for every check and the data check: "
+                 f"{spec.gate_why}")
     else:
         mode, last = gate.EACH, facts.remote[-1]
         waits = (f"its ssh to each worker waits until that worker's check passed, and the "
-                 f"one to {last} also for every check and the data check: "
-                 f"{facts.mpi.vendor} starts no rank before every daemon has reported")
+                 f"one to {last} also for every check and the data check: {spec.gate_why}")
     state = config.state_dir
     text = gate.script(state, ssh_cmd, mode, last)
     return mode, [PlannedFile(f"{state}/{gate.SCRIPT}", text, 0o700,
@@ -45,7 +45,6 @@ def launch_gate(config: Config, facts: Facts, spec: mpi.LaunchSpec, ssh_cmd: tup
         "launch gate", "on", source,
         f"mpirun starts with the checks, not after them; {waits}; a worker's failed check "
         "ends mpirun before any rank starts: exit 69")
-
 
 
 def control_dir(config: Config, facts: Facts, preflight: bool,

@@ -17,7 +17,8 @@ class Marks:
 
     def __init__(self, state: str, hosts: Iterable[str]) -> None:
         self.dir = os.path.join(state, gate.DIR)
-        names = [gate.mark(h) for h in (*hosts, gate.ALL)]
+        # Once each: two hostfile names can be one host to mpirun (--rewrite ip).
+        names = list(dict.fromkeys(gate.mark(h) for h in (*hosts, gate.ALL)))
         # A line on a FIFO wakes one reader: as many as there may be gates waiting.
         self.wake = b"\n" * len(names)
         self.names = names

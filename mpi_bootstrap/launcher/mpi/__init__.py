@@ -6,6 +6,7 @@
     builder.py   what every builder shares; the user wins over each agent default
     openmpi.py   Open MPI 4 (ORTE) and 5 (PRRTE), their differences a table
     hydra.py     MPICH and Intel MPI
+    gating.py    whether the launch gate can hold every rank of this launch, and how
 
 Builders return an argv list, never a shell string (Horovod #948). `make lint` forbids
 this package any module that performs I/O: facts such as the install prefix come in.

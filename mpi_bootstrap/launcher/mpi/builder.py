@@ -42,9 +42,16 @@ class LaunchFacts:
     # checks run beside mpirun; None: they run before it.
     ssh_gate: str | None = None
     multi_host: bool = True  # some rank runs on another host (over ssh)
+    # Hosts of the hostfile that are this pod (mpirun starts their ranks without ssh):
+    # the launch gate cannot hold what it never sees (launcher/mpi/gating.py).
+    local_hosts: tuple[str, ...] = ()
     # The RDMA devices behind the data NIC, with where each was seen ("job-worker-1
     # mlx5_0"): NCCL_IB_HCA names exactly them.
     rdma: tuple[tuple[str, str], ...] = ()
+
+
+# Why the launch gate is off when mpirun's ssh is the user's own.
+OWN_AGENT = "the user's own ssh agent for mpirun (it would not wait)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +63,10 @@ class LaunchSpec:
     decisions: tuple[Decision, ...]
     wrap: bool
     program_index: int  # where the user's program starts in argv
-    gated: bool = False  # mpirun's ssh is the launch gate (the user set no agent of theirs)
+    # The launch gate's mode where mpirun's ssh is the gate (core/gate.py: gate.EACH or
+    # gate.EVERY), None where it is not; and why (launcher/mpi/gating.py).
+    gate: str | None = None
+    gate_why: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,31 +99,38 @@ class Builder:
         self.env_set: dict[str, str] = {}
         self.decisions: list[Decision] = []
         self.files: list[PlannedFile] = []
-        self.gated = False  # the launch gate is mpirun's ssh (LaunchFacts.ssh_gate)
+        self.gate: str | None = None  # the launch gate's mode (LaunchSpec.gate)
+        self.gate_why = ""
 
     def decide(self, setting: str, value: str, source: str, reason: str) -> None:
         self.decisions.append(Decision(setting, value, source, reason))
 
+    def theirs(self, d: Default) -> str | None:
+        """Where the user set `d` so that their setting wins (`user flag --novm`, `env
+        OMPI_MCA_plm`), or None."""
+        if self.user and (spelled := self.user.has(*d.flags)):
+            return f"user flag {spelled}"
+        for name in d.mca:
+            if name in self.user_mca:
+                return f"user flag --mca {name}"
+        for var in d.env:  # the first one set: the agent overrides a value that cannot work
+            if var in self.f.environ:
+                theirs = self.f.environ[var]
+                works = d.works is None or d.works(theirs) or not self.f.multi_host
+                return f"env {var}" if works else None
+        return None
+
     def add(self, d: Default) -> bool:
         """Add `d` unless the user set it; record the decision either way."""
         value = d.args[-1] if len(d.args) > 1 else "on"
-        if self.user and (spelled := self.user.has(*d.flags)):
-            self.decide(d.setting, "(user's)", f"user flag {spelled}",
+        if source := self.theirs(d):
+            self.decide(d.setting, "(user's)", source,
                         f"user wins: agent default {value!r} not added")
             return False
-        for name in d.mca:
-            if name in self.user_mca:
-                self.decide(d.setting, "(user's)", f"user flag --mca {name}",
-                            f"user wins: agent default {value!r} not added")
-                return False
         for var in d.env:
             if var not in self.f.environ:
                 continue
             theirs = self.f.environ[var]
-            if d.works is None or d.works(theirs) or not self.f.multi_host:
-                self.decide(d.setting, "(user's)", f"env {var}",
-                            f"user wins: agent default {value!r} not added")
-                return False
             self.args.extend(d.args)
             self.decide(d.setting, value, f"env {var}",
                         f"overrides {var}={theirs!r} (from the image's environment?): "
@@ -212,4 +229,4 @@ class Builder:
         return LaunchSpec(argv=tuple(argv), env_set=dict(self.env_set),
                           forwarded=tuple(forwarded), files=tuple(self.files),
                           decisions=tuple(self.decisions), wrap=self.wrap,
-                          program_index=start, gated=self.gated)
+                          program_index=start, gate=self.gate, gate_why=self.gate_why)

@@ -18,7 +18,7 @@ _OMPI_ARITY = {
         "cpus-per-rank", "launch-agent", "report-uri", "app", "rankfile", "cpu-set",
         "preload-files", "s", "stdin", "xterm", "personality", "runtime-options", "hnp",
         "set-cwd-to-session-dir", "mapby", "rankby", "bindto", "display", "dvm", "pmixam",
-        "forward-signals", "report-pid", "add-hostfile", "add-host",
+        "forward-signals", "report-pid", "add-hostfile", "add-host", "max-vm-size",
     ], 1),
 }
 _HYDRA_ARITY = {
@@ -30,9 +30,12 @@ _HYDRA_ARITY = {
         "bind-to", "map-by", "topolib", "profile", "errfile-pattern", "outfile-pattern",
         "prepend-pattern", "gpus-per-proc", "gdb", "ilp64", "tune", "umask", "nameserver",
         "localhost", "usize", "hosts-group", "ranks-per-proc", "membind", "gtool", "tmpdir",
+        "hostlist", "machines", "machinelist",
     ], 1),
 }
 
+
+MCA_OPTIONS = ("mca", "gmca", "prtemca", "pmixmca", "omca")  # each takes NAME VALUE
 
 # Options that name a hostfile in the user's own command (Open MPI and hydra spellings).
 HOSTFILE_OPTIONS = ("hostfile", "machinefile", "default-hostfile", "f")
@@ -55,7 +58,13 @@ class UserCommand:
 
     def mca_names(self) -> set[str]:
         return {values[0] for name, _, values in self.options
-                if name in ("mca", "gmca", "prtemca", "pmixmca", "omca") and values}
+                if name in MCA_OPTIONS and values}
+
+    def mca_value(self, param: str) -> str | None:
+        """The value the user's command gives MCA parameter `param`, if it does."""
+        return next((values[1] for name, _, values in self.options
+                     if name in MCA_OPTIONS and values[:1] == (param,) and len(values) > 1),
+                    None)
 
     def values(self, name: str) -> list[str]:
         return [v[0] for n, _, v in self.options if n == name and v]

@@ -7,7 +7,8 @@ import shlex
 
 from mpi_bootstrap.core.errors import ConfigError
 from mpi_bootstrap.core.model import PlannedFile
-from mpi_bootstrap.launcher.mpi.builder import Builder, Default, LaunchFacts, LaunchSpec
+from mpi_bootstrap.launcher.mpi import gating
+from mpi_bootstrap.launcher.mpi.builder import OWN_AGENT, Builder, Default, LaunchFacts, LaunchSpec
 from mpi_bootstrap.launcher.mpi.detect import INTEL
 
 ENV_END = "MPI_BOOTSTRAP_ENV_END"  # sentinel that ends mpirun's environment (MPICH)
@@ -86,16 +87,22 @@ def _proxies(b: Builder, row: Hydra) -> None:
                       "every rank on the launcher, and the job \"succeeded\")"))
     # hydra takes one path for the ssh program, so the options live in a script: the
     # launch gate where there is one (core/gate.py), else a wrapper.
-    def add(value: str, why: str) -> bool:
-        return b.add(Default(row.launch_exec, (row.launch_exec, value),
-                             f"hydra takes a single path: {why}",
-                             flags=("launcher-exec", "bootstrap-exec"),
-                             env=(f"{row.launch_env}_EXEC",)))
+    def exec_default(value: str, why: str) -> Default:
+        return Default(row.launch_exec, (row.launch_exec, value),
+                       f"hydra takes a single path: {why}",
+                       flags=("launcher-exec", "bootstrap-exec"),
+                       env=(f"{row.launch_env}_EXEC",))
 
     if b.f.ssh_gate:
-        b.gated = add(b.f.ssh_gate, "the launch gate: ssh to a worker once every check "
-                      "passed (core/gate.py)")
-    elif add(b.f.ssh_wrapper, "this wrapper adds the agent's ssh options"):
+        through = exec_default(b.f.ssh_gate, "the launch gate: ssh to a worker once every "
+                               "check passed (core/gate.py)")
+        mode, b.gate_why = (None, OWN_AGENT) if b.theirs(through) else \
+            gating.hydra(b, ("launcher", "bootstrap"))
+        if mode is not None:
+            b.add(through)
+            b.gate = mode
+            return
+    if b.add(exec_default(b.f.ssh_wrapper, "this wrapper adds the agent's ssh options")):
         script = (
             "#!/bin/sh\n"
             "# Written by mpi-bootstrap: hydra's launcher-exec takes one path, so the ssh\n"

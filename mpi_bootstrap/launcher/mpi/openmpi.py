@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from mpi_bootstrap.launcher.mpi.builder import Builder, Default, LaunchFacts, LaunchSpec
+from mpi_bootstrap.launcher.mpi import gating
+from mpi_bootstrap.launcher.mpi.builder import OWN_AGENT, Builder, Default, LaunchFacts, LaunchSpec
 from mpi_bootstrap.launcher.mpi.detect import PRRTE
 
 NO_TREE_SPAWN = ("mpirun reaches every worker itself: only the launcher needs ssh "
@@ -169,10 +170,15 @@ def _daemons(b: Builder, rt: Runtime) -> None:
         # Through /bin/sh: every daemon is given mpirun's MCA parameters and looks the
         # agent's first word up on its own host, where the gate (the launcher's file) is
         # not: orted then failed, and mpirun waited for it (seen in containers).
-        b.gated = b.add(rt.param(rt.ssh_agent, f"{GATE_SHELL} {b.f.ssh_gate}",
-                                 "the launch gate: ssh to a worker once its checks passed "
-                                 "(core/gate.py), run by a shell every worker has"))
-    else:
+        agent = rt.param(rt.ssh_agent, f"{GATE_SHELL} {b.f.ssh_gate}",
+                         "the launch gate: ssh to a worker once its checks passed "
+                         "(core/gate.py), run by a shell every worker has")
+        mode, b.gate_why = (None, OWN_AGENT) if b.theirs(agent) else \
+            gating.openmpi(b, orte=rt is ORTE_ROW, plm=_user_plm(b, rt), pins=_plm_pin(b, rt))
+        if mode is not None:
+            b.add(agent)
+            b.gate = mode
+    if b.gate is None:
         b.add(rt.param(rt.ssh_agent, " ".join(b.f.ssh_command), "the agent's ssh settings"))
     b.add(rt.param(rt.keep_fqdn, "1", KEEP_FQDN))
     b.add(rt.param(rt.no_tree_spawn, "1", NO_TREE_SPAWN))
@@ -184,6 +190,27 @@ def _daemons(b: Builder, rt: Runtime) -> None:
     elif b.f.startup_timeout > 0:
         b.add(mca(rt.startup_timeout, f"{b.f.startup_timeout:g}",
                   "abort instead of hanging when a daemon never reports back"))
+
+
+def _user_plm(b: Builder, rt: Runtime) -> str | None:
+    """The plm the user chose (a flag, or a variable the agent does not override)."""
+    flag = b.user.mca_value("plm") if b.user else None
+    value = flag if flag is not None else b.f.environ.get(f"{rt.env_prefix}plm")
+    if flag is None and value is not None and \
+            not any(selects(value, c) for c in rt.plm_accepts):
+        return None  # overridden by the agent's own (_start)
+    return value
+
+
+def _plm_pin(b: Builder, rt: Runtime) -> tuple[Default, ...]:
+    """The agent's plm, where nothing of the user's or the image's environment names one
+    (_start added it where a variable names one that cannot work): an MCA parameter file
+    may (`plm = isolated` runs a local host's ranks with no daemon to wait for)."""
+    if "plm" in b.user_mca or f"{rt.env_prefix}plm" in b.f.environ:
+        return ()
+    return (Default(f"{rt.flag} plm", (rt.flag, "plm", rt.plm),
+                    f"the launch gate: daemons start over {rt.plm} only, whatever an MCA "
+                    "parameter file says", mca=("plm",)),)
 
 
 def _forward(b: Builder) -> list[str]:
