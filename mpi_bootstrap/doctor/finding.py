@@ -12,8 +12,11 @@ class Finding:
     ok: bool
     detail: str
     advice: str = ""
+    # ok, but worth changing (a secret exposed): said, and never a failed check
+    warning: bool = False
 
     def line(self) -> str:
-        mark = "ok " if self.ok else "!! "
+        mark = "!! " if not self.ok else "?? " if self.warning else "ok "
         text = f"{mark}{self.host}: {self.check}: {self.detail}"
-        return text + (f" — {self.advice}" if self.advice and not self.ok else "")
+        said = self.advice and (not self.ok or self.warning)
+        return text + (f" — {self.advice}" if said else "")
