@@ -39,6 +39,7 @@ from tests.support.workers import (
     record_of,
     start_workers,
     stop,
+    token_volume,
 )
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
@@ -53,7 +54,10 @@ MARKER = "MPIB_SECURITY_MARKER=reached-mpirun"  # in the launcher's env, seen by
 
 def exchange_env(tmp: Path, mode: str) -> dict[str, str]:
     """Settings for one exchange mode. The token is set in every mode: wherever it is
-    unused it must still never reach a log or mpirun."""
+    unused it must still never reach a log or mpirun. `net-file`: `net` with the token
+    in a Secret volume's file (MPI_BOOTSTRAP_TOKEN_FILE), not in the environment."""
+    if mode == "net-file":
+        return {"MPI_BOOTSTRAP_EXCHANGE": "net", "MPI_BOOTSTRAP_TOKEN_FILE": str(token_volume(tmp))}
     env = {"MPI_BOOTSTRAP_EXCHANGE": mode, "MPI_BOOTSTRAP_TOKEN": TOKEN}
     if mode == "dir":
         (tmp / "exchange").mkdir()
@@ -652,6 +656,10 @@ LOG_CASES = [
         pytest.param(mode, "debug", "console", id=f"{mode}-debug-console")
         for mode in ("dir", "net", "secret")
     ),
+    *(
+        pytest.param("net-file", "debug", fmt, id=f"net-file-debug-{fmt}")
+        for fmt in ("json", "console")
+    ),
 ]
 
 
@@ -678,10 +686,13 @@ class TestNoSecretInOutput:
         ranks = run.job.stdout.count("OMPI_COMM_WORLD_RANK=")
         assert ranks == 3, run.job.stdout
         assert run.job.stdout.count(MARKER) == 1
-        assert "MPI_BOOTSTRAP_TOKEN" not in run.job.stdout
+        assert "MPI_BOOTSTRAP_TOKEN=" not in run.job.stdout  # (the file's path may be)
         if level == "debug":  # the logs were really collected
             assert "mpirun start" in run.outputs["launcher job: stderr"]
             assert "sshd ready" in run.outputs["worker job-worker-0: stderr"]
+        if level != "error":  # the token in the environment is warned about, the file not
+            for where in ("launcher job: stderr", "worker job-worker-0: stderr"):
+                assert ("token exposed" in run.outputs[where]) == (mode != "net-file"), where
 
     def test_failures(self, cluster: Cluster, tmp_path: Path) -> None:
         """Error paths: a token mismatch, and a token too short to be accepted."""
