@@ -20,12 +20,11 @@ import pytest
 
 from mpi_bootstrap.core import names
 from mpi_bootstrap.ssh import keys, sshd
-from mpi_bootstrap.ssh import netx as exchange
 from tests.conftest import AGENT
-from tests.support import logs
+from tests.support import logs, wire
 from tests.support.attacker import as_attacker
 from tests.support.cluster import Cluster, agent_env
-from tests.support.podnet import ask, wait_listening
+from tests.support.podnet import EXCHANGE_PORT, ask, hello_for, replay, wait_listening
 from tests.support.wait import holds_for, wait_until
 from tests.support.workers import (
     TOKEN,
@@ -34,6 +33,7 @@ from tests.support.workers import (
     launcher_env,
     start_workers,
     token_volume,
+    wait_ready,
 )
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
@@ -440,12 +440,82 @@ class TestNetExchangeRelay:
         assert done.stdout.strip() == ""  # no rank ran, on job-worker-1 or anywhere
         # A captured hello meant for job-worker-0, sent straight to job-worker-1: denied.
         throwaway = keys.generate(str(base / "throwaway"), "throwaway").public
-        hello, _ = exchange.make_hello(TOKEN, throwaway, relay_pod.name)
+        hello = hello_for(TOKEN, throwaway, relay_pod.name)
         assert json.loads(ask(cluster.pods[0], real.address, hello)) == {"type": "denied"}
         assert throwaway not in (base / real.name / "state" / "authorized_keys").read_text()
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=20)
         assert "addressed to 'job-worker-0', not to this worker" in err
+
+
+class TestNetExchangeReplay:
+    """Round 3's finding 3: a stranger on the pod network who captured a launcher's hello
+    replays it to a worker that has restarted since (nothing in its memory). The worker
+    refuses it and changes nothing: the running launcher's key stays, and its login works
+    (before: the hello's key replaced it, and the launcher's next login was refused)."""
+
+    def test_replayed_hello_after_restart(self, cluster: Cluster, base: Path) -> None:
+        """Launcher A's hello, captured off the wire by tcpdump, replayed (by another
+        pod) to the restarted worker after launcher B authorised its key: denied; B's key is
+        still authorised, A's is not, and B's ssh still logs in."""
+        pod, stranger = cluster.pods[1], cluster.pods[2]
+        env = agent_env(base, pod, MPI_BOOTSTRAP_TOKEN=TOKEN)
+
+        def launch(state: str) -> str:
+            """A real job of a launcher with its own state (its own key); its public key (type and
+            base64, as authorized_keys and the hello carry it)."""
+            lenv = launcher_env(
+                base,
+                cluster,
+                "job-worker-0 slots=1\n",
+                MPI_BOOTSTRAP_TOKEN=TOKEN,
+                MPI_BOOTSTRAP_STATE_DIR=str(base / state),
+            )
+            done = cluster.pods[0].run([AGENT, "launcher", "--", "hostname"], lenv, timeout=90)
+            assert done.returncode == 0, done.stderr
+            assert done.stdout.split() == ["job-worker-0"]
+            return " ".join((base / state / "id_launcher.pub").read_text().split()[:2])
+
+        with wire.Capture(cluster, pod, base / "wire.pcap", EXCHANGE_PORT) as capture:
+            first = cluster.start(pod, [AGENT, "worker"], env)
+            wait_ready(pod, env, first)
+            key_a = launch("launcher-a")
+        (captured,) = capture.hellos()
+        assert json.loads(captured)["client_key"] == key_a  # A's, as it went over the wire
+        # The worker restarts (a new process: nothing of the first one's memory is left).
+        cluster.signal(first)
+        first.communicate(timeout=20)
+        second = cluster.start(pod, [AGENT, "worker"], env)
+        wait_ready(pod, env, second)
+        key_b = launch("launcher-b")
+        authorized = base / pod.name / "state" / "authorized_keys"
+        assert key_b in authorized.read_text()
+        replies = replay(stranger, pod.address, captured)
+        # B, still running, logs in again with its key (a fresh connection, no reuse).
+        login = cluster.pods[0].run(
+            [
+                "ssh",
+                "-F",
+                str(base / "launcher-b" / "ssh_config"),
+                "-o",
+                "ControlMaster=no",
+                "-o",
+                "ControlPath=none",
+                "job-worker-0",
+                "id -u",
+            ],
+            {"PATH": "/usr/bin:/bin"},
+            timeout=30,
+        )
+        assert login.returncode == 0 and login.stdout.strip() == "0", login.stderr
+        assert key_b in authorized.read_text()
+        assert key_a not in authorized.read_text()
+        answers = [json.loads(r) for r in replies]
+        assert [a for a in answers if a.get("type") != "challenge"] == [{"type": "denied"}]
+        cluster.signal(second)
+        _, err = second.communicate(timeout=20)
+        reasons = [e.get("reason") for e in logs.named(err, "exchange refused")]
+        assert reasons == ["challenge is not the one sent on this connection (a replayed hello)"]
 
 
 # ---------------------------------------------------------------- finding 6

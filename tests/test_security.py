@@ -29,7 +29,7 @@ from tests.conftest import AGENT
 from tests.support import logs
 from tests.support.audit import mode_problems, private_key_lines
 from tests.support.cluster import Cluster, Pod, agent_env
-from tests.support.podnet import EXCHANGE_PORT, ask, connect, wait_listening
+from tests.support.podnet import EXCHANGE_PORT, ask, connect, hello_for, wait_listening
 from tests.support.workers import (
     TOKEN,
     WORKERS,
@@ -492,6 +492,8 @@ while True:
         conn.settimeout(5)
         data = b""
         try:
+            conn.sendall(json.dumps({"v": 3, "type": "challenge", "challenge": "c" * 64}).encode()
+                         + b"\n")
             while b"\n" not in data:
                 chunk = conn.recv(4096)
                 if not chunk:
@@ -503,8 +505,8 @@ while True:
                 conn.sendall(arg.encode() + b"\n")
                 continue
             hello = json.loads(data.split(b"\n")[0])
-            key = hmac.new(arg.encode(), b"mpi-bootstrap exchange v2", hashlib.sha256).digest()
-            reply = {"v": 2, "type": "record", "nonce": hello["nonce"],
+            key = hmac.new(arg.encode(), b"mpi-bootstrap exchange v3", hashlib.sha256).digest()
+            reply = {"v": 3, "type": "record", "nonce": hello["nonce"],
                      "record": json.loads(what)}
             body = json.dumps(reply, sort_keys=True, separators=(",", ":")).encode()
             reply["mac"] = hmac.new(key, body, hashlib.sha256).hexdigest()
@@ -556,7 +558,7 @@ class TestNetExchangeRefuses:
     very request with the job's token is never trusted (exit 69)."""
 
     def test_tampered_hello_changes_nothing(self, cluster: Cluster, tmp_path: Path) -> None:
-        """A signed hello with its key, nonce or time altered is denied and authorises nothing
+        """A signed hello with its key, nonce or challenge altered is denied and authorises nothing
         (logged as a bad mac); the untouched hello is accepted."""
         procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_TOKEN=TOKEN)
         worker = cluster.pods[1]
@@ -564,21 +566,25 @@ class TestNetExchangeRefuses:
         original = authorized.read_text()
         alice = keys.generate(str(tmp_path / "alice"), "alice").public
         mallory = keys.generate(str(tmp_path / "mallory"), "mallory").public
-        hello, _ = exchange.make_hello(TOKEN, alice, worker.name)
-        signed = json.loads(hello)
         tampered = {
             "client_key": mallory,
             "nonce": secrets.token_hex(32),
-            "time": signed["time"] + 1,
+            "challenge": secrets.token_hex(32),
         }
         for field, value in tampered.items():
-            raw = json.dumps({**signed, field: value}).encode() + b"\n"  # mac unchanged
-            assert json.loads(ask(cluster.pods[0], worker.address, raw)) == {"type": "denied"}, (
-                field
-            )
+
+            def altered(challenge: str, field: str = field, value: str = value) -> bytes:
+                hello, _ = exchange.make_hello(TOKEN, alice, worker.name, challenge)
+                return json.dumps({**json.loads(hello), field: value}).encode() + b"\n"  # mac kept
+
+            assert json.loads(ask(cluster.pods[0], worker.address, altered)) == {
+                "type": "denied"
+            }, field
             assert authorized.read_text() == original, field
         # The same message, untouched, is accepted: only the tampering was refused.
-        reply = json.loads(ask(cluster.pods[0], worker.address, hello))
+        reply = json.loads(
+            ask(cluster.pods[0], worker.address, hello_for(TOKEN, alice, worker.name))
+        )
         assert reply["type"] == "record"
         assert alice in authorized.read_text()
         assert mallory not in authorized.read_text()
@@ -615,10 +621,12 @@ class TestNetExchangeRefuses:
         procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_TOKEN=TOKEN)
         real, impostor = cluster.pods[1], cluster.pods[2]
         throwaway = keys.generate(str(tmp_path / "throwaway"), "throwaway").public
-        hello, nonce = exchange.make_hello(TOKEN, throwaway, real.name)
-        recorded = ask(cluster.pods[0], real.address, hello)
+        nonces: list[str] = []
+        recorded = ask(
+            cluster.pods[0], real.address, hello_for(TOKEN, throwaway, real.name, nonces)
+        )
         # Control: the recorded reply is valid for the request it answered.
-        rec = exchange.read_reply(recorded, TOKEN, nonce, real.name)
+        rec = exchange.read_reply(recorded, TOKEN, nonces[0], real.name)
         assert rec.host == real.name
         cluster.signal(procs[1])  # job-worker-1's real worker gives way
         procs[1].wait(timeout=15)
