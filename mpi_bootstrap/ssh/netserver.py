@@ -174,8 +174,9 @@ def serve(net: Mapping[str, Any], log: Log, readers: Readers) -> Connections:
     socket's descriptor, the token, the record, and the authorized_keys file to write.
 
     The file holds the keys the worker authorized at its start (`base_keys`: a mounted
-    key, the dir exchange's job key) and the key of the latest hello, which replaces the
-    one before: a restarted launcher comes with a new key each time, and appending them
+    key, the dir exchange's job key) and the key of the latest hello (an authentic one,
+    made for its connection's challenge: never a replayed one), which replaces the one
+    before: a restarted launcher comes with a new key each time, and appending them
     grew the file by a line per launch (tests/test_soak.py). The previous launcher is
     gone; a session already logged in is not touched (sshd reads the file at login)."""
     from mpi_bootstrap.system.files import atomic_write
