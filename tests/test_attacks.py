@@ -11,21 +11,30 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mpi_bootstrap.core import names
 from mpi_bootstrap.ssh import keys, sshd
-from mpi_bootstrap.ssh import netx as exchange
 from tests.conftest import AGENT
-from tests.support import logs
+from tests.support import logs, wire
 from tests.support.attacker import as_attacker
 from tests.support.cluster import Cluster, agent_env
-from tests.support.podnet import ask, wait_listening
+from tests.support.podnet import EXCHANGE_PORT, ask, hello_for, replay, wait_listening
 from tests.support.wait import holds_for, wait_until
-from tests.support.workers import TOKEN, WORKERS, launcher_env, start_workers
+from tests.support.workers import (
+    TOKEN,
+    WORKERS,
+    kubelet_exec,
+    launcher_env,
+    start_workers,
+    token_volume,
+    wait_ready,
+)
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
 
@@ -431,12 +440,82 @@ class TestNetExchangeRelay:
         assert done.stdout.strip() == ""  # no rank ran, on job-worker-1 or anywhere
         # A captured hello meant for job-worker-0, sent straight to job-worker-1: denied.
         throwaway = keys.generate(str(base / "throwaway"), "throwaway").public
-        hello, _ = exchange.make_hello(TOKEN, throwaway, relay_pod.name)
+        hello = hello_for(TOKEN, throwaway, relay_pod.name)
         assert json.loads(ask(cluster.pods[0], real.address, hello)) == {"type": "denied"}
         assert throwaway not in (base / real.name / "state" / "authorized_keys").read_text()
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=20)
         assert "addressed to 'job-worker-0', not to this worker" in err
+
+
+class TestNetExchangeReplay:
+    """Round 3's finding 3: a stranger on the pod network who captured a launcher's hello
+    replays it to a worker that has restarted since (nothing in its memory). The worker
+    refuses it and changes nothing: the running launcher's key stays, and its login works
+    (before: the hello's key replaced it, and the launcher's next login was refused)."""
+
+    def test_replayed_hello_after_restart(self, cluster: Cluster, base: Path) -> None:
+        """Launcher A's hello, captured off the wire by tcpdump, replayed (by another
+        pod) to the restarted worker after launcher B authorised its key: denied; B's key is
+        still authorised, A's is not, and B's ssh still logs in."""
+        pod, stranger = cluster.pods[1], cluster.pods[2]
+        env = agent_env(base, pod, MPI_BOOTSTRAP_TOKEN=TOKEN)
+
+        def launch(state: str) -> str:
+            """A real job of a launcher with its own state (its own key); its public key (type and
+            base64, as authorized_keys and the hello carry it)."""
+            lenv = launcher_env(
+                base,
+                cluster,
+                "job-worker-0 slots=1\n",
+                MPI_BOOTSTRAP_TOKEN=TOKEN,
+                MPI_BOOTSTRAP_STATE_DIR=str(base / state),
+            )
+            done = cluster.pods[0].run([AGENT, "launcher", "--", "hostname"], lenv, timeout=90)
+            assert done.returncode == 0, done.stderr
+            assert done.stdout.split() == ["job-worker-0"]
+            return " ".join((base / state / "id_launcher.pub").read_text().split()[:2])
+
+        with wire.Capture(cluster, pod, base / "wire.pcap", EXCHANGE_PORT) as capture:
+            first = cluster.start(pod, [AGENT, "worker"], env)
+            wait_ready(pod, env, first)
+            key_a = launch("launcher-a")
+        (captured,) = capture.hellos()
+        assert json.loads(captured)["client_key"] == key_a  # A's, as it went over the wire
+        # The worker restarts (a new process: nothing of the first one's memory is left).
+        cluster.signal(first)
+        first.communicate(timeout=20)
+        second = cluster.start(pod, [AGENT, "worker"], env)
+        wait_ready(pod, env, second)
+        key_b = launch("launcher-b")
+        authorized = base / pod.name / "state" / "authorized_keys"
+        assert key_b in authorized.read_text()
+        replies = replay(stranger, pod.address, captured)
+        # B, still running, logs in again with its key (a fresh connection, no reuse).
+        login = cluster.pods[0].run(
+            [
+                "ssh",
+                "-F",
+                str(base / "launcher-b" / "ssh_config"),
+                "-o",
+                "ControlMaster=no",
+                "-o",
+                "ControlPath=none",
+                "job-worker-0",
+                "id -u",
+            ],
+            {"PATH": "/usr/bin:/bin"},
+            timeout=30,
+        )
+        assert login.returncode == 0 and login.stdout.strip() == "0", login.stderr
+        assert key_b in authorized.read_text()
+        assert key_a not in authorized.read_text()
+        answers = [json.loads(r) for r in replies]
+        assert [a for a in answers if a.get("type") != "challenge"] == [{"type": "denied"}]
+        cluster.signal(second)
+        _, err = second.communicate(timeout=20)
+        reasons = [e.get("reason") for e in logs.named(err, "exchange refused")]
+        assert reasons == ["challenge is not the one sent on this connection (a replayed hello)"]
 
 
 # ---------------------------------------------------------------- finding 6
@@ -514,75 +593,190 @@ class TestExchangeDeadline:
 
 # ---------------------------------------------------------------- finding 7
 
-# Each rank (argv: the token's file, the pause): whether the token is in PID 1's
-# environment or its own, then a pause (RANK_STAYS_S) in which the test reads
-# /proc/<pid>/environ of every process in every pod, the ranks' own included.
-RANK_STAYS_S = 3
+# Each rank (argv: the reference copy of the token, seconds to scan): reads
+# /proc/<pid>/environ of every process of its pod (its own PID namespace: PID 1, sshd,
+# the ranks, and whatever is exec'd into the pod meanwhile) over and over for that long,
+# as round 3 of the review did, and prints one JSON line: what it scanned, the probes
+# and doctors it saw, and every process that held the token.
+RANK_SCANS_S = 6
 RANK = r"""
-import os, sys, time
-token = open(sys.argv[1], "rb").read()
-seen = []
-for path in ("/proc/1/environ", "/proc/self/environ"):
-    try:
-        seen.append(token in open(path, "rb").read())
-    except OSError as exc:
-        seen.append(repr(exc))
-print("RANK", os.uname().nodename, seen, flush=True)
-time.sleep(float(sys.argv[2]))
+import json, os, sys, time
+token = open(sys.argv[1], "rb").read().strip()
+end = time.monotonic() + float(sys.argv[2])
+scans, seen, found = 0, {}, {}
+while time.monotonic() < end:
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+            env = open(f"/proc/{pid}/environ", "rb").read()
+        except OSError:
+            continue
+        scans += 1
+        for role in (b"probe", b"doctor"):
+            if b"/mpi-bootstrap\0" in cmd and cmd.endswith(b"\0" + role + b"\0"):
+                seen.setdefault(role.decode(), set()).add(pid)
+        if token in env:
+            found[pid] = cmd.replace(b"\0", b" ").decode(errors="replace")
+print("RANK " + json.dumps({"host": os.uname().nodename, "scans": scans, "found": found,
+                            "seen": {k: len(v) for k, v in seen.items()}}), flush=True)
 """
 
 
+def execs_while(
+    cluster: Cluster,
+    running: subprocess.Popen[str],
+    execs: list[tuple[subprocess.Popen[str], list[str], dict[str, str]]],
+) -> int:
+    """Until `running` exits, exec each (pod's PID 1, argv, the container's environment)
+    into its pod again as soon as the last one ended, as the kubelet runs a readiness
+    probe every period (and `kubectl exec` a doctor); how many ran."""
+    ran = 0
+    current: list[subprocess.Popen[str] | None] = [None] * len(execs)
+    while running.poll() is None:
+        for i, (pod1, argv, env) in enumerate(execs):
+            if current[i] is None or current[i].poll() is not None:  # type: ignore[union-attr]
+                if current[i] is not None:
+                    current[i].communicate()  # type: ignore[union-attr]
+                current[i] = kubelet_exec(cluster, pod1, argv, env)
+                ran += 1
+        time.sleep(0.05)
+    for p in current:
+        if p is not None:
+            p.communicate(timeout=30)
+    return ran
+
+
+def scan_job(base: Path, form: str) -> tuple[list[dict[str, Any]], dict[str, str], int]:
+    """A real job whose ranks scan their pods' /proc/*/environ (RANK) while the workers'
+    readiness probe and the launcher pod's doctor are exec'd kubelet-style, again and
+    again, with the token given in `form` ("file": MPI_BOOTSTRAP_TOKEN_FILE from a Secret
+    volume; "env": MPI_BOOTSTRAP_TOKEN). The test also reads every pod's processes'
+    environ from outside. Returns the ranks' reports, what the outside scan found, and how
+    many execs ran."""
+    how = (
+        {"MPI_BOOTSTRAP_TOKEN_FILE": str(token_volume(base))}
+        if form == "file"
+        else {"MPI_BOOTSTRAP_TOKEN": TOKEN}
+    )
+    with Cluster(["job-launcher", *WORKERS], pid1=True) as c:
+        procs = start_workers(c, base, **how)
+        script = base / "rank.py"
+        script.write_text(RANK)
+        hostfile = "job-launcher slots=1\n" + "".join(f"{w} slots=1\n" for w in WORKERS)
+        env = launcher_env(base, c, hostfile, **how)
+        secret = base / "token"  # the ranks' reference, not on any command line
+        secret.write_text(TOKEN)
+        secret.chmod(0o600)
+        argv = ["/usr/bin/python3", str(script), str(secret), str(RANK_SCANS_S)]
+        job = c.start(c.pods[0], [AGENT, "launcher", "--", *argv], env)
+        execs = [
+            (p, [AGENT, "probe"], agent_env(base, pod, **how))
+            for p, pod in zip(procs, c.pods[1:], strict=True)
+        ]
+        # (no data check: that one runs ssh to every worker for seconds)
+        execs.append((job, [AGENT, "--data-check=false", "doctor"], env))
+        outside: dict[str, str] = {}
+        scanner = threading.Thread(target=scan_outside, args=(c, job, outside), daemon=True)
+        scanner.start()
+        ran = execs_while(c, job, execs)
+        scanner.join(timeout=30)
+        out, err = job.communicate(timeout=30)
+        assert job.returncode == 0, err
+    reports = [json.loads(ln[5:]) for ln in out.splitlines() if ln.startswith("RANK ")]
+    assert len(reports) == 3, out
+    return reports, outside, ran
+
+
+def scan_outside(c: Cluster, job: subprocess.Popen[str], found: dict[str, str]) -> None:
+    """Every process in every pod, read from outside (the host) until the job ends."""
+    while job.poll() is None:
+        for pod in c.pods:
+            for pid in pod.netns.pids():
+                try:
+                    data = Path(f"/proc/{pid}/environ").read_bytes()
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if TOKEN.encode() in data:
+                    found[f"{pod.name}:{pid}"] = cmd.replace(b"\0", b" ").decode()
+        time.sleep(0.1)
+
+
 class TestTokenNotInEnviron:
-    """Finding 7: MPI_BOOTSTRAP_TOKEN is in no process's /proc/<pid>/environ — not the
-    agent's (PID 1 of every pod), not its sshd's, not a rank's — while a job runs."""
+    """Finding 7, and round 3's finding 1: MPI_BOOTSTRAP_TOKEN is in no process's
+    /proc/<pid>/environ while a job runs — not the agent's (PID 1 of every pod), not its
+    sshd's, not a rank's, and not the readiness probe's or the doctor's that the kubelet
+    and `kubectl exec` start with the container's environment: the token comes from a
+    Secret volume's file. In the environment it would be (the control), and the agent,
+    --explain and the doctor say so."""
 
     def test_no_process_has_it(self, base: Path) -> None:
-        """While a real job runs, no process in any pod (agent, sshd, ranks) has the token in its
-        /proc/<pid>/environ, and no rank sees it in PID 1's environment or its own."""
-        with Cluster(["job-launcher", *WORKERS], pid1=True) as c:
-            start_workers(c, base, MPI_BOOTSTRAP_TOKEN=TOKEN)
-            script = base / "rank.py"
-            script.write_text(RANK)
-            hostfile = "job-launcher slots=1\n" + "".join(f"{w} slots=1\n" for w in WORKERS)
-            env = launcher_env(base, c, hostfile, MPI_BOOTSTRAP_TOKEN=TOKEN)
-            secret = base / "token"  # the ranks' reference, not on any command line
-            secret.write_text(TOKEN)
-            secret.chmod(0o600)
-            job = c.start(
-                c.pods[0],
-                [
-                    AGENT,
-                    "launcher",
-                    "--",
-                    "/usr/bin/python3",
-                    str(script),
-                    str(secret),
-                    str(RANK_STAYS_S),
-                ],
-                env,
+        """With the token in a file, a rank scanning its pod's /proc/*/environ for 6 s, while the
+        readiness probe and the doctor are exec'd into the pods with the container's
+        environment again and again, finds it nowhere; nor does a scan from outside."""
+        reports, outside, ran = scan_job(base, "file")
+        assert ran >= 6, ran
+        assert all(r["scans"] > 100 for r in reports), reports
+        # The ranks did see the probes (both workers) and the doctor (the launcher) run.
+        seen = {r["host"]: r["seen"] for r in reports}
+        assert all(seen[w].get("probe", 0) >= 2 for w in WORKERS), seen
+        assert seen["job-launcher"].get("doctor", 0) >= 1, seen
+        assert [r["found"] for r in reports] == [{}, {}, {}], reports
+        assert outside == {}, outside
+
+    def test_control_environment_form(self, base: Path) -> None:
+        """The same job with MPI_BOOTSTRAP_TOKEN in the environment: the ranks find the token in
+        the readiness probes' and the doctor's environment (what round 3 reported), so the
+        scan above would have seen it."""
+        reports, _, _ = scan_job(base, "env")
+        by_host = {r["host"]: r["found"] for r in reports}
+        assert all(
+            any(cmd.endswith("mpi-bootstrap probe ") for cmd in by_host[w].values())
+            for w in WORKERS
+        ), by_host
+        assert any(cmd.endswith(" doctor ") for cmd in by_host["job-launcher"].values()), by_host
+
+    def test_environment_form_is_said(self, cluster: Cluster, base: Path) -> None:
+        """With MPI_BOOTSTRAP_TOKEN set, --explain shows a `token` decision and the doctor a
+        warning (not a failed check) that it is exposed and how to move; with the file, the
+        decision says where it is read, and the doctor does not warn. Never the token."""
+        hostfile = "".join(f"{w} slots=1\n" for w in WORKERS)
+        outputs = []
+        for how in (
+            {"MPI_BOOTSTRAP_TOKEN": TOKEN},
+            {"MPI_BOOTSTRAP_TOKEN_FILE": str(token_volume(base))},
+        ):
+            env = launcher_env(base, cluster, hostfile, MPI_DNS_WAIT_SECONDS="1", **how)
+            explain = cluster.pods[0].run(
+                [AGENT, "launcher", "--explain", "--json", "--", "true"], env
             )
-            found: dict[str, str] = {}
-            deadline = time.monotonic() + 60
-            scanned = 0
-            while job.poll() is None and time.monotonic() < deadline:
-                for pod in c.pods:
-                    for pid in pod.netns.pids():
-                        try:
-                            data = Path(f"/proc/{pid}/environ").read_bytes()
-                            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                        except OSError:
-                            continue
-                        scanned += 1
-                        if TOKEN.encode() in data:
-                            found[f"{pod.name}:{pid}"] = cmd.replace(b"\0", b" ").decode()
-                time.sleep(0.2)
-            out, err = job.communicate(timeout=30)
-            assert job.returncode == 0, err
-            ranks = [ln for ln in out.splitlines() if ln.startswith("RANK ")]
-            assert len(ranks) == 3, out
-            assert all(ln.endswith("[False, False]") for ln in ranks), ranks
-            assert scanned > 20
-            assert found == {}, found
+            assert explain.returncode == 0, explain.stderr
+            (decision,) = [
+                d for d in json.loads(explain.stdout)["decisions"] if d["setting"] == "token"
+            ]
+            doctor = cluster.pods[0].run([AGENT, "doctor", "--json"], env)
+            (finding,) = [
+                f for f in json.loads(doctor.stdout)["findings"] if f["check"].startswith("token")
+            ]
+            outputs.append(explain.stdout + explain.stderr + doctor.stdout + doctor.stderr)
+            if "MPI_BOOTSTRAP_TOKEN" in how:
+                assert decision["value"] == "environment", decision
+                assert decision["source"] == "env MPI_BOOTSTRAP_TOKEN"
+                assert (
+                    "WARNING" in decision["reason"] and "the readiness probe" in decision["reason"]
+                )
+                assert "MPI_BOOTSTRAP_TOKEN_FILE" in decision["reason"]
+                assert finding["ok"] and finding["warning"], finding
+                assert "the readiness probe" in finding["detail"]
+                assert "MPI_BOOTSTRAP_TOKEN_FILE" in finding["advice"]
+            else:
+                assert decision["value"] == f"file {how['MPI_BOOTSTRAP_TOKEN_FILE']}", decision
+                assert "WARNING" not in decision["reason"]
+                assert finding["ok"] and not finding["warning"], finding
+                assert "mode 0400" in finding["detail"]
+        assert all(TOKEN not in text for text in outputs)
 
 
 class TestSshdDisablesForwarding:

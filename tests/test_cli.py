@@ -133,7 +133,7 @@ class TestConfigErrors:
         code, _, err = pod.agent("worker")
         assert code == 64
         assert "the worker has no exchange (`auto` found none: no key at" in err
-        assert "MPI_BOOTSTRAP_EXCHANGE_DIR" in err and "MPI_BOOTSTRAP_TOKEN" in err
+        assert "MPI_BOOTSTRAP_EXCHANGE_DIR" in err and "MPI_BOOTSTRAP_TOKEN_FILE" in err
         assert "secret (the MPIJob's ssh Secret mounted at" in err
         assert not (pod.tmp / "state").exists()
         code, _, err = pod.agent("worker", env={"MPI_BOOTSTRAP_EXCHANGE": "none"})
@@ -141,10 +141,10 @@ class TestConfigErrors:
         assert "env MPI_BOOTSTRAP_EXCHANGE is none and nothing is mounted at" in err
 
     def test_net_needs_token(self, pod: Pod) -> None:
-        """The net exchange without MPI_BOOTSTRAP_TOKEN exits 64 saying it needs the token."""
+        """The net exchange without a token exits 64 saying it needs the token's file."""
         code, _, err = pod.agent("worker", env={"MPI_BOOTSTRAP_EXCHANGE": "net"})
         assert code == 64
-        assert "'net' needs MPI_BOOTSTRAP_TOKEN" in err
+        assert "'net' needs MPI_BOOTSTRAP_TOKEN_FILE" in err
 
     def test_short_token_value_not_shown(self, pod: Pod) -> None:
         """A too-short token exits 64 stating the length rule, never echoing the token itself."""

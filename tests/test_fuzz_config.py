@@ -19,7 +19,7 @@ from mpi_bootstrap.core import names
 from mpi_bootstrap.core import settings as cfg
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import ConfigError, ExitStatus
-from tests.support.hostfacts import HOST
+from tests.support.hostfacts import FILE_TOKEN, HOST, TOKEN_FILES
 from tests.support.strategies import fuzz, outcome, tainted
 
 pytestmark = pytest.mark.timeout(120)
@@ -93,6 +93,7 @@ GOOD_EXTRA = {
     "K_MPI_JOB_ROLE": list(cfg.ROLES),
     "HOME": ["/root", "/tmp/home", ""],
     "MPI_BOOTSTRAP_TOKEN": ["s3cret-token-0123456789", "x" * 64],
+    "MPI_BOOTSTRAP_TOKEN_FILE": [*TOKEN_FILES, "/run/secrets/job/missing"],
 }
 
 
@@ -229,6 +230,7 @@ EXPECTED: dict[str, Callable[[object], bool]] = {
     "exchange": _one_of(tuple(m for m in cfg.EXCHANGE_MODES if m != "auto")),
     "exchange_dir": _optional(_is_plain_path),
     "exchange_port": _int_in(0, 65535),
+    "token_file": _optional(_is_path),
     "token": _optional(_token),
     "ssh_auth_dir": _is_path,
     "sshd_port": _int_in(0, 65535),
@@ -250,6 +252,30 @@ TOKEN_PROBLEMS = (
     "MPI_BOOTSTRAP_TOKEN: must be at least 16 characters (value not shown)",
     "MPI_BOOTSTRAP_TOKEN: is not UTF-8 text (value not shown)",
 )
+# A token file's problems name the variable (or the flag) and the path, and say why.
+TOKEN_FILE_PROBLEM = re.compile(
+    r"(MPI_BOOTSTRAP_TOKEN_FILE|--token-file): (must not be empty|contains a NUL byte|"
+    r"cannot read .+: .+|.+: must be at least 16 "
+    r"characters \(value not shown\)|.+: is not UTF-8 text \(value not shown\)|set this or "
+    r"MPI_BOOTSTRAP_TOKEN, not both .+)",
+    re.DOTALL,
+)
+
+
+def check_token(config: Config) -> None:
+    """The file's token is read by the launcher and the worker only; the environment form
+    and a file others may read are warned about."""
+    if config.token_file:
+        uses = config.role in ("launcher", "worker")
+        assert config.token == (FILE_TOKEN if uses else None)
+        open_file = uses and TOKEN_FILES[config.token_file].mode & 0o044
+        assert bool(config.token_warnings) == bool(open_file), config.token_warnings
+    elif config.token is not None:
+        assert any("MPI_BOOTSTRAP_TOKEN is in the" in w for w in config.token_warnings)
+    else:
+        assert config.token_warnings == ()
+    if config.exchange == "net" and config.role in ("launcher", "worker"):
+        assert config.token is not None
 
 
 def _asks_for_help(argv: list[str]) -> bool:
@@ -281,8 +307,12 @@ def check_config(environ: Mapping[str, str], argv: list[str]) -> None:
         for p in exc.problems:
             if p.startswith("MPI_BOOTSTRAP_TOKEN:"):
                 assert p in TOKEN_PROBLEMS, p
+            if p.startswith(("MPI_BOOTSTRAP_TOKEN_FILE:", "--token-file:")):
+                assert TOKEN_FILE_PROBLEM.fullmatch(p), p
+        said = f"{exc.message}\n{exc.details}\n{exc.problems}"
+        assert FILE_TOKEN not in said
         if secret:
-            assert secret not in f"{exc.message}\n{exc.details}\n{exc.problems}"
+            assert secret not in said
         return
     except SystemExit as exc:
         outcome("--help")
@@ -297,8 +327,11 @@ def check_config(environ: Mapping[str, str], argv: list[str]) -> None:
     assert all(src.kind in ("default", "env", "flag") for src in config.sources.values())
     assert set(EXPECTED) <= set(config.sources)
     assert all(type(n) is str for n in config.notes)
-    if secret:
-        assert secret not in repr(config) and secret not in str(config.notes)
+    check_token(config)
+    for value in (secret, FILE_TOKEN):
+        if value:
+            assert value not in repr(config) and value not in str(config.notes)
+            assert value not in str(config.token_warnings)
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.role = "worker"  # type: ignore[misc]
 
@@ -321,6 +354,12 @@ class TestConfigFuzz:
     # A non-UTF-8 byte in the token's Secret: this crashed netx.derive_key, not config.
     @example({"MPI_BOOTSTRAP_TOKEN": "s3cret-token-0123456789\udcff"}, ["worker"])
     @example({"MPI_BOOTSTRAP_TOKEN": "short"}, ["--np", "0", "launcher"])
+    # The token file: read by the roles that use it, and only by them.
+    @example({"MPI_BOOTSTRAP_TOKEN_FILE": "/run/secrets/job/token"}, ["worker"])
+    @example({"MPI_BOOTSTRAP_TOKEN_FILE": "/run/secrets/job/open"}, ["launcher", "x"])
+    @example({"MPI_BOOTSTRAP_TOKEN_FILE": "/run/secrets/job/missing"}, ["probe"])
+    @example({"MPI_BOOTSTRAP_TOKEN_FILE": "/run/secrets/job/binary"}, ["worker"])
+    @example({}, ["--token-file", "/run/secrets/job/short", "launcher", "x"])
     @example({}, ["launcher", "--help"])
     def test_from_env(self, environ: dict[str, str], argv: list[str]) -> None:
         """Any environment and argv give a well-typed, frozen Config, a ConfigError (64) naming its

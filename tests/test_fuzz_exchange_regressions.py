@@ -40,17 +40,27 @@ class TestExchangeRegressions:
         TypeError (hmac.compare_digest refuses non-ASCII text)."""
         worker = Worker()
         check_denied(worker, worker.answer(json.dumps({**VALID_HELLO, "mac": mac}).encode()))
-        # "v": 2, so read_reply gets as far as the mac (not refused at the version)
-        raw = json.dumps({"v": 2, "type": "record", "nonce": NONCE, "record": {}, "mac": mac})
+        # "v": 3, so read_reply gets as far as the mac (not refused at the version)
+        raw = json.dumps({"v": 3, "type": "record", "nonce": NONCE, "record": {}, "mac": mac})
         assert check_read_reply(raw.encode()) is None
 
     @fuzz(50)
     @given(st.integers(min_value=2**1024, max_value=10**400))
     @example(10**309)
     def test_huge_time(self, stamp: int) -> None:
-        """A hello whose time is an int too large for a float is denied, not an OverflowError."""
+        """A hello whose time is an int too large for a float was an OverflowError (protocol 2);
+        a hello with a time at all is now denied (protocol 3 has none)."""
         worker = Worker()
         check_denied(worker, worker.answer(signed({**VALID_HELLO, "time": stamp})))
+
+    @fuzz(50)
+    @given(st.text(min_size=1, max_size=64).filter(lambda t: not t.isascii()))
+    @example("é" * 64)
+    def test_non_ascii_challenge(self, challenge: str) -> None:
+        """A signed hello whose challenge is non-ASCII text is denied, not a TypeError
+        (hmac.compare_digest, which compares the challenges, refuses non-ASCII text)."""
+        worker = Worker()
+        check_denied(worker, worker.answer(signed({**VALID_HELLO, "challenge": challenge})))
 
     @fuzz(50)
     @given(hex_nonces)
@@ -66,10 +76,10 @@ class TestExchangeRegressions:
         for depth in range(1, sys.getrecursionlimit() + 50):
             nested = "[" * depth + "]" * depth
             raw = (
-                f'{{"v":2,"type":"hello","nonce":{nested},"time":0,"client_key":"",'
+                f'{{"v":3,"type":"hello","challenge":"","nonce":{nested},"client_key":"",'
                 f'"target":"","mac":""}}'
             ).encode()
             worker = Worker()
             check_denied(worker, worker.answer(raw))
-            reply = (f'{{"v":2,"type":"record","nonce":{nested},"record":{{}},"mac":""}}').encode()
+            reply = (f'{{"v":3,"type":"record","nonce":{nested},"record":{{}},"mac":""}}').encode()
             assert check_read_reply(reply) is None

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -18,14 +17,15 @@ from mpi_bootstrap.core import names, records
 from mpi_bootstrap.ssh import netx
 from mpi_bootstrap.ssh import netx as exchange
 from tests.support.fuzz_exchange import (
+    CHALLENGE,
     CLIENT_KEY,
     DENIED,
-    NOW,
     RECORD,
     TARGET,
     TOKEN,
     VALID_HELLO,
     Worker,
+    challenges,
     check_denied,
     hex_nonces,
     nonces,
@@ -36,17 +36,7 @@ from tests.support.strategies import fuzz, json_values, outcome, public_keys, ta
 pytestmark = pytest.mark.timeout(120)
 
 
-HELLO_KEYS = {"v", "type", "nonce", "time", "client_key", "target", "mac"}
-CLOCK_SKEW_S = 120  # |T − now| ≤ 120 s: the protocol in ssh/netx.py's docstring
-stamps = st.one_of(
-    st.integers(NOW - 130, NOW + 130),
-    st.sampled_from([NOW - 120, NOW + 120, NOW - 121, NOW + 121]),
-    st.floats(NOW - 10, NOW + 10),
-    st.sampled_from([True, False, None, str(NOW), [NOW]]),
-    st.integers(),
-    st.integers(min_value=2**1030, max_value=10**400).map(lambda n: -n),
-    json_values,
-)
+HELLO_KEYS = {"v", "type", "challenge", "nonce", "client_key", "target", "mac"}
 client_keys = st.one_of(
     public_keys,
     public_keys,
@@ -91,10 +81,10 @@ def target_is_record(target: object) -> bool:
 
 
 HELLO_FUZZ: dict[str, st.SearchStrategy[Any]] = {
-    "v": st.sampled_from([1, 0, "2", None, True, 2.0, [2]]),
-    "type": st.sampled_from(["record", "HELLO", "denied", "hello ", None]),
+    "v": st.sampled_from([2, 1, 0, "3", None, True, 3.0, [3]]),
+    "type": st.sampled_from(["record", "HELLO", "denied", "challenge", "hello ", None]),
+    "challenge": challenges,
     "nonce": nonces,
-    "time": stamps,
     "client_key": client_keys,
     "target": targets,
 }
@@ -102,13 +92,13 @@ HELLO_FUZZ: dict[str, st.SearchStrategy[Any]] = {
 
 @st.composite
 def hellos(draw: st.DrawFn) -> dict[str, Any]:
-    """A valid hello (in the window of an unskewed clock) with up to two changes: a field
-    fuzzed, a field dropped or a field added."""
+    """A valid hello for the connection's CHALLENGE with up to two changes: a field fuzzed,
+    a field dropped or a field added (version 2's `time`, for one)."""
     message: dict[str, Any] = {
-        "v": 2,
+        "v": 3,
         "type": "hello",
+        "challenge": CHALLENGE,
         "nonce": draw(hex_nonces),
-        "time": draw(st.integers(NOW - 120, NOW + 120)),
         "client_key": draw(public_keys),
         "target": draw(st.sampled_from([TARGET, "10.0.0.2", "worker-0.job.default.svc"])),
     }
@@ -117,25 +107,26 @@ def hellos(draw: st.DrawFn) -> dict[str, Any]:
         if change == "drop":
             del message[draw(st.sampled_from(sorted(message)))]
         elif change == "extra":
-            message[draw(st.sampled_from(["extra", "mac2", "nonce ", ""]))] = draw(json_values)
+            name = draw(st.sampled_from(["time", "extra", "mac2", "nonce ", ""]))
+            message[name] = draw(json_values)
         else:
             message[change] = draw(HELLO_FUZZ[change])
     return message
 
 
-def hello_is_valid(message: Mapping[str, Any], now: float) -> bool:
-    """Protocol step 2 for the fields of a hello signed as it is, written down
-    independently of NetServer.answer (exact arithmetic)."""
+def hello_is_valid(message: Mapping[str, Any], challenge: str) -> bool:
+    """Protocol step 2 for the fields of a hello signed as it is, arriving on a connection
+    that was sent `challenge`, written down independently of NetServer.answer."""
     return (
         set(message) | {"mac"} == HELLO_KEYS
         and "mac" not in message
         and message["type"] == "hello"
         and type(message["v"]) is int
-        and message["v"] == 2
+        and message["v"] == 3
+        and type(message["challenge"]) is str
+        and message["challenge"] == challenge
         and isinstance(message["nonce"], str)
         and re.fullmatch(r"[0-9a-f]{64}", message["nonce"]) is not None
-        and type(message["time"]) is int
-        and abs(message["time"] - Fraction(now)) <= CLOCK_SKEW_S
         and isinstance(message["client_key"], str)
         and names.is_public_key(message["client_key"])
         and target_is_record(message["target"])
@@ -150,14 +141,17 @@ def check_accepted(worker: Worker, reply: bytes, message: Mapping[str, Any]) -> 
 
 
 class TestNetServerFuzz:
-    """The worker authorises a key only for a fresh, in-window hello signed with the token,
-    exactly that key; anything else is `denied`, and answer() never raises."""
+    """The worker authorises a key only for a hello signed with the token for the challenge
+    it sent on that connection, exactly that key; anything else is `denied`, and answer()
+    never raises."""
 
     @fuzz(1000)
     @given(st.binary(max_size=400))
     @example(b" " * (records.MAX_MESSAGE + 1))
     @example(b"[" * 100_000)
-    @example(b'{"v":2,"type":"hello","nonce":"","time":0,"client_key":"","target":"","mac":""}')
+    @example(
+        b'{"v":3,"type":"hello","challenge":"","nonce":"","client_key":"","target":"","mac":""}'
+    )
     def test_bytes(self, raw: bytes) -> None:
         """Any bytes (oversized, deeply nested, a hello with empty fields) are denied without an
         exception, and no key is authorised."""
@@ -181,21 +175,23 @@ class TestNetServerFuzz:
     @fuzz(1500)
     @given(
         hellos(),
-        st.sampled_from([0.0, 0.25, 0.5, -0.75, 119.5]),
+        st.sampled_from([CHALLENGE, CHALLENGE, CHALLENGE, "d1" * 32]),
         st.sampled_from(["none", "none", "none", "tamper", "mac", "nomac"]),
     )
-    @example({**VALID_HELLO, "time": NOW - 120}, 0.0, "none")
-    @example({**VALID_HELLO, "time": NOW + 121}, 0.0, "none")
-    @example({**VALID_HELLO, "client_key": CLIENT_KEY + "\n"}, 0.0, "none")
-    @example({**VALID_HELLO, "time": float(NOW)}, 0.0, "none")
-    @example({**VALID_HELLO, "time": True}, -NOW + 1.0, "none")
-    @example({**VALID_HELLO, "target": "worker-1"}, 0.0, "none")  # a relayed hello
-    @example({**VALID_HELLO, "target": "10.0.0.3"}, 0.0, "none")
-    @example({**VALID_HELLO, "target": "10.0.0.2"}, 0.0, "none")
-    def test_signed(self, message: dict[str, Any], skew: float, after: str) -> None:
-        """A token-signed hello authorises that key alone, exactly when it is valid, fresh, within
-        ±120 s and for this worker; a tampered field, another message's mac or no mac is denied."""
-        worker = Worker(now=NOW + skew)
+    @example(VALID_HELLO, CHALLENGE, "none")
+    @example(VALID_HELLO, "d1" * 32, "none")  # a hello for another connection: a replay
+    @example({**VALID_HELLO, "client_key": CLIENT_KEY + "\n"}, CHALLENGE, "none")
+    @example({**VALID_HELLO, "challenge": CHALLENGE + "\n"}, CHALLENGE, "none")
+    @example({**VALID_HELLO, "challenge": "é" * 64}, CHALLENGE, "none")
+    @example({**VALID_HELLO, "time": 1_750_000_000}, CHALLENGE, "none")  # version 2's field
+    @example({**VALID_HELLO, "target": "worker-1"}, CHALLENGE, "none")  # a relayed hello
+    @example({**VALID_HELLO, "target": "10.0.0.3"}, CHALLENGE, "none")
+    @example({**VALID_HELLO, "target": "10.0.0.2"}, CHALLENGE, "none")
+    def test_signed(self, message: dict[str, Any], challenge: str, after: str) -> None:
+        """A token-signed hello authorises that key alone, exactly when it is valid, carries the
+        challenge of the connection it arrives on and is for this worker; a tampered field,
+        another message's mac or no mac is denied."""
+        worker = Worker()
         raw = signed(message)
         if after != "none":  # change the message after signing
             sent = json.loads(raw)
@@ -207,8 +203,8 @@ class TestNetServerFuzz:
             else:
                 del sent["mac"]
             raw = json.dumps(sent).encode()
-        reply = worker.answer(raw)
-        if after == "none" and hello_is_valid(message, worker.now):
+        reply = worker.answer(raw, challenge)
+        if after == "none" and hello_is_valid(message, challenge):
             check_accepted(worker, reply, message)
         else:
             check_denied(worker, reply)
@@ -226,14 +222,21 @@ class TestNetServerFuzz:
         check_denied(worker, worker.answer(raw))
 
     @fuzz(300)
-    @given(st.floats(-1000, 1000), st.floats(-1000, 1000))
-    @example(0.0, exchange.NONCE_TTL + 1)
-    def test_replay(self, first: float, second: float) -> None:
-        """A hello accepted once is denied when sent again, at any later time, and authorises
-        nothing more."""
-        worker = Worker(now=NOW + first)
-        raw, nonce = exchange.make_hello(TOKEN, CLIENT_KEY, TARGET, now=worker.now)
+    @given(st.lists(hex_nonces.filter(lambda c: c != CHALLENGE), min_size=1, max_size=4))
+    def test_replay(self, later: list[str]) -> None:
+        """A hello accepted once is denied on every later connection (each with its own fresh
+        challenge), by the same worker or by a restarted one (a new NetServer, with no
+        memory), and authorises nothing more."""
+        raw, nonce = exchange.make_hello(TOKEN, CLIENT_KEY, TARGET, CHALLENGE)
+        worker = Worker()
         check_accepted(worker, worker.answer(raw), {"client_key": CLIENT_KEY, "nonce": nonce})
-        worker.now += second
-        assert worker.answer(raw) == DENIED
+        restarted = Worker()
+        for challenge in later:
+            assert worker.answer(raw, challenge) == DENIED
+            assert restarted.answer(raw, challenge) == DENIED
         assert worker.authorized == [CLIENT_KEY]
+        assert restarted.authorized == []
+        reasons = {
+            kw.get("reason") for event, kw in restarted.logged if event == "exchange refused"
+        }
+        assert reasons == {"challenge is not the one sent on this connection (a replayed hello)"}

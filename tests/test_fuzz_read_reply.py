@@ -1,4 +1,5 @@
-"""Fuzz target: the launcher's reading of a net exchange reply (ssh/netx.py, read_reply).
+"""Fuzz target: the launcher's reading of a net exchange reply (ssh/netx.py, read_reply),
+and of the challenge a worker sends first (read_challenge).
 The rule every fuzz target follows, and the shared strategies: tests/support/strategies.py
 and tests/support/fuzz_exchange.py."""
 
@@ -11,11 +12,15 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from mpi_bootstrap.ssh import netx
+from mpi_bootstrap.ssh.netx import RecordError
 from tests.support.fuzz_exchange import (
+    CHALLENGE,
     NONCE,
     RECORD,
     TARGET,
     TOKEN,
+    challenges,
     check_read_reply,
     nonces,
     signed,
@@ -24,6 +29,7 @@ from tests.support.strategies import (
     fuzz,
     json_values,
     near_valid_records,
+    outcome,
     record_dicts,
     record_is_valid,
 )
@@ -36,7 +42,7 @@ def replies(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
     """(reply, token it is signed with): a valid reply to NONCE signed with TOKEN, with up
     to two changes: type, nonce, record (near-valid or any JSON), token, an extra field."""
     reply: dict[str, Any] = {
-        "v": 2,
+        "v": 3,
         "type": "record",
         "nonce": NONCE,
         "record": draw(st.just(RECORD.to_dict()) | record_dicts),
@@ -61,7 +67,8 @@ def replies(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
 
 class TestReadReplyFuzz:
     """The launcher takes a record only from a reply signed with its token that echoes its
-    own nonce; anything else is a RecordError, never another exception."""
+    own nonce, and a challenge only as one line of protocol 3 holding 64 hex digits;
+    anything else is a RecordError, never another exception."""
 
     @fuzz(1000)
     @given(st.binary(max_size=400))
@@ -98,3 +105,48 @@ class TestReadReplyFuzz:
         assert (record is not None) == ok
         if record is not None:
             assert record.to_dict() == {**reply["record"], "v": 1}
+
+    @fuzz(800)
+    @given(
+        st.one_of(
+            st.binary(max_size=200),
+            st.builds(
+                lambda v, t, c, extra: json.dumps(
+                    {"v": v, "type": t, "challenge": c, **extra}
+                ).encode(),
+                st.sampled_from([3, 3, 2, "3", 3.0, True]),
+                st.sampled_from(["challenge", "challenge", "hello", "record", None]),
+                challenges,
+                st.sampled_from([{}, {}, {"mac": ""}, {"nonce": NONCE}]),
+            ),
+        )
+    )
+    @example(b"")
+    @example(b"[" * 100_000)
+    @example(json.dumps({"v": 3, "type": "challenge", "challenge": CHALLENGE}).encode())
+    def test_challenge(self, raw: bytes) -> None:
+        """Any first line is the challenge exactly when it is {"v": 3, "type": "challenge",
+        "challenge": 64 lowercase hex}, else a RecordError naming the worker."""
+        try:
+            message = json.loads(raw)
+        except (ValueError, RecursionError):
+            message = None
+        valid = (
+            isinstance(message, dict)
+            and set(message) == {"v", "type", "challenge"}
+            and type(message["v"]) is int
+            and message["v"] == 3
+            and message["type"] == "challenge"
+            and isinstance(message["challenge"], str)
+            and len(message["challenge"]) == 64
+            and set(message["challenge"]) <= set("0123456789abcdef")
+        )
+        try:
+            challenge = netx.read_challenge(raw, TARGET)
+        except RecordError as exc:
+            outcome("RecordError")
+            assert str(exc).startswith(f"{TARGET}: ")
+            assert not valid
+            return
+        outcome("challenge")
+        assert valid and challenge == message["challenge"]  # type: ignore[index]

@@ -304,8 +304,9 @@ class TestNetServer:
 
     def test_hello_without_newline_then_eof(self, net: NetLoop) -> None:
         """A hello ended by end of stream instead of a newline is still answered with the record."""
-        hello, nonce = exchange.make_hello(net.TOKEN, self.KEY, "w")
         with net.connect() as s:
+            challenge = exchange.read_challenge(s.recv(65536).rstrip(b"\n"), "w")
+            hello, nonce = exchange.make_hello(net.TOKEN, self.KEY, "w", challenge)
             s.sendall(hello.rstrip(b"\n"))
             s.shutdown(socket.SHUT_WR)
             reply = s.recv(65536)
@@ -314,6 +315,7 @@ class TestNetServer:
     def test_oversized_message_denied(self, net: NetLoop) -> None:
         """A message over MAX_MESSAGE is answered `denied` and authorises no key."""
         with net.connect() as s:
+            assert json.loads(s.recv(65536))["type"] == "challenge"
             s.sendall(b"x" * (records.MAX_MESSAGE + 4096))
             reply = s.recv(65536)
         assert json.loads(reply) == {"type": "denied"}

@@ -183,7 +183,7 @@ class TestNoExchange:
             assert took < 20, took  # 5 s of refusals, not the 120 s deadline
             assert "connection refused: no sshd on that port (port 22)" in done.stderr
             assert "no exchange is set up (auto: no key at" in done.stderr
-            assert "MPI_BOOTSTRAP_TOKEN (net) or MPI_BOOTSTRAP_EXCHANGE_DIR (dir)" in done.stderr
+            assert "TOKEN_FILE (net) or MPI_BOOTSTRAP_EXCHANGE_DIR (dir)" in done.stderr
             assert "--- doctor" not in done.stderr  # DNS and the Service are beside the point
             lines = logs.events(done.stderr)
             assert any(e["event"] == "preflight retry" for e in lines)

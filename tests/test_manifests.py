@@ -156,3 +156,40 @@ def test_dranet_names_the_interface_nccl_uses() -> None:
             for e in c.get("env", [])
         }
         assert env["MPI_BOOTSTRAP_DATA_IFACE"] == "dranet0"
+
+
+def test_no_token_in_the_environment() -> None:
+    """No manifest puts the net exchange's token in a container's environment: there every
+    process the container starts (the readiness probe, `kubectl exec`) holds it."""
+    for path in MANIFESTS:
+        for job in mpijobs(path):
+            for spec in job["spec"]["mpiReplicaSpecs"].values():
+                for c in spec["template"]["spec"]["containers"]:
+                    names = {e["name"] for e in c.get("env", [])}
+                    assert "MPI_BOOTSTRAP_TOKEN" not in names, path.name
+
+
+def test_net_exchange_token_from_a_secret_volume() -> None:
+    """The net exchange's MPIJob gives both roles MPI_BOOTSTRAP_TOKEN_FILE naming a key of a
+    Secret volume mounted read-only at its directory, with defaultMode 0400 (not Kubernetes'
+    0644), and the Secret it names holds that key."""
+    docs = documents(ROOT / "container" / "k8s" / "net-exchange.yaml")
+    secret = next(d for d in docs if d["kind"] == "Secret")
+    job = next(d for d in docs if d["kind"] == "MPIJob")
+    for role, spec in job["spec"]["mpiReplicaSpecs"].items():
+        pod = spec["template"]["spec"]
+        (c,) = pod["containers"]
+        path = Path({e["name"]: e.get("value") for e in c["env"]}["MPI_BOOTSTRAP_TOKEN_FILE"])
+        (mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == str(path.parent)]
+        assert mount["readOnly"] is True, role
+        (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+        assert volume["secret"] == {"secretName": secret["metadata"]["name"], "defaultMode": 0o400}
+        assert path.name in secret["stringData"], role
+
+
+def test_exchanges_page_shows_the_net_manifest() -> None:
+    """docs/exchanges.md shows container/k8s/net-exchange.yaml as it is (a copy cannot drift)."""
+    page = (ROOT / "docs" / "exchanges.md").read_text()
+    manifest = (ROOT / "container" / "k8s" / "net-exchange.yaml").read_text()
+    body = manifest[manifest.index("apiVersion: v1") :]
+    assert f"```yaml\n{body}```" in page

@@ -29,7 +29,7 @@ from tests.conftest import AGENT
 from tests.support import logs
 from tests.support.audit import mode_problems, private_key_lines
 from tests.support.cluster import Cluster, Pod, agent_env
-from tests.support.podnet import EXCHANGE_PORT, ask, connect, wait_listening
+from tests.support.podnet import EXCHANGE_PORT, ask, connect, hello_for, wait_listening
 from tests.support.workers import (
     TOKEN,
     WORKERS,
@@ -39,6 +39,7 @@ from tests.support.workers import (
     record_of,
     start_workers,
     stop,
+    token_volume,
 )
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
@@ -53,7 +54,10 @@ MARKER = "MPIB_SECURITY_MARKER=reached-mpirun"  # in the launcher's env, seen by
 
 def exchange_env(tmp: Path, mode: str) -> dict[str, str]:
     """Settings for one exchange mode. The token is set in every mode: wherever it is
-    unused it must still never reach a log or mpirun."""
+    unused it must still never reach a log or mpirun. `net-file`: `net` with the token
+    in a Secret volume's file (MPI_BOOTSTRAP_TOKEN_FILE), not in the environment."""
+    if mode == "net-file":
+        return {"MPI_BOOTSTRAP_EXCHANGE": "net", "MPI_BOOTSTRAP_TOKEN_FILE": str(token_volume(tmp))}
     env = {"MPI_BOOTSTRAP_EXCHANGE": mode, "MPI_BOOTSTRAP_TOKEN": TOKEN}
     if mode == "dir":
         (tmp / "exchange").mkdir()
@@ -488,6 +492,8 @@ while True:
         conn.settimeout(5)
         data = b""
         try:
+            conn.sendall(json.dumps({"v": 3, "type": "challenge", "challenge": "c" * 64}).encode()
+                         + b"\n")
             while b"\n" not in data:
                 chunk = conn.recv(4096)
                 if not chunk:
@@ -499,8 +505,8 @@ while True:
                 conn.sendall(arg.encode() + b"\n")
                 continue
             hello = json.loads(data.split(b"\n")[0])
-            key = hmac.new(arg.encode(), b"mpi-bootstrap exchange v2", hashlib.sha256).digest()
-            reply = {"v": 2, "type": "record", "nonce": hello["nonce"],
+            key = hmac.new(arg.encode(), b"mpi-bootstrap exchange v3", hashlib.sha256).digest()
+            reply = {"v": 3, "type": "record", "nonce": hello["nonce"],
                      "record": json.loads(what)}
             body = json.dumps(reply, sort_keys=True, separators=(",", ":")).encode()
             reply["mac"] = hmac.new(key, body, hashlib.sha256).hexdigest()
@@ -552,7 +558,7 @@ class TestNetExchangeRefuses:
     very request with the job's token is never trusted (exit 69)."""
 
     def test_tampered_hello_changes_nothing(self, cluster: Cluster, tmp_path: Path) -> None:
-        """A signed hello with its key, nonce or time altered is denied and authorises nothing
+        """A signed hello with its key, nonce or challenge altered is denied and authorises nothing
         (logged as a bad mac); the untouched hello is accepted."""
         procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_TOKEN=TOKEN)
         worker = cluster.pods[1]
@@ -560,21 +566,25 @@ class TestNetExchangeRefuses:
         original = authorized.read_text()
         alice = keys.generate(str(tmp_path / "alice"), "alice").public
         mallory = keys.generate(str(tmp_path / "mallory"), "mallory").public
-        hello, _ = exchange.make_hello(TOKEN, alice, worker.name)
-        signed = json.loads(hello)
         tampered = {
             "client_key": mallory,
             "nonce": secrets.token_hex(32),
-            "time": signed["time"] + 1,
+            "challenge": secrets.token_hex(32),
         }
         for field, value in tampered.items():
-            raw = json.dumps({**signed, field: value}).encode() + b"\n"  # mac unchanged
-            assert json.loads(ask(cluster.pods[0], worker.address, raw)) == {"type": "denied"}, (
-                field
-            )
+
+            def altered(challenge: str, field: str = field, value: str = value) -> bytes:
+                hello, _ = exchange.make_hello(TOKEN, alice, worker.name, challenge)
+                return json.dumps({**json.loads(hello), field: value}).encode() + b"\n"  # mac kept
+
+            assert json.loads(ask(cluster.pods[0], worker.address, altered)) == {
+                "type": "denied"
+            }, field
             assert authorized.read_text() == original, field
         # The same message, untouched, is accepted: only the tampering was refused.
-        reply = json.loads(ask(cluster.pods[0], worker.address, hello))
+        reply = json.loads(
+            ask(cluster.pods[0], worker.address, hello_for(TOKEN, alice, worker.name))
+        )
         assert reply["type"] == "record"
         assert alice in authorized.read_text()
         assert mallory not in authorized.read_text()
@@ -611,10 +621,12 @@ class TestNetExchangeRefuses:
         procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_TOKEN=TOKEN)
         real, impostor = cluster.pods[1], cluster.pods[2]
         throwaway = keys.generate(str(tmp_path / "throwaway"), "throwaway").public
-        hello, nonce = exchange.make_hello(TOKEN, throwaway, real.name)
-        recorded = ask(cluster.pods[0], real.address, hello)
+        nonces: list[str] = []
+        recorded = ask(
+            cluster.pods[0], real.address, hello_for(TOKEN, throwaway, real.name, nonces)
+        )
         # Control: the recorded reply is valid for the request it answered.
-        rec = exchange.read_reply(recorded, TOKEN, nonce, real.name)
+        rec = exchange.read_reply(recorded, TOKEN, nonces[0], real.name)
         assert rec.host == real.name
         cluster.signal(procs[1])  # job-worker-1's real worker gives way
         procs[1].wait(timeout=15)
@@ -652,6 +664,10 @@ LOG_CASES = [
         pytest.param(mode, "debug", "console", id=f"{mode}-debug-console")
         for mode in ("dir", "net", "secret")
     ),
+    *(
+        pytest.param("net-file", "debug", fmt, id=f"net-file-debug-{fmt}")
+        for fmt in ("json", "console")
+    ),
 ]
 
 
@@ -678,10 +694,13 @@ class TestNoSecretInOutput:
         ranks = run.job.stdout.count("OMPI_COMM_WORLD_RANK=")
         assert ranks == 3, run.job.stdout
         assert run.job.stdout.count(MARKER) == 1
-        assert "MPI_BOOTSTRAP_TOKEN" not in run.job.stdout
+        assert "MPI_BOOTSTRAP_TOKEN=" not in run.job.stdout  # (the file's path may be)
         if level == "debug":  # the logs were really collected
             assert "mpirun start" in run.outputs["launcher job: stderr"]
             assert "sshd ready" in run.outputs["worker job-worker-0: stderr"]
+        if level != "error":  # the token in the environment is warned about, the file not
+            for where in ("launcher job: stderr", "worker job-worker-0: stderr"):
+                assert ("token exposed" in run.outputs[where]) == (mode != "net-file"), where
 
     def test_failures(self, cluster: Cluster, tmp_path: Path) -> None:
         """Error paths: a token mismatch, and a token too short to be accepted."""

@@ -10,7 +10,7 @@ import socket
 import stat
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from mpi_bootstrap.ssh import netx as exchange
 from tests.conftest import AGENT
 from tests.support import logs
 from tests.support.cluster import Cluster
+from tests.support.podnet import ask, hello_for
 from tests.support.wait import wait_until
 from tests.support.workers import WORKERS, launcher_env, make_mount, record_of, start_workers
 
@@ -211,56 +212,48 @@ class TestNetExchange:
         assert "PRIVATE KEY" not in logs
 
     def test_bad_token_and_replay_change_nothing(self, cluster: Cluster, tmp_path: Path) -> None:
-        """No token, a wrong token, a replay and a stale hello are each denied, leave
-        authorized_keys unchanged and are logged with their reason (the token never)."""
+        """No token, a wrong token, a replayed hello and a hello for a challenge the worker never
+        sent are each denied, leave authorized_keys unchanged and are logged with their
+        reason (the token never)."""
         procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_TOKEN=self.TOKEN)
         worker = cluster.pods[1]
         authorized = tmp_path / worker.name / "state" / "authorized_keys"
         original = authorized.read_text()
         mallory = keys.generate(str(tmp_path / "mallory"), "mallory").public
 
-        def send(raw: bytes) -> bytes:
-            code = (
-                "import socket,sys; s=socket.create_connection((sys.argv[1],2223),5); "
-                "s.sendall(sys.stdin.buffer.read()); "
-                "sys.stdout.buffer.write(s.recv(65536))"
-            )
-            done = subprocess.run(
-                cluster.pods[0].argv(["/usr/bin/python3", "-c", code, worker.address]),
-                input=raw.decode(),
-                capture_output=True,
-                text=True,
-                timeout=20,
-                check=False,
-            )
-            return done.stdout.encode()
+        def send(line: bytes | Callable[[str], bytes]) -> bytes:
+            return ask(cluster.pods[0], worker.address, line)
 
         # no token at all
         assert b"denied" in send(b'{"v":1,"type":"hello"}\n')
         # a well-formed hello signed with the wrong token
-        wrong, _ = exchange.make_hello("not-the-token-0123456789", mallory, worker.name)
-        assert b"denied" in send(wrong)
+        assert b"denied" in send(hello_for("not-the-token-0123456789", mallory, worker.name))
         assert authorized.read_text() == original
-        # a valid hello works once; its replay is refused
-        good, _ = exchange.make_hello(self.TOKEN, mallory, worker.name)
+        # a valid hello works on its own connection; replayed on another, it is refused
+        captured: list[bytes] = []
+
+        def good(challenge: str) -> bytes:
+            captured.append(hello_for(self.TOKEN, mallory, worker.name)(challenge))
+            return captured[0]
+
         first = json.loads(send(good))
         assert first["type"] == "record"
         assert mallory in authorized.read_text()
         authorized.write_text(original)
-        assert b"denied" in send(good)
+        assert b"denied" in send(captured[0])
         assert authorized.read_text() == original
-        # an old hello (outside the clock window) is refused too
-        stale, _ = exchange.make_hello(self.TOKEN, mallory, worker.name, now=time.time() - 3600)
-        assert b"denied" in send(stale)
+        # a hello signed for a challenge this worker never sent is refused too
+        forged, _ = exchange.make_hello(self.TOKEN, mallory, worker.name, "ab" * 32)
+        assert b"denied" in send(forged)
         assert authorized.read_text() == original
         procs[0].send_signal(signal.SIGTERM)
         _, err = procs[0].communicate(timeout=15)
         reasons = [e.get("reason") for e in logs.named(err, "exchange refused")]
         assert reasons == [
-            "not a hello message (of protocol version 2)",
+            "not a hello message (of protocol version 3)",
             "bad mac (wrong or missing token)",
-            "replayed nonce",
-            "stale or future timestamp (replay or clock skew)",
+            "challenge is not the one sent on this connection (a replayed hello)",
+            "challenge is not the one sent on this connection (a replayed hello)",
         ]
         assert self.TOKEN not in err
         assert "PRIVATE KEY" not in err

@@ -14,9 +14,14 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from mpi_bootstrap.core import tokens
 from mpi_bootstrap.core.errors import ConfigError
 from mpi_bootstrap.core.names import is_plain_path
 from mpi_bootstrap.core.settings import ROLES, SETTINGS, Source, make_parser, split_role
+
+
+def _no_reader(path: str) -> tokens.TokenFile:
+    raise OSError(f"{path}: no file reader was given")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +30,9 @@ class HostFacts:
 
     euid: int
     exists: Callable[[str], bool]  # is there a file at this path (a mounted key)?
+    # The token file (MPI_BOOTSTRAP_TOKEN_FILE) as read; OSError or ValueError saying why
+    # not. Called for the launcher and the worker only.
+    read_token_file: Callable[[str], tokens.TokenFile] = _no_reader
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +62,7 @@ class Config:
     exchange: str
     exchange_dir: str | None
     exchange_port: int
+    token_file: str | None
     token: str | None = dataclasses.field(repr=False)  # a secret: never in repr or logs
     ssh_auth_dir: str
     sshd_port: int | None
@@ -73,6 +82,9 @@ class Config:
     sources: Mapping[str, Source]
     notes: tuple[str, ...] = ()
     exchange_reason: str = ""  # why this exchange (`auto` says what it found)
+    # Who else may read the token, in its form (core/tokens.py): logged at start, shown
+    # by --explain and the doctor. Never the token itself.
+    token_warnings: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], argv: Sequence[str],
@@ -106,13 +118,15 @@ def _auto_exchange(values: Mapping[str, Any], host: HostFacts) -> tuple[str, str
     """The exchange `auto` picks, and why (shown by --explain and logged at start)."""
     if values["exchange_dir"]:
         return "dir", "auto: MPI_BOOTSTRAP_EXCHANGE_DIR is set"
+    if values["token_file"]:
+        return "net", "auto: MPI_BOOTSTRAP_TOKEN_FILE is set"
     if values["token"]:
         return "net", "auto: MPI_BOOTSTRAP_TOKEN is set"
     key = os.path.join(values["ssh_auth_dir"], "id_rsa")
     if host.exists(key):
         return "secret", f"auto: a key is mounted at {key}"
     return "none", (f"auto: no key at {key}, no MPI_BOOTSTRAP_EXCHANGE_DIR and no "
-                    "MPI_BOOTSTRAP_TOKEN, so the agent sets up no ssh trust and mpirun "
+                    "MPI_BOOTSTRAP_TOKEN_FILE, so the agent sets up no ssh trust and mpirun "
                     "relies on the image's own sshd and keys")
 
 
@@ -124,6 +138,7 @@ class _Draft:
     sources: dict[str, Source] = dataclasses.field(default_factory=dict)
     problems: list[str] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    token_warnings: list[str] = dataclasses.field(default_factory=list)
 
 
 def _read_settings(d: _Draft, ns: argparse.Namespace, environ: Mapping[str, str]) -> None:
@@ -179,7 +194,35 @@ def _role(d: _Draft, role_word: str | None, environ: Mapping[str, str]) -> str:
     return "launcher"
 
 
-def _derived(d: _Draft, environ: Mapping[str, str], host: HostFacts) -> str:
+def _token(d: _Draft, role: str, host: HostFacts) -> None:
+    """The token: read from MPI_BOOTSTRAP_TOKEN_FILE by the roles that use it (the probe
+    and the doctor never need it), or taken from the environment; and who else may read
+    it in that form (core/tokens.py)."""
+    values, sources = d.values, d.sources
+    path, file_src, env_src = values["token_file"], sources["token_file"], sources["token"]
+    if path and values["token"]:
+        d.problems.append(f"{file_src.name}: set this or {env_src.name}, not both (in the "
+                          "environment, the token is in every process the container starts)")
+        return
+    if values["token"]:
+        d.token_warnings.append(tokens.ENV_EXPOSED)
+    if not path or role not in ("launcher", "worker"):
+        return
+    try:
+        found = host.read_token_file(path)
+        values["token"] = tokens.from_file(found.data)
+    except OSError as exc:
+        d.problems.append(f"{file_src.name}: cannot read {path}: {exc.strerror or exc}")
+        return
+    except ValueError as exc:
+        d.problems.append(f"{file_src.name}: {path}: {exc}")
+        return
+    who = tokens.other_readers(found, host.euid)
+    if who:
+        d.token_warnings.append(f"the token file {path} {who}: {tokens.file_advice()}")
+
+
+def _derived(d: _Draft, role: str, environ: Mapping[str, str], host: HostFacts) -> str:
     """Defaults that depend on other settings or the machine; returns why this exchange."""
     values, sources = d.values, d.sources
     if values["state_dir"] is None:
@@ -193,9 +236,10 @@ def _derived(d: _Draft, environ: Mapping[str, str], host: HostFacts) -> str:
         values["exchange"], exchange_reason = _auto_exchange(values, host)
     if values["exchange"] == "dir" and not values["exchange_dir"]:
         d.problems.append("MPI_BOOTSTRAP_EXCHANGE: 'dir' needs MPI_BOOTSTRAP_EXCHANGE_DIR")
-    if values["exchange"] == "net" and not values["token"]:
-        d.problems.append("MPI_BOOTSTRAP_EXCHANGE: 'net' needs MPI_BOOTSTRAP_TOKEN "
-                          "(from a Kubernetes Secret)")
+    if values["exchange"] == "net" and not values["token"] and not values["token_file"] \
+            and role in ("launcher", "worker"):
+        d.problems.append("MPI_BOOTSTRAP_EXCHANGE: 'net' needs MPI_BOOTSTRAP_TOKEN_FILE "
+                          "(a key of a Kubernetes Secret volume)")
     if values["sshd_port"] is None:
         values["sshd_port"] = 2222 if values["exchange"] == "secret" else 0
     elif values["exchange"] == "secret" and values["sshd_port"] == 0:
@@ -229,10 +273,12 @@ def _build(environ: Mapping[str, str], argv: list[str], host: HostFacts) -> Conf
     _read_settings(d, ns, environ)
     _legacy_rewrite(d)
     role = _role(d, role_word, environ)
-    exchange_reason = _derived(d, environ, host)
+    _token(d, role, host)
+    exchange_reason = _derived(d, role, environ, host)
     _role_checks(d, role, program, ns)
     if d.problems:
         raise ConfigError(d.problems)
     return Config(role=role, program=tuple(program), explain=bool(ns.explain),
                   json=bool(ns.json), sources=d.sources, notes=tuple(d.notes),
-                  exchange_reason=exchange_reason, **d.values)
+                  exchange_reason=exchange_reason,
+                  token_warnings=tuple(d.token_warnings), **d.values)

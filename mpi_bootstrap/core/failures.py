@@ -108,7 +108,7 @@ SIGNATURES = (
         "{host} refused the job's ssh key",
         "give every pod the same key: the MPIJob's Secret at the same sshAuthMountPath "
         "(MPI_BOOTSTRAP_SSH_AUTH_DIR), or the same exchange (MPI_BOOTSTRAP_EXCHANGE_DIR or "
-        "MPI_BOOTSTRAP_TOKEN) on the launcher and the workers",
+        "MPI_BOOTSTRAP_TOKEN_FILE) on the launcher and the workers",
         fields=_pattern(r"(?:[^\s@]{1,64}@)?" + _HOST + r": Permission denied \(publickey",
                         "match"),
         brief="{host}: the worker's sshd refused the job's key (Permission denied)"),

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from mpi_bootstrap.core import tokens
 from mpi_bootstrap.core.errors import ConfigError
 from mpi_bootstrap.core.names import (
     is_dns_name,
@@ -129,15 +130,7 @@ def _port(raw: str) -> int:
 
 
 def _token(raw: str) -> str:
-    if len(raw) < 16:
-        raise ValueError("must be at least 16 characters (value not shown)")
-    # os.environ surrogate-escapes bytes that are not UTF-8 (a binary Secret); the
-    # exchange encodes the token, which then raised UnicodeEncodeError (exit 70).
-    try:
-        raw.encode()
-    except UnicodeEncodeError:
-        raise ValueError("is not UTF-8 text (value not shown)") from None
-    return raw
+    return tokens.check(raw)
 
 
 def _user(raw: str) -> str:
@@ -234,14 +227,21 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("exchange", "--exchange", ("MPI_BOOTSTRAP_EXCHANGE",), "auto",
             _choice(EXCHANGE_MODES),
             "how peers learn each other's sshd: secret, dir, net, none, or auto (dir if "
-            "EXCHANGE_DIR is set, else net if TOKEN is set, else secret if a key is mounted)"),
+            "EXCHANGE_DIR is set, else net if TOKEN_FILE or TOKEN is set, else secret if a "
+            "key is mounted)"),
     Setting("exchange_dir", "--exchange-dir", ("MPI_BOOTSTRAP_EXCHANGE_DIR",), None,
             _plain_dir,
             "shared directory for the dir exchange"),
     Setting("exchange_port", "--exchange-port", ("MPI_BOOTSTRAP_EXCHANGE_PORT",), 2223,
             _port, "TCP port of the workers' net exchange"),
+    Setting("token_file", "--token-file", ("MPI_BOOTSTRAP_TOKEN_FILE",), None, _path,
+            "file holding the net exchange's shared secret (a key of a Secret volume, "
+            "mode 0400): read once by the launcher and the worker, never put in any "
+            "process's environment; the probe and the doctor do not read it"),
     Setting("token", None, ("MPI_BOOTSTRAP_TOKEN",), None, _token,
-            "shared secret of the net exchange (environment only, never logged)"),
+            "the same secret in the environment (never logged), kept for compatibility: "
+            "every process the container starts, the readiness probe included, then holds "
+            "it in its environment; use MPI_BOOTSTRAP_TOKEN_FILE"),
     Setting("ssh_auth_dir", "--ssh-auth-dir", ("MPI_BOOTSTRAP_SSH_AUTH_DIR",), None, _path,
             "where the job's key Secret is mounted (MPI Operator's sshAuthMountPath; "
             "default ~/.ssh)"),

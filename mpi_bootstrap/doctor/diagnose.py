@@ -2,8 +2,10 @@
 what to do. The DNS checks are in dnscheck.py, the ssh checks in sshcheck.py, the data
 network's in datacheck.py; everything runs in parallel under one deadline.
 
-Exit status: 0 when every check passed, 1 (ExitStatus.PROBLEMS_FOUND) when any did not.
-`--json` prints one object: {"version": 1, "findings": [...], "problems": N}.
+Exit status: 0 when every check passed, 1 (ExitStatus.PROBLEMS_FOUND) when any did not;
+a warning (`?? `: a passed check worth changing, such as the token in the environment)
+does not fail it. `--json` prints one object: {"version": 1, "findings": [...],
+"problems": N}; each finding has `ok` and `warning` (added in version 1: no key changed).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import ExitStatus
 from mpi_bootstrap.core.names import is_ip_literal
-from mpi_bootstrap.doctor import datacheck
+from mpi_bootstrap.doctor import datacheck, tokencheck
 from mpi_bootstrap.doctor.dnscheck import dns_findings, service_finding
 from mpi_bootstrap.doctor.finding import Finding
 from mpi_bootstrap.doctor.sshcheck import reach_jobs, ssh_jobs
@@ -66,6 +68,7 @@ def run(config: Config, *, deadline_s: float = 10.0, data: bool = True) -> list[
     jobs.append(lambda: service_finding(names, config.cluster_domain, conf, deadline))
     jobs.extend(ssh_jobs(config, names, deadline))
     jobs.extend(reach_jobs(config, names, deadline))
+    jobs.append(lambda: tokencheck.findings(config))
     if data:
         jobs.extend(datacheck.jobs(config, names, deadline))
     return within(deadline + 0.5, jobs, lambda n: [Finding(

@@ -14,11 +14,13 @@ class Finding:
     ok: bool
     detail: str
     advice: str = ""
+    # ok, but worth changing (a secret exposed): said, and never a failed check
+    warning: bool = False
 
     def line(self) -> str:
         """One line for a person: what a worker, a nameserver or an sshd's banner said
         is escaped (it cannot erase a line above or forge an `ok`)."""
-        mark = "ok " if self.ok else "!! "
+        mark = "!! " if not self.ok else "?? " if self.warning else "ok "
         text = f"{mark}{self.host}: {self.check}: {self.detail}"
-        return printable(text + (f" — {self.advice}" if self.advice and not self.ok else ""),
-                         lines=False)
+        said = self.advice and (not self.ok or self.warning)
+        return printable(text + (f" — {self.advice}" if said else ""), lines=False)

@@ -146,7 +146,7 @@ def remote_check(p: Plan, config: Config, env: Mapping[str, str]) -> preflight.R
     auto_none = config.exchange == "none" and config.source("exchange").kind == "default"
     hint = (f"no exchange is set up ({config.exchange_reason}); run `mpi-bootstrap worker` "
             "in the worker pods with the same settings as the launcher: mount the MPIJob's "
-            "Secret at MPI_BOOTSTRAP_SSH_AUTH_DIR (secret), or set MPI_BOOTSTRAP_TOKEN "
+            "Secret at MPI_BOOTSTRAP_SSH_AUTH_DIR (secret), or set MPI_BOOTSTRAP_TOKEN_FILE "
             "(net) or MPI_BOOTSTRAP_EXCHANGE_DIR (dir) in every pod") if auto_none else ""
     return preflight.RemoteCheck(
         mpi=p.mpi, prefix=p.prefix,

@@ -192,6 +192,8 @@ def gather(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Facts,
     # One deadline for DNS, the workers' records, sshd readiness and preflight.
     deadline = time.monotonic() + config.dns_wait_seconds
     log("exchange", mode=config.exchange, reason=config.exchange_reason)
+    for warning in config.token_warnings:
+        log("token exposed", level="warning", reason=warning)
     info, env, notes = find_mpi(config, environ)
     log("MPI", vendor=info.vendor, version=info.version, mpirun=info.mpirun)
     path, more = input_hostfile(config, info)

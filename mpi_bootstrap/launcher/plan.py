@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from mpi_bootstrap.core import gate, records
+from mpi_bootstrap.core import gate, records, tokens
 from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.datanet import DataNIC
@@ -130,6 +130,7 @@ def _base_decisions(config: Config, facts: Facts) -> list[Decision]:
                   "fqdn": f"x.svc → x.svc.{config.cluster_domain}",
                   "ip": "names replaced by the addresses the DNS wait found"}[config.rewrite]),
         *(Decision("note", "", "config", n) for n in config.notes),
+        *filter(None, [tokens.decision(config)]),
     ]
 
 

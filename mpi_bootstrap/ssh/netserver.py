@@ -1,5 +1,6 @@
 """The worker's side of the `net` exchange (ssh/netx.py has the protocol), served from the
-resident PID 1's loop: verify a hello, authorise its key for sshd, answer the record.
+resident PID 1's loop: challenge each connection, verify its hello, authorise its key for
+sshd, answer the record.
 
 Standard library only (the resident PID 1 imports it).
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hmac
 import json
 import socket
 import time
@@ -17,42 +19,33 @@ from typing import Any
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import fingerprint, is_public_key
 from mpi_bootstrap.core.records import MAX_MESSAGE, Record, is_target, is_version, record_from
-from mpi_bootstrap.ssh.netx import (
-    CLOCK_SKEW,
-    MAX_TIME,
-    NONCE,
-    NONCE_TTL,
-    PROTOCOL,
-    derive_key,
-    signed,
-    valid_mac,
-)
+from mpi_bootstrap.ssh.netx import NONCE, PROTOCOL, derive_key, new_challenge, signed, valid_mac
 
 MAX_CONNECTIONS = 16  # open at once on a worker; more evict the oldest
 CONNECTION_SECONDS = 2.0  # a peer has this long to send its hello
 Readers = dict[int, Callable[[], None]]
 
 
+HELLO_KEYS = frozenset({"v", "type", "challenge", "nonce", "client_key", "target", "mac"})
+
+
 class NetServer:
     """The worker's side: verifies hellos, authorises the client key, answers the record."""
 
     def __init__(self, token: str, record: Record,
-                 authorize: Callable[[str, str], None], log: Log,
-                 clock: Callable[[], float] = time.time) -> None:
+                 authorize: Callable[[str, str], None], log: Log) -> None:
         self._key = derive_key(token)
         self.record = record
         self.authorize = authorize
         self.log = log
-        self.clock = clock
-        self._seen: dict[str, float] = {}
 
-    def answer(self, raw: bytes, peer: str) -> bytes:
-        """The reply to one request line. Never raises on bad input."""
+    def answer(self, raw: bytes, peer: str, challenge: str) -> bytes:
+        """The reply to one request line on the connection that was sent `challenge`.
+        Never raises on bad input."""
         message, refused = self._hello(raw)
         if message is not None:
-            refused = self._fresh(message)
+            refused = self._fresh(message, challenge)
         if message is not None and refused is None:
-            self._seen[message["nonce"]] = self.clock()
             try:
                 self.authorize(message["client_key"], peer)
             except OSError as exc:  # a full or read-only state dir: say so, do not crash
@@ -73,25 +66,24 @@ class NetServer:
         except (ValueError, RecursionError):
             return None, "not JSON"
         if not isinstance(message, dict) or message.get("type") != "hello" or \
-                not is_version(message.get("v"), PROTOCOL) or set(message) != {
-                    "v", "type", "nonce", "time", "client_key", "target", "mac"}:
-            return None, "not a hello message (of protocol version 2)"
+                not is_version(message.get("v"), PROTOCOL) or set(message) != HELLO_KEYS:
+            return None, f"not a hello message (of protocol version {PROTOCOL})"
         if not valid_mac(self._key, message):
             return None, "bad mac (wrong or missing token)"
         return message, None
 
-    def _fresh(self, message: dict[str, Any]) -> str | None:
+    def _fresh(self, message: dict[str, Any], challenge: str) -> str | None:
         """Why an authentic hello is still refused (a replay, a bad key, another target)."""
-        nonce, stamp, client_key = message["nonce"], message["time"], message["client_key"]
+        nonce, client_key, answered = message["nonce"], message["client_key"], \
+            message["challenge"]
+        # Signed for another connection's challenge: a hello captured off the wire and
+        # replayed — to this worker, or to it restarted — would otherwise replace the
+        # running launcher's key (tests/test_attacks.py::TestNetExchangeReplay).
+        if not isinstance(answered, str) or not answered.isascii() or \
+                not hmac.compare_digest(answered, challenge):
+            return "challenge is not the one sent on this connection (a replayed hello)"
         if not isinstance(nonce, str) or not NONCE.fullmatch(nonce):
             return "bad nonce"
-        now = self.clock()
-        if type(stamp) is not int or not 0 <= stamp < MAX_TIME or \
-                abs(stamp - now) > CLOCK_SKEW:
-            return "stale or future timestamp (replay or clock skew)"
-        self._seen = {n: t for n, t in self._seen.items() if now - t < NONCE_TTL}
-        if nonce in self._seen:
-            return "replayed nonce"
         if not isinstance(client_key, str) or not is_public_key(client_key):
             return "client_key is not one OpenSSH public key"
         target = message["target"]
@@ -105,17 +97,19 @@ class NetServer:
 class Connections:
     """Serve a NetServer from an event loop that calls `readers[fd]()` when fd is readable.
 
-    Nothing here ever blocks, so a peer that connects and says nothing (or trickles
-    bytes) cannot stall the loop (the worker's PID 1, which also forwards signals). At
-    most MAX_CONNECTIONS are open at once: a newcomer closes the oldest, and any open
-    longer than CONNECTION_SECONDS.
+    Each connection is sent its own challenge when it is accepted, and answers one line
+    (the hello that must carry that challenge), then closes. Nothing here ever blocks, so
+    a peer that connects and says nothing (or trickles bytes) cannot stall the loop (the
+    worker's PID 1, which also forwards signals). At most MAX_CONNECTIONS are open at
+    once: a newcomer closes the oldest, and any open longer than CONNECTION_SECONDS.
     """
 
     def __init__(self, server: NetServer, listener: socket.socket, readers: Readers) -> None:
         self.server = server
         self.listener = listener
         self.readers = readers
-        self.open: dict[int, tuple[socket.socket, float, bytearray, str]] = {}
+        # fd → (socket, when accepted, bytes so far, peer, the challenge it was sent)
+        self.open: dict[int, tuple[socket.socket, float, bytearray, str, str]] = {}
         listener.setblocking(False)
         readers[listener.fileno()] = self.accept
 
@@ -142,14 +136,22 @@ class Connections:
         if len(self.open) >= MAX_CONNECTIONS:
             self.close(self.oldest())
         conn.setblocking(False)
+        challenge, line = new_challenge()
+        try:  # a fresh socket's buffer takes one short line whole
+            sent = conn.send(line)
+        except OSError:
+            sent = 0
+        if sent != len(line):  # the peer is gone already
+            conn.close()
+            return
         fd = conn.fileno()
-        self.open[fd] = (conn, now, bytearray(), str(addr[0]))
+        self.open[fd] = (conn, now, bytearray(), str(addr[0]), challenge)
         self.readers[fd] = lambda: self.receive(fd)
 
     def receive(self, fd: int) -> None:
         if fd not in self.open:
             return
-        conn, _, data, peer = self.open[fd]
+        conn, _, data, peer, challenge = self.open[fd]
         try:
             chunk = conn.recv(4096)
         except BlockingIOError:
@@ -163,7 +165,7 @@ class Connections:
             line = bytes(data.split(b"\n", 1)[0])
             # A reply fits any socket buffer; one that does not go out whole is lost.
             with contextlib.suppress(OSError):
-                conn.send(self.server.answer(line, peer))
+                conn.send(self.server.answer(line, peer, challenge))
         self.close(fd)
 
 
@@ -172,8 +174,9 @@ def serve(net: Mapping[str, Any], log: Log, readers: Readers) -> Connections:
     socket's descriptor, the token, the record, and the authorized_keys file to write.
 
     The file holds the keys the worker authorized at its start (`base_keys`: a mounted
-    key, the dir exchange's job key) and the key of the latest hello, which replaces the
-    one before: a restarted launcher comes with a new key each time, and appending them
+    key, the dir exchange's job key) and the key of the latest hello (an authentic one,
+    made for its connection's challenge: never a replayed one), which replaces the one
+    before: a restarted launcher comes with a new key each time, and appending them
     grew the file by a line per launch (tests/test_soak.py). The previous launcher is
     gone; a session already logged in is not touched (sshd reads the file at login)."""
     from mpi_bootstrap.system.files import atomic_write

@@ -1,26 +1,37 @@
 """The `net` exchange: the launcher asks each worker for its record (core/records.py)
-over the control network; both sides prove they hold the token `MPI_BOOTSTRAP_TOKEN`.
+over the control network; both sides prove they hold the job's token (from
+MPI_BOOTSTRAP_TOKEN_FILE, or MPI_BOOTSTRAP_TOKEN: core/tokens.py).
 (The other exchanges: `secret` needs none — the Secret's key is every sshd's host key
 — and `dir` is ssh/dirx.py.) This module holds the protocol and the launcher's side;
 the worker's server is ssh/netserver.py.
 
-The net exchange, in full (version 2). K = HMAC-SHA256(token, "mpi-bootstrap exchange v2").
-1. launcher → worker, one JSON line: {"v":2, "type":"hello", "nonce": N (32 random bytes,
-   hex), "time": T (unix seconds), "client_key": the job's public key, "target": the
-   worker it is meant for (its hostname, or the address the hostfile names), "mac"}.
-2. The worker checks the mac, that |T − now| ≤ 120 s, that N was not seen in the last
-   240 s, and that `target` is its own hostname or one of its addresses. Any failure: it
-   answers {"type":"denied"} and changes nothing, and logs why. Otherwise it authorises
-   client_key for its sshd and answers
-   {"v":2, "type":"record", "nonce": N, "record": {...}, "mac"}.
+The net exchange, in full (version 3). K = HMAC-SHA256(token, "mpi-bootstrap exchange v3").
+0. On each connection it accepts, the worker first sends one JSON line:
+   {"v":3, "type":"challenge", "challenge": C (32 random bytes, hex, fresh for this
+   connection)}.
+1. launcher → worker, one JSON line: {"v":3, "type":"hello", "challenge": C (the one
+   just received), "nonce": N (32 random bytes, hex), "client_key": the job's public
+   key, "target": the worker it is meant for (its hostname, or the address the
+   hostfile names), "mac"}.
+2. The worker checks the mac, that C is the challenge it sent on this very connection,
+   and that `target` is its own hostname or one of its addresses. Any failure: it answers
+   {"type":"denied"}, changes nothing, and logs why. Otherwise it authorises client_key
+   for its sshd (replacing the previous hello's key) and answers
+   {"v":3, "type":"record", "nonce": N, "record": {...}, "mac"}.
+   Either way it closes the connection: one hello per challenge.
 3. The launcher checks the reply's mac, that it echoes its own fresh N, and that the
    record is the target's (its host is the target's name, or it lists the target address).
 mac = hex HMAC-SHA256(K, canonical JSON of every other field). So: without the token
-nobody can add a key (hello mac) or pass as a worker (reply mac); a replayed hello is
-refused (nonce cache within the time window, clock check beyond it), and a replayed
-reply fails the launcher's nonce check; a hello relayed to another worker (by whoever holds
-a worker's stale address) is refused there, and a reply from the wrong worker is refused
-by the launcher (version 1 had no target: tests/test_security.py::TestNetExchangeRelay).
+nobody can add a key (hello mac) or pass as a worker (reply mac). A hello is good on the
+connection whose challenge it carries and nowhere else: replayed on any other connection,
+to the same worker or to one restarted since (whose memory is empty), it is refused and
+changes nothing — no clock and no memory of nonces is involved (version 2 kept a nonce
+cache in memory and a 120 s clock window, so a hello captured before a worker restarted
+could be replayed to it and replace the running launcher's key:
+tests/test_attacks.py::TestNetExchangeReplay). A replayed reply fails the launcher's nonce
+check; a hello relayed to another worker (by whoever holds a worker's stale address) is
+refused there, and a reply from the wrong worker is refused by the launcher
+(tests/test_attacks.py::TestNetExchangeRelay).
 Nothing secret travels: the token never does, and records and public keys are not secret.
 The launcher's whole fetch from one worker has one deadline: a peer that trickles bytes
 cannot hold it past MPI_DNS_WAIT_SECONDS.
@@ -37,7 +48,7 @@ import re
 import secrets
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mpi_bootstrap.core.records import (
@@ -49,17 +60,14 @@ from mpi_bootstrap.core.records import (
     record_from,
 )
 
-PROTOCOL = 2  # of the net exchange's messages
-CLOCK_SKEW = 120.0  # seconds a hello's timestamp may differ from the worker's clock
-NONCE_TTL = 2 * CLOCK_SKEW
+PROTOCOL = 3  # of the net exchange's messages
 NONCE = re.compile(r"[0-9a-f]{64}")  # fullmatch: `$` would accept a trailing newline
-MAX_TIME = 2**62  # a hello's time must fit arithmetic with the clock (found by fuzzing)
 
 
 # ---------------------------------------------------------------- net
 
 def derive_key(token: str) -> bytes:
-    return hmac.new(token.encode(), b"mpi-bootstrap exchange v2", hashlib.sha256).digest()
+    return hmac.new(token.encode(), b"mpi-bootstrap exchange v3", hashlib.sha256).digest()
 
 
 def message_mac(key: bytes, message: Mapping[str, Any]) -> str:
@@ -87,12 +95,19 @@ def valid_mac(key: bytes, message: Mapping[str, Any]) -> bool:
     return hmac.compare_digest(mac, expected)
 
 
-def make_hello(token: str, client_key: str, target: str, *, now: float | None = None
+def new_challenge() -> tuple[str, bytes]:
+    """A worker's challenge for one connection, and the line that sends it."""
+    challenge = secrets.token_hex(32)
+    line = json.dumps({"v": PROTOCOL, "type": "challenge", "challenge": challenge})
+    return challenge, line.encode() + b"\n"
+
+
+def make_hello(token: str, client_key: str, target: str, challenge: str
                ) -> tuple[bytes, str]:
+    """The hello answering `challenge`, and the nonce its reply must echo."""
     nonce = secrets.token_hex(32)
-    message = {"v": PROTOCOL, "type": "hello", "nonce": nonce,
-               "time": int(time.time() if now is None else now), "client_key": client_key,
-               "target": target}
+    message = {"v": PROTOCOL, "type": "hello", "challenge": challenge, "nonce": nonce,
+               "client_key": client_key, "target": target}
     return signed(derive_key(token), message), nonce
 
 
@@ -104,8 +119,8 @@ class ExchangeRefused(RecordError):
 def fetch(address: str, port: int, token: str, client_key: str, *, target: str,
           deadline: float) -> Record:
     """Ask the worker `target` (at `address`) for its record, all before `deadline`
-    (monotonic): connecting, sending and every byte of the reply. TimeoutError after it."""
-    hello, nonce = make_hello(token, client_key, target)
+    (monotonic): connecting, the challenge, sending and every byte of the reply.
+    TimeoutError after it."""
 
     def left() -> float:
         remaining = deadline - time.monotonic()
@@ -114,16 +129,51 @@ def fetch(address: str, port: int, token: str, client_key: str, *, target: str,
         return remaining
 
     with socket.create_connection((address, port), timeout=min(2.0, left())) as conn:
+        lines = _Lines(conn, left)
+        challenge = read_challenge(lines.next(), target)
+        hello, nonce = make_hello(token, client_key, target, challenge)
         conn.settimeout(left())
         conn.sendall(hello)
-        data = b""
-        while b"\n" not in data and len(data) <= MAX_MESSAGE:
-            conn.settimeout(left())
-            chunk = conn.recv(4096)
+        reply = lines.next()
+    return read_reply(reply, token, nonce, target)
+
+
+class _Lines:
+    """The lines a peer sends, each read within the deadline `left` keeps; a line is at
+    most MAX_MESSAGE bytes (what is past that, or before the end of the stream, is the
+    line)."""
+
+    def __init__(self, conn: socket.socket, left: Callable[[], float]) -> None:
+        self.conn, self.left, self.data = conn, left, b""
+
+    def next(self) -> bytes:
+        while b"\n" not in self.data and len(self.data) <= MAX_MESSAGE:
+            self.conn.settimeout(self.left())
+            chunk = self.conn.recv(4096)
             if not chunk:
                 break
-            data += chunk
-    return read_reply(data.split(b"\n", 1)[0], token, nonce, target)
+            self.data += chunk
+        line, _, self.data = self.data.partition(b"\n")
+        return line
+
+
+def read_challenge(raw: bytes, target: str) -> str:
+    """The challenge a worker sent first on a connection, or RecordError (its subclass
+    ExchangeRefused when the peer speaks another protocol) naming `target`."""
+    if not raw:
+        raise RecordError(f"{target}: the exchange port closed the connection without a "
+                          f"challenge (an agent older than protocol {PROTOCOL} sends none)")
+    try:
+        message = json.loads(raw)
+    except (ValueError, RecursionError):
+        message = None
+    if not isinstance(message, dict) or message.get("type") != "challenge" or \
+            not is_version(message.get("v"), PROTOCOL) or set(message) != {
+                "v", "type", "challenge"} or not isinstance(message["challenge"], str) or \
+            not NONCE.fullmatch(message["challenge"]):
+        raise ExchangeRefused(f"{target}: the exchange port does not speak protocol "
+                              f"{PROTOCOL} (is the agent the same version on both sides?)")
+    return str(message["challenge"])
 
 
 def read_reply(raw: bytes, token: str, nonce: str, target: str) -> Record:
@@ -135,8 +185,8 @@ def read_reply(raw: bytes, token: str, nonce: str, target: str) -> Record:
         raise RecordError(f"{target}: exchange reply is not JSON") from None
     if not isinstance(reply, dict) or reply.get("type") != "record" or \
             not is_version(reply.get("v"), PROTOCOL):
-        raise ExchangeRefused(f"{target}: exchange refused (is MPI_BOOTSTRAP_TOKEN the "
-                              "same on both sides, and the agent the same version?)")
+        raise ExchangeRefused(f"{target}: exchange refused (is the token the same on both "
+                              "sides, and the agent the same version?)")
     if not valid_mac(derive_key(token), reply):
         raise ExchangeRefused(f"{target}: exchange reply not signed with the job's token")
     if reply.get("nonce") != nonce:

@@ -63,7 +63,8 @@ def needs_exchange(config: Config) -> None:
         f"key: secret (the MPIJob's ssh Secret mounted at {config.ssh_auth_dir}, as MPI "
         "Operator does; MPI_BOOTSTRAP_SSH_AUTH_DIR names another path), dir "
         "(MPI_BOOTSTRAP_EXCHANGE_DIR: a volume shared with the launcher) or net "
-        "(MPI_BOOTSTRAP_TOKEN: the same token as the launcher's, from a Secret)"])
+        "(MPI_BOOTSTRAP_TOKEN_FILE: the same token as the launcher's, from a Secret "
+        "volume)"])
 
 
 def identity(config: Config, log: Log) -> Identity:
@@ -188,6 +189,8 @@ def data_probe(config: Config, log: Log) -> str | None:
 def start(config: Config, environ: Mapping[str, str], log: Log) -> int:
     state = config.state_dir
     needs_exchange(config)
+    for warning in config.token_warnings:
+        log("token exposed", level="warning", reason=warning)
     account = pwd.getpwuid(os.geteuid())
     state_dir(state, sshd_home=account.pw_dir)  # sshd's StrictModes reads keys there
     ident = identity(config, log)

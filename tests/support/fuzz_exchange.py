@@ -1,7 +1,7 @@
 """The net exchange as the fuzz targets meet it (tests/test_fuzz_netserver.py,
 test_fuzz_read_reply.py, test_fuzz_exchange_regressions.py): a job's token and a worker's
-record, a NetServer with a settable clock, signing, nonces, and the checks of a denial
-and of the launcher's read_reply."""
+record, a NetServer answering on a connection that was sent a known challenge, signing,
+nonces, and the checks of a denial and of the launcher's read_reply."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from mpi_bootstrap.ssh.netx import Record, RecordError
 from tests.support.strategies import check_record, json_values, outcome, tainted
 
 TOKEN = "fuzz-token-0123456789abcdef"  # noqa: S105 - the test job's token, not a secret
-NOW = 1_750_000_000
+CHALLENGE = "c0" * 32  # what the worker sent on the connection the fuzzed line arrives on
 RECORD = Record(
     "worker-0",
     ("10.0.0.2", "fd00::2"),
@@ -29,10 +29,10 @@ CLIENT_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ9vO1Vf0a6n3Hc7bqW0oJkq2z5p8s
 DENIED = b'{"type":"denied"}\n'
 TARGET = "worker-0"  # RECORD's own name, which the launcher asks for
 VALID_HELLO = {
-    "v": 2,
+    "v": 3,
     "type": "hello",
+    "challenge": CHALLENGE,
     "nonce": "0" * 64,
-    "time": NOW,
     "client_key": CLIENT_KEY,
     "target": TARGET,
 }
@@ -40,9 +40,9 @@ VALID_HELLO = {
 
 @dataclasses.dataclass
 class Worker:
-    """A NetServer with a settable clock, recording what it authorised and logged."""
+    """A NetServer (a worker's start: a restarted worker is a new one), recording what it
+    authorised and logged."""
 
-    now: float = float(NOW)
     authorized: list[str] = dataclasses.field(default_factory=list)
     logged: list[tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=list)
 
@@ -52,11 +52,11 @@ class Worker:
             RECORD,
             lambda key, _peer: self.authorized.append(key),
             lambda event, **kw: self.logged.append((event, kw)),
-            clock=lambda: self.now,
         )
 
-    def answer(self, raw: bytes) -> bytes:
-        reply = self.server.answer(raw, "10.0.0.9")
+    def answer(self, raw: bytes, challenge: str = CHALLENGE) -> bytes:
+        """The reply to `raw` on a connection that was sent `challenge`."""
+        reply = self.server.answer(raw, "10.0.0.9", challenge)
         assert TOKEN not in repr(self.logged)
         return reply
 
@@ -73,6 +73,18 @@ nonces = st.one_of(
     hex_nonces.map(lambda n: n[1:]),
     hex_nonces.map(lambda n: n + "0"),
     tainted(hex_nonces),
+    json_values,
+)
+# The challenge a hello carries: mostly the connection's own (so deeper checks are reached),
+# else another connection's, a near miss, or anything.
+challenges = st.one_of(
+    st.just(CHALLENGE),
+    st.just(CHALLENGE),
+    hex_nonces,
+    st.just(CHALLENGE.upper()),
+    st.just(CHALLENGE + "\n"),
+    st.just(CHALLENGE[:-1]),
+    tainted(st.just(CHALLENGE)),
     json_values,
 )
 

@@ -1,6 +1,6 @@
 """Connections made from inside a pod of the simulated cluster (tests/support/cluster.py):
 a TCP socket in the pod's network namespace, waiting for a port there to listen, and one
-line of the net exchange asked and answered."""
+turn of the net exchange (the worker's challenge, one line sent, the reply)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import os
 import socket
 import subprocess
 import threading
+from collections.abc import Callable
 
+from mpi_bootstrap.ssh import netx
 from tests.support.cluster import Pod
 from tests.support.wait import wait_until
 
@@ -65,14 +67,52 @@ def wait_listening(
     wait_until(listening, timeout, f"something to listen on {address}:{port} in {pod.name}")
 
 
-def ask(pod: Pod, address: str, raw: bytes, port: int = EXCHANGE_PORT) -> bytes:
-    """Send one net-exchange line from `pod` and return the reply line."""
+def ask(
+    pod: Pod, address: str, line: bytes | Callable[[str], bytes], port: int = EXCHANGE_PORT
+) -> bytes:
+    """One net-exchange turn from `pod`: read the worker's challenge, send `line` as it is
+    (a captured hello replayed) or `line(challenge)` (a hello made for this connection),
+    and return the reply line."""
     with connect(pod, address, port) as conn:
-        conn.sendall(raw)
         data = b""
-        while b"\n" not in data:
-            chunk = conn.recv(65536)
-            if not chunk:
-                break
+
+        def next_line() -> bytes:
+            nonlocal data
+            while b"\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            first, _, data = data.partition(b"\n")
+            return first
+
+        challenge = netx.read_challenge(next_line(), address)
+        conn.sendall(line(challenge) if callable(line) else line)
+        return next_line()
+
+
+def hello_for(
+    token: str, key: str, target: str, nonces: list[str] | None = None
+) -> Callable[[str], bytes]:
+    """`ask`'s line: a hello signed with `token` for the connection's challenge (its nonce
+    appended to `nonces`)."""
+
+    def make(challenge: str) -> bytes:
+        hello, nonce = netx.make_hello(token, key, target, challenge)
+        if nonces is not None:
+            nonces.append(nonce)
+        return hello
+
+    return make
+
+
+def replay(pod: Pod, address: str, raw: bytes, port: int = EXCHANGE_PORT) -> list[bytes]:
+    """Send a captured line as it is, at once (whatever the peer says first: protocol 2
+    said nothing before the hello), from `pod`; every line the peer sends until it
+    closes."""
+    with connect(pod, address, port) as conn:
+        conn.sendall(raw.rstrip(b"\n") + b"\n")
+        data = b""
+        while chunk := conn.recv(65536):
             data += chunk
-    return data.split(b"\n", 1)[0]
+    return [ln for ln in data.split(b"\n") if ln]

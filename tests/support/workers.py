@@ -24,6 +24,38 @@ PODS = ["job-launcher", *WORKERS]
 TOKEN = "tok-" + secrets.token_hex(16)
 
 
+def token_volume(tmp: Path, token: str = TOKEN, mode: int = 0o400) -> Path:
+    """TOKEN in a Secret volume at tmp/token-secret, laid out as the kubelet writes one
+    (kubernetes pkg/volume/util/atomic_writer.go: `token -> ..data/token`, `..data ->`
+    a timestamped directory, the file itself there, defaultMode `mode`). Returns the path
+    MPI_BOOTSTRAP_TOKEN_FILE names."""
+    volume = tmp / "token-secret"
+    stamp = volume / "..2025_01_01_00_00_00.000000001"
+    stamp.mkdir(parents=True)
+    (stamp / "token").write_text(token + "\n")  # as `echo TOKEN | kubectl create secret`
+    (stamp / "token").chmod(mode)
+    (volume / "..data").symlink_to(stamp.name)
+    (volume / "token").symlink_to("..data/token")
+    return volume / "token"
+
+
+def kubelet_exec(
+    cluster: Cluster, p: subprocess.Popen[str], argv: list[str], env: Mapping[str, str]
+) -> subprocess.Popen[str]:
+    """Start argv inside the pod whose PID 1 `p` is, the way the kubelet runs an exec
+    readinessProbe and `kubectl exec` runs a command: in the pod's namespaces (network,
+    UTS, PID, mount), with the container's own environment `env` (the one its PID 1 was
+    started with), and nothing on the command line. (pid1 pods only.)"""
+    pid = cluster.pid_of(p)
+    return subprocess.Popen(
+        ["nsenter", "-t", str(pid), "-n", "-u", "-p", "-m", "--", *argv],
+        env=dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def wait_ready(
     pod: Pod,
     env: Mapping[str, str],

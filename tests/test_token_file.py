@@ -1,0 +1,234 @@
+"""MPI_BOOTSTRAP_TOKEN_FILE: read once, in the config step, by the launcher and the worker
+only, from a Kubernetes Secret volume's layout (symlinks) on the real file system; every
+bad file is a 64 naming the variable and the path, with the other config problems; who
+else may read the file, or the token in the environment, is said (core/tokens.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from mpi_bootstrap.core import tokens
+from mpi_bootstrap.core.config import Config, HostFacts
+from mpi_bootstrap.core.errors import ConfigError
+from mpi_bootstrap.system import host
+
+TOKEN = "secret-volume-token-0123456789"  # noqa: S105 - the test's own
+PROG = ["--", "true"]
+
+
+def secret_volume(root: Path, data: bytes, mode: int = 0o400) -> Path:
+    """A Secret volume as the kubelet writes it (kubernetes pkg/volume/util/
+    atomic_writer.go): `token -> ..data/token`, `..data -> ..<timestamp>`, the file
+    itself in the timestamped directory."""
+    stamp = root / "..2025_01_01_00_00_00.123456789"
+    stamp.mkdir(parents=True)
+    (stamp / "token").write_bytes(data)
+    (stamp / "token").chmod(mode)
+    (root / "..data").symlink_to(stamp.name)
+    (root / "token").symlink_to("..data/token")
+    return root / "token"
+
+
+def config(env: dict[str, str], argv: list[str], facts: HostFacts | None = None) -> Config:
+    return Config.from_env({"HOME": "/root", **env}, argv, facts or host.facts())
+
+
+def problems(env: dict[str, str], argv: list[str]) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        config(env, argv)
+    assert caught.value.status == 64
+    assert TOKEN not in f"{caught.value.message}{caught.value.details}"
+    return caught.value.problems
+
+
+@pytest.fixture
+def volume(tmp_path: Path) -> Path:
+    return secret_volume(tmp_path / "secret", f"{TOKEN}\n".encode())
+
+
+class TestRead:
+    """The launcher and the worker read the file through the Secret volume's symlinks."""
+
+    @pytest.mark.parametrize(
+        "argv", [["worker"], ["launcher", *PROG], ["launcher", "--explain", *PROG]]
+    )
+    def test_secret_volume(self, volume: Path, argv: list[str]) -> None:
+        """The token is the file's text without its newline; `auto` picks net; a 0400 file
+        read as root gives no warning; the token is in no repr."""
+        c = config({"MPI_BOOTSTRAP_TOKEN_FILE": str(volume)}, argv)
+        assert c.token == TOKEN
+        assert (c.exchange, c.exchange_reason) == ("net", "auto: MPI_BOOTSTRAP_TOKEN_FILE is set")
+        assert c.token_warnings == ()
+        assert TOKEN not in repr(c)
+
+    def test_flag(self, volume: Path) -> None:
+        """--token-file names it as well, and is the source shown."""
+        c = config({}, ["--token-file", str(volume), "worker"])
+        assert c.token == TOKEN and str(c.source("token_file")) == "flag --token-file"
+
+    def test_one_newline_dropped(self, tmp_path: Path) -> None:
+        """One trailing newline (LF or CRLF) is dropped, not two: the rest is the token."""
+        for data, want in [
+            (f"{TOKEN}\r\n", TOKEN),
+            (f"{TOKEN}\n\n", f"{TOKEN}\n"),
+            (f" {TOKEN} ", f" {TOKEN} "),
+        ]:
+            path = tmp_path / f"t{len(data)}"
+            path.write_text(data, newline="")
+            path.chmod(0o400)
+            assert config({"MPI_BOOTSTRAP_TOKEN_FILE": str(path)}, ["worker"]).token == want
+
+    @pytest.mark.parametrize("role", ["probe", "doctor"])
+    def test_probe_and_doctor_never_read_it(self, role: str) -> None:
+        """The probe and the doctor never open the file (it may not even exist), never need the
+        token, and still see the net exchange."""
+        opened: list[str] = []
+
+        def reader(path: str) -> tokens.TokenFile:
+            opened.append(path)
+            raise AssertionError("read")
+
+        facts = dataclasses.replace(host.facts(), read_token_file=reader)
+        c = config({"MPI_BOOTSTRAP_TOKEN_FILE": "/nonexistent/token"}, [role], facts)
+        assert (c.token, c.exchange, opened) == (None, "net", [])
+        # `net` set explicitly with no token at all is not their problem either
+        c = config({"MPI_BOOTSTRAP_EXCHANGE": "net"}, [role], facts)
+        assert (c.token, c.exchange) == (None, "net")
+
+
+class TestRefused:
+    """A file the agent must not use is a 64 naming the variable and the path, reported
+    with every other config problem."""
+
+    def test_each_bad_file(self, tmp_path: Path) -> None:
+        """Missing, a directory, too long, writable by others, too short, not UTF-8: each names
+        MPI_BOOTSTRAP_TOKEN_FILE, the path and why (never the file's text)."""
+        cases = {
+            "missing": (None, 0, "No such file or directory"),
+            "dir": (None, 0, "not a regular file"),
+            "long": (b"x" * (tokens.MAX_FILE + 1), 0o400, f"longer than {tokens.MAX_FILE} bytes"),
+            "writable": (TOKEN.encode(), 0o620, "others may write it (0620)"),
+            "short": (b"short\n", 0o400, "must be at least 16 characters (value not shown)"),
+            "binary": (b"\xff" * 20, 0o400, "is not UTF-8 text (value not shown)"),
+        }
+        for name, (data, mode, why) in cases.items():
+            path = tmp_path / name
+            if name == "dir":
+                path.mkdir()
+            elif data is not None:
+                path.write_bytes(data)
+                path.chmod(mode)
+            found = problems(
+                {"MPI_BOOTSTRAP_TOKEN_FILE": str(path), "MPI_DNS_WAIT_SECONDS": "-1"},
+                ["launcher", *PROG],
+            )
+            assert len(found) == 2, found  # with the other setting's problem
+            mine = [p for p in found if p.startswith("MPI_BOOTSTRAP_TOKEN_FILE: ")]
+            assert mine and str(path) in mine[0] and why in mine[0], (name, found)
+
+    def test_fifo_does_not_block(self, tmp_path: Path) -> None:
+        """A FIFO named as the token file is refused at once (a blocking open would wait for a
+        writer forever)."""
+        fifo = tmp_path / "fifo"
+        os.mkfifo(fifo)
+        box: list[list[str]] = []
+        t = threading.Thread(
+            target=lambda: box.append(problems({"MPI_BOOTSTRAP_TOKEN_FILE": str(fifo)}, ["worker"]))
+        )
+        t0 = time.monotonic()
+        t.start()
+        t.join(timeout=5)
+        assert not t.is_alive(), "the agent blocked on a FIFO"
+        assert time.monotonic() - t0 < 5
+        assert "not a regular file" in box[0][0]
+
+    def test_both_forms(self, volume: Path) -> None:
+        """The file and the variable together are refused: which would win is a guess, and the
+        variable keeps the token in every process's environment."""
+        found = problems(
+            {"MPI_BOOTSTRAP_TOKEN_FILE": str(volume), "MPI_BOOTSTRAP_TOKEN": TOKEN}, ["worker"]
+        )
+        assert found == [
+            "MPI_BOOTSTRAP_TOKEN_FILE: set this or MPI_BOOTSTRAP_TOKEN, not both (in the "
+            "environment, the token is in every process the container starts)"
+        ]
+
+    def test_net_without_any_token(self) -> None:
+        """The launcher and the worker of a `net` exchange need the file (or the variable)."""
+        assert problems({"MPI_BOOTSTRAP_EXCHANGE": "net"}, ["worker"]) == [
+            "MPI_BOOTSTRAP_EXCHANGE: 'net' needs MPI_BOOTSTRAP_TOKEN_FILE (a key of a "
+            "Kubernetes Secret volume)"
+        ]
+
+
+class TestWhoElseReads:
+    """Who else may read the token is said where it is needless: the environment form
+    always; a file readable by every user; a file readable by its group when the agent
+    reads it as root or as its owner (not when the group is how a non-root agent reads a
+    root-owned Secret file: fsGroup, 0440)."""
+
+    @pytest.mark.parametrize(
+        ("mode", "uid", "euid", "said"),
+        [
+            (0o400, 0, 0, None),
+            (0o644, 0, 0, "is readable by every user (0644)"),
+            (0o444, 0, 1000, "is readable by every user (0444)"),
+            (0o440, 0, 0, "is readable by group 2000 too (0440)"),
+            (0o440, 1000, 1000, "is readable by group 2000 too (0440)"),
+            (0o440, 0, 1000, None),
+            (0o600, 1000, 1000, None),
+        ],
+    )
+    def test_modes(self, mode: int, uid: int, euid: int, said: str | None) -> None:
+        """Each mode, owner and reader gives its warning, or none."""
+        assert tokens.other_readers(tokens.TokenFile(b"", mode, uid, 2000), euid) == said
+
+    def test_open_file_is_warned(self, tmp_path: Path) -> None:
+        """A Secret volume left at Kubernetes' default 0644 is read, with a warning that says
+        how to close it (and never the token)."""
+        path = secret_volume(tmp_path / "s", TOKEN.encode(), 0o644)
+        c = config({"MPI_BOOTSTRAP_TOKEN_FILE": str(path)}, ["worker"])
+        assert c.token == TOKEN
+        (warning,) = c.token_warnings
+        assert warning.startswith(f"the token file {path} is readable by every user (0644)")
+        assert "defaultMode 0400" in warning and TOKEN not in warning
+
+    @pytest.mark.parametrize("role", ["worker", "probe", "doctor"])
+    def test_environment_form_is_warned(self, role: str) -> None:
+        """MPI_BOOTSTRAP_TOKEN still works, and every role says it is exposed and how to move."""
+        c = config({"MPI_BOOTSTRAP_TOKEN": TOKEN}, [role])
+        assert c.token == TOKEN and c.exchange == "net"
+        (warning,) = c.token_warnings
+        assert "every process the container starts holds it" in warning
+        assert "MPI_BOOTSTRAP_TOKEN_FILE" in warning and TOKEN not in warning
+
+
+class TestExplainDecision:
+    """--explain's `token` decision (core/tokens.py) says where the token comes from, and
+    carries every warning; it never shows the token."""
+
+    def test_forms(self, tmp_path: Path) -> None:
+        """The environment form is a WARNING with how to move; a 0400 file says who reads it and
+        that no environment holds it; an open file adds its WARNING; no token, no decision."""
+        env = tokens.decision(config({"MPI_BOOTSTRAP_TOKEN": TOKEN}, ["launcher", *PROG]))
+        assert env is not None
+        assert (env.value, env.source) == ("environment", "env MPI_BOOTSTRAP_TOKEN")
+        assert env.reason.startswith("WARNING: MPI_BOOTSTRAP_TOKEN is in the container's")
+        assert "MPI_BOOTSTRAP_TOKEN_FILE" in env.reason
+        closed = secret_volume(tmp_path / "closed", TOKEN.encode())
+        c = config({"MPI_BOOTSTRAP_TOKEN_FILE": str(closed)}, ["launcher", *PROG])
+        file = tokens.decision(c)
+        assert file is not None and file.value == f"file {closed}"
+        assert "WARNING" not in file.reason and "in no process's environment" in file.reason
+        opened = secret_volume(tmp_path / "open", TOKEN.encode(), 0o644)
+        c = config({"MPI_BOOTSTRAP_TOKEN_FILE": str(opened)}, ["launcher", *PROG])
+        warned = tokens.decision(c)
+        assert warned is not None and "WARNING: the token file" in warned.reason
+        assert all(TOKEN not in repr(d) for d in (env, file, warned))
+        assert tokens.decision(config({}, ["launcher", *PROG])) is None
