@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from mpi_bootstrap.core import nccl
 from mpi_bootstrap.core.errors import ConfigError
 from mpi_bootstrap.core.names import is_plain_path
 from mpi_bootstrap.core.settings import ROLES, SETTINGS, Source, make_parser, split_role
@@ -231,6 +232,9 @@ def _build(environ: Mapping[str, str], argv: list[str], host: HostFacts) -> Conf
     role = _role(d, role_word, environ)
     exchange_reason = _derived(d, environ, host)
     _role_checks(d, role, program, ns)
+    # NCCL's own variables are the user's, forwarded to the ranks: read by the chooser
+    # (core/nccl.py), checked here so that a malformed one is a 64 like any setting.
+    d.problems.extend(nccl.problems(environ))
     if d.problems:
         raise ConfigError(d.problems)
     return Config(role=role, program=tuple(program), explain=bool(ns.explain),
