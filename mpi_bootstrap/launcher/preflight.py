@@ -20,10 +20,6 @@ from mpi_bootstrap.ssh import sshd
 from mpi_bootstrap.system import parallel
 from mpi_bootstrap.system.retry import PEER, retry_until
 
-# ssh sessions at once: each handshake is CPU work on both ends, so more than a few per
-# CPU only queues (16 hosts on 2 CPUs: 2.0 s at 8, 2.2 s at 16 or 32).
-MAX_PARALLEL = max(8, 4 * len(os.sched_getaffinity(0)))
-
 
 def daemon_names(mpi: MPIInfo) -> tuple[str, ...]:
     """The program mpirun starts on every worker over ssh."""
@@ -144,7 +140,7 @@ def program_problem(host: str, found: str | None, check: RemoteCheck) -> str | N
 
 def _failures(items: Sequence[str], fn: Callable[[str], str | None]) -> dict[str, str]:
     """Run fn on every item at once (bounded); the failures, in the order of `items`."""
-    results = parallel.map_all(fn, items, MAX_PARALLEL)
+    results = parallel.map_all(fn, items, parallel.SSH_AT_ONCE)
     return {item: result for item, result in zip(items, results, strict=True) if result}
 
 
@@ -262,7 +258,8 @@ class _Session:
 def run(hosts: Sequence[str], ssh_command: Sequence[str], check: RemoteCheck, *,
         env: Mapping[str, str], deadline: float, log: Log,
         targets: Mapping[str, tuple[str, int]] | None = None,
-        passed: Callable[[str], None] | None = None) -> dict[str, children.Lines]:
+        passed: Callable[[str], None] | None = None,
+        then: Mapping[str, str] | None = None) -> dict[str, children.Lines]:
     """ssh to every host in parallel; raise PeerUnavailableError naming the first failure
     (NotSetUpError when the workers' sshd was never set up). With `targets`, a host whose
     first ssh finds no SSH server (`unreached`) has its sshd awaited (its banner) in the
@@ -271,10 +268,13 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], check: RemoteCheck, *,
     works, and sshd is spared a connection (a fork and an exec) that only said hello.
     With `check.then`, the sessions still running it, by host (the caller ends them);
     none are left running on a failure. `passed(host)` as soon as a host has passed (the
-    launch gate lets mpirun's ssh through to it: its connection is there to reuse)."""
+    launch gate lets mpirun's ssh through to it: its connection is there to reuse).
+    `then`: a host's own `check.then` (its data check's session), by host."""
     started = time.monotonic()
     endpoints = dict(targets or {})
-    sessions = {h: _Session(h, list(ssh_command), check, env, log, expect_sshd=h in endpoints)
+    sessions = {h: _Session(h, list(ssh_command),
+                            dataclasses.replace(check, then=then[h]) if then and h in then
+                            else check, env, log, expect_sshd=h in endpoints)
                 for h in hosts}
     unreachable: dict[str, str] = {}
 
