@@ -144,7 +144,7 @@ def make_plan(
     parsed = hf.parse(hostfile_text, "/etc/mpi/hostfile")
     answers = {}
     for host in parsed.hosts:
-        name = hf.fqdn(host.name, "cluster.local") if rewrite != "none" else host.name
+        name = hf.lookup_name(host.name, rewrite, "cluster.local")
         addr = ADDRESSES.get(host.name, "10.1.0.99")
         answers[name] = Answer(name, addresses=(addr,))
     facts = Facts(

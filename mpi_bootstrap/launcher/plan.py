@@ -97,17 +97,6 @@ class Plan:
         return env
 
 
-def lookup_name(name: str, config: Config) -> str:
-    """The name the DNS wait asks for: what mpirun will use, before any IP rewrite.
-
-    `ip` mode looks the FQDN form up, so it also works where only `.svc.<domain>`
-    resolves (MPI Operator clusters whose DNS refuses the short `.svc` form).
-    """
-    if config.rewrite in ("fqdn", "ip"):
-        return hf.fqdn(name, config.cluster_domain)
-    return name
-
-
 def data_plan(config: Config, facts: Facts) -> dataplan.DataPlan:
     """What NCCL will use on the launcher and on each worker, and why (core/nccl.py)."""
     names = facts.ifaces or tuple(sorted(facts.interfaces))
@@ -255,7 +244,7 @@ def host_entries(config: Config, hostfile: hf.Hostfile, answers: Mapping[str, An
     """Each host with its address and the name mpirun will use for it."""
     entries = []
     for host in hostfile.hosts:
-        lname = lookup_name(host.name, config)
+        lname = hf.lookup_name(host.name, config.rewrite, config.cluster_domain)
         answer = answers.get(lname)
         address = answer.addresses[0] if answer and answer.ok else None
         new = address if config.rewrite == "ip" and address else lname

@@ -22,6 +22,7 @@ from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import fingerprint
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
 from mpi_bootstrap.pid1 import dataserve
+from mpi_bootstrap.pid1.restart import RestartPolicy
 from mpi_bootstrap.proc.handoff import handoff
 from mpi_bootstrap.ssh import dirx, keys, sshd
 from mpi_bootstrap.system import dataprobe, netif
@@ -231,7 +232,7 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> int:
         extra["probe"] = {"fifo": probe_fifo}
     handoff(argv, env, grace=config.grace_seconds, group=False, role="worker",
             log_level=config.log_level, log_format=config.log_format,
-            restart={"limit": 5, "window": 60.0}, adopt=pid,
+            restart=dataclasses.asdict(RestartPolicy()), adopt=pid,
             termination_log=config.termination(), **extra)
     raise AssertionError("unreachable: handoff replaces the process")
 
