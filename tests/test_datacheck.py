@@ -89,6 +89,19 @@ class TestRecords:
         with pytest.raises(records.RecordError, match="data"):
             records.record_from({**rec, "data": data})
 
+    @pytest.mark.parametrize(
+        "ifaces",
+        [["net1;id"], ["eth0", "eth0"], [f"n{i}" for i in range(65)], ["a" * 16], "eth0", [1]],
+    )
+    def test_bad_ifaces_refused(self, ifaces: Any) -> None:
+        """The interfaces a record lists are names, each once, at most 64; else the whole
+        record is refused, naming the field. A list that is fine round-trips."""
+        rec = records.Record("w0", (), 2222, KEY, "root").to_dict()
+        with pytest.raises(records.RecordError, match="ifaces"):
+            records.record_from({**rec, "ifaces": ifaces})
+        good = records.Record("w0", (), 2222, KEY, "root", None, ("lo", "eth0", "net1"))
+        assert records.decode(json.dumps(good.to_dict()), "x") == good
+
 
 def plan_with(
     nics: dict[str, datanet.DataNIC | None],

@@ -214,7 +214,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("control_iface", "--control-iface", ("MPI_BOOTSTRAP_CONTROL_IFACE",), "eth0",
             _iface, "interface for ssh and MPI control traffic"),
     Setting("data_iface", "--data-iface", ("MPI_BOOTSTRAP_DATA_IFACE",), None, _iface,
-            "NCCL data interface (default: NCCL_SOCKET_IFNAME, else net1 or dranet0 if present)"),
+            "data NIC the agent gives NCCL when NCCL_SOCKET_IFNAME is unset (default: net1 or "
+            "dranet0 if present)"),
     Setting("mpi", "--mpi", ("MPI_BOOTSTRAP_MPI",), "auto", _choice(MPI_CHOICES),
             "which MPI (auto = detect from `mpirun --version`)"),
     Setting("mpirun", "--mpirun", ("MPI_BOOTSTRAP_MPIRUN",), None, _path,
