@@ -21,7 +21,7 @@ from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import PeerUnavailableError
 from mpi_bootstrap.core.model import Answer, ClientKey
-from mpi_bootstrap.launcher import preflight
+from mpi_bootstrap.launcher import execute, preflight
 from mpi_bootstrap.launcher.plan import Facts, Plan, build_plan
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.ssh import datacheck
@@ -230,6 +230,22 @@ class TestPlan:
         plan = plan_with({"pi-worker-0": NIC0}, env={"NCCL_IB_HCA": "mlx5_7"})
         assert "NCCL_IB_HCA" not in plan.env_set
         assert decision(plan, "NCCL_IB_HCA").value == "(user's)"
+        assert "WARNING: it selects none" in decision(plan, "NCCL_IB_HCA").reason
+        plan = plan_with({"pi-worker-0": NIC0}, env={"NCCL_IB_HCA": "^=mlx5_1:1"})
+        assert "it selects mlx5_3" in decision(plan, "NCCL_IB_HCA").reason
+
+    def test_several_data_nics_in_rounds(self) -> None:
+        """A prefix that takes two data NICs on a worker: its check probes both, one round
+        each (a worker with one sits out the second), the control interface in none."""
+        plan = plan_with(
+            {},
+            env={"NCCL_SOCKET_IFNAME": "eth,net"},
+            ifaces={"pi-worker-0": ("lo", "eth0", "net1", "net2")},
+        )
+        w0, w1 = ADDRESSES
+        assert plan.data_check == {w0: ("net1", "net2"), w1: ("net1",)}
+        assert decision(plan, f"data NIC {w0}").value == "eth0, net1, net2"
+        assert execute.data_rounds(plan.data_check) == [{w0: "net1", w1: "net1"}, {w0: "net2"}]
 
     def test_no_rdma_no_ib_hca(self) -> None:
         """Without RDMA devices NCCL_IB_HCA is not set."""
@@ -453,6 +469,7 @@ class TestOnTheCluster:
         assert names.index("data check ok") < names.index("checks passed")
         rec = json.loads((work / "exchange" / "job-worker-0.json").read_text())
         assert rec["data"] == {"nic": "net1", "addresses": ["10.251.0.11"], "mtu": 1500, "rdma": []}
+        assert rec["ifaces"] == ["lo", "eth0", "net1"]  # what NCCL could use, in its order
         for pod in cluster.pods[1:]:
             listening = pod.netns.run(
                 ["ss", "-Htlnu", "src", pod.data_address], capture_output=True
