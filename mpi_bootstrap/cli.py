@@ -8,7 +8,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mpi_bootstrap.core.config import Config
+from mpi_bootstrap.core.config import Config, role_of
 from mpi_bootstrap.core.errors import (
     BootstrapError,
     ConfigError,
@@ -17,7 +17,6 @@ from mpi_bootstrap.core.errors import (
     signal_exit_status,
 )
 from mpi_bootstrap.core.log import Log
-from mpi_bootstrap.core.settings import split_role
 from mpi_bootstrap.core.termination import DEFAULT_PATH
 from mpi_bootstrap.proc import children, subreaper
 
@@ -56,7 +55,7 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         if _pod_process(argv, environ):  # the flags could not be read: the variable's path
             path = environ.get(TERMINATION_VAR, DEFAULT_PATH)
             _terminated(path if path.startswith("/") else "", TERMINATION_VAR in environ,
-                        _role_word(argv, environ), int(exc.status), phase=exc.phase,
+                        role_of(argv, environ), int(exc.status), phase=exc.phase,
                         error=exc.message, host=None)
         return int(exc.status)
     finally:
@@ -150,18 +149,7 @@ class _Tracked:
 def _pod_process(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
     """Whether this run is a pod's main process (launcher, worker), as far as can be told
     without a configuration: not `--explain`, the probe or the doctor."""
-    return "--explain" not in argv and _role_word(argv, environ) in ("launcher", "worker")
-
-
-def _role_word(argv: Sequence[str], environ: Mapping[str, str]) -> str:
-    """The role as Config would take it (core/config.py `_role`), from the raw input."""
-    _, role, _ = split_role(list(argv))
-    if role is not None:
-        return role
-    for env in ("MPI_BOOTSTRAP_ROLE", "K_MPI_JOB_ROLE"):
-        if environ.get(env):
-            return environ[env].strip().lower()
-    return "launcher"
+    return "--explain" not in argv and role_of(argv, environ) in ("launcher", "worker")
 
 
 def _terminated(path: str, create: bool, role: str, code: int, *, phase: str, error: str,

@@ -109,9 +109,9 @@ class TestEveryMPI:
     def test_environment_reaches_every_rank_and_data_stays_off_the_wire(
         self, real_mpi: RealMPI, work: Path, probe: list[str]
     ) -> None:
-        """NCCL_SOCKET_IFNAME=net1, the user's NCCL_* and LD_LIBRARY_PATH on every rank;
-        nothing of ssh or MPI on net1 while it runs, and plenty on eth0. (The data check,
-        which uses net1 on purpose, is off here: tests/test_datacheck.py covers it.)"""
+        """NCCL_SOCKET_IFNAME==net1 (exactly net1), the user's NCCL_* and LD_LIBRARY_PATH on
+        every rank; nothing of ssh or MPI on net1 while it runs, and plenty on eth0. (The data
+        check, which uses net1 on purpose, is off here: tests/test_datacheck.py covers it.)"""
         with Cluster(PODS, dns=True, pid1=True) as c:
             job = Job(c, work, real_mpi)
             job.start_workers()
@@ -148,7 +148,7 @@ class TestEveryMPI:
             assert len(seen) == 4
             for r in seen:
                 env = r["env"]
-                assert env.get("NCCL_SOCKET_IFNAME") == "net1"
+                assert env.get("NCCL_SOCKET_IFNAME") == "=net1"  # exactly the data NIC
                 assert env.get("NCCL_DEBUG") == "INFO"
                 assert env.get("NCCL_IB_HCA") == "mlx5_0"
                 assert "/opt/user-lib" in env.get("LD_LIBRARY_PATH", "")

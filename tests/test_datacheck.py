@@ -21,7 +21,7 @@ from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import PeerUnavailableError
 from mpi_bootstrap.core.model import Answer, ClientKey
-from mpi_bootstrap.launcher import preflight
+from mpi_bootstrap.launcher import execute, preflight
 from mpi_bootstrap.launcher.plan import Facts, Plan, build_plan
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.ssh import datacheck
@@ -89,6 +89,19 @@ class TestRecords:
         with pytest.raises(records.RecordError, match="data"):
             records.record_from({**rec, "data": data})
 
+    @pytest.mark.parametrize(
+        "ifaces",
+        [["net1;id"], ["eth0", "eth0"], [f"n{i}" for i in range(65)], ["a" * 16], "eth0", [1]],
+    )
+    def test_bad_ifaces_refused(self, ifaces: Any) -> None:
+        """The interfaces a record lists are names, each once, at most 64; else the whole
+        record is refused, naming the field. A list that is fine round-trips."""
+        rec = records.Record("w0", (), 2222, KEY, "root").to_dict()
+        with pytest.raises(records.RecordError, match="ifaces"):
+            records.record_from({**rec, "ifaces": ifaces})
+        good = records.Record("w0", (), 2222, KEY, "root", None, ("lo", "eth0", "net1"))
+        assert records.decode(json.dumps(good.to_dict()), "x") == good
+
 
 def plan_with(
     nics: dict[str, datanet.DataNIC | None],
@@ -96,9 +109,12 @@ def plan_with(
     env: dict[str, str] | None = None,
     exchange: str = "dir",
     rdma: dict[str, tuple[str, ...]] | None = None,
+    ifaces: dict[str, tuple[str, ...] | None] | None = None,
 ) -> Plan:
     """A launcher plan for test_plan's two workers whose records carry `nics` (by short
-    name), the launcher having eth0 and net1."""
+    name) and list `ifaces` (by short name; lo, eth0, net1 unless given), the launcher
+    having eth0 and net1."""
+    listed = {"pi-worker-0": POD, "pi-worker-1": POD, **(ifaces or {})}
     environ = {
         **BASE_ENV,
         "MPI_BOOTSTRAP_EXCHANGE": exchange,
@@ -107,7 +123,15 @@ def plan_with(
     }
     config = Config.from_env(environ, [*flags, "launcher", "--", "python3", "t.py"], host=HOST)
     recs = {
-        n: records.Record(n.split(".")[0], (a,), 2222, KEY, "root", nics.get(n.split(".")[0]))
+        n: records.Record(
+            n.split(".")[0],
+            (a,),
+            2222,
+            KEY,
+            "root",
+            nics.get(n.split(".")[0]),
+            listed[n.split(".")[0]],
+        )
         for n, a in ADDRESSES.items()
     }
     facts = Facts(
@@ -130,6 +154,7 @@ def decision(plan: Plan, setting: str) -> Any:
     return next(d for d in plan.decisions if d.setting == setting)
 
 
+POD = ("lo", "eth0", "net1")
 NIC0 = datanet.DataNIC("net1", ("10.2.0.10",), 9000, ("mlx5_3",))
 NIC1 = datanet.DataNIC("net1", ("10.2.0.11",), 9000, ("mlx5_1",))
 
@@ -141,21 +166,37 @@ class TestPlan:
         """Each worker's data NIC, as published, is a decision; the check is on."""
         plan = plan_with({"pi-worker-0": NIC0, "pi-worker-1": NIC1})
         shown = decision(plan, "data NIC pi-worker-0.pi.default.svc")
-        assert shown.value == "net1 10.2.0.10 MTU 9000, RDMA mlx5_3"
-        assert "WARNING" not in shown.reason
+        assert shown.value == "net1"
+        assert "its record: net1 10.2.0.10 MTU 9000, RDMA mlx5_3" in shown.reason
+        assert "the data check probes net1" in shown.reason and "WARNING" not in shown.reason
         assert decision(plan, "data check").value == "on"
-        assert plan.data_check == "net1"
+        assert plan.data_check == {h: ("net1",) for h in ADDRESSES}
+        assert plan.data_missing == {}
 
-    def test_missing_or_other_nic_flagged(self) -> None:
-        """A worker with no data NIC, or one named otherwise than the plan's
-        NCCL_SOCKET_IFNAME, is flagged in --explain."""
+    def test_missing_nic_flagged(self) -> None:
+        """A worker where the ranks' NCCL_SOCKET_IFNAME selects nothing is flagged in
+        --explain, naming the value and the interfaces it has, and planned to fail (69)."""
         other = datanet.DataNIC("dranet0", ("10.3.0.1",), 1500)
-        plan = plan_with({"pi-worker-0": None, "pi-worker-1": other})
-        assert (
-            "WARNING: no data NIC (net1 planned)"
-            in decision(plan, "data NIC pi-worker-0.pi.default.svc").reason
+        plan = plan_with(
+            {"pi-worker-0": None, "pi-worker-1": other},
+            ifaces={"pi-worker-0": ("lo", "eth0"), "pi-worker-1": ("lo", "eth0", "dranet0")},
         )
-        assert "WARNING: not net1" in decision(plan, "data NIC pi-worker-1.pi.default.svc").reason
+        why = (
+            "pi-worker-0.pi.default.svc has no interface NCCL_SOCKET_IFNAME==net1 selects (it "
+            "has lo, eth0 up with an address): NCCL fails there"
+        )
+        assert why in decision(plan, "data NIC pi-worker-0.pi.default.svc").reason
+        assert "WARNING" in decision(plan, "data NIC pi-worker-1.pi.default.svc").reason
+        assert set(plan.data_missing) == set(ADDRESSES)
+
+    def test_record_without_a_list(self) -> None:
+        """An older worker's record lists no interfaces: it is taken to have the
+        launcher's data NIC, and nothing is refused on that guess."""
+        plan = plan_with({"pi-worker-0": NIC0}, ifaces={"pi-worker-0": None})
+        d = decision(plan, "data NIC pi-worker-0.pi.default.svc")
+        assert (d.value, d.source) == ("net1", "as the launcher's")
+        assert plan.data_check["pi-worker-0.pi.default.svc"] == ("net1",)
+        assert plan.data_missing == {}
 
     @pytest.mark.parametrize(
         ("flags", "env", "why"),
@@ -170,7 +211,7 @@ class TestPlan:
         plan = plan_with({"pi-worker-0": NIC0}, *flags, env=env)
         assert decision(plan, "data check").value == "off"
         assert why in decision(plan, "data check").reason
-        assert plan.data_check is None
+        assert plan.data_check == {}
 
     def test_ib_hca_from_the_rdma_devices(self) -> None:
         """NCCL_IB_HCA names exactly the RDMA devices behind the data NIC (`=`: no prefix
@@ -189,6 +230,22 @@ class TestPlan:
         plan = plan_with({"pi-worker-0": NIC0}, env={"NCCL_IB_HCA": "mlx5_7"})
         assert "NCCL_IB_HCA" not in plan.env_set
         assert decision(plan, "NCCL_IB_HCA").value == "(user's)"
+        assert "WARNING: it selects none" in decision(plan, "NCCL_IB_HCA").reason
+        plan = plan_with({"pi-worker-0": NIC0}, env={"NCCL_IB_HCA": "^=mlx5_1:1"})
+        assert "it selects mlx5_3" in decision(plan, "NCCL_IB_HCA").reason
+
+    def test_several_data_nics_in_rounds(self) -> None:
+        """A prefix that takes two data NICs on a worker: its check probes both, one round
+        each (a worker with one sits out the second), the control interface in none."""
+        plan = plan_with(
+            {},
+            env={"NCCL_SOCKET_IFNAME": "eth,net"},
+            ifaces={"pi-worker-0": ("lo", "eth0", "net1", "net2")},
+        )
+        w0, w1 = ADDRESSES
+        assert plan.data_check == {w0: ("net1", "net2"), w1: ("net1",)}
+        assert decision(plan, f"data NIC {w0}").value == "eth0, net1, net2"
+        assert execute.data_rounds(plan.data_check) == [{w0: "net1", w1: "net1"}, {w0: "net2"}]
 
     def test_no_rdma_no_ib_hca(self) -> None:
         """Without RDMA devices NCCL_IB_HCA is not set."""
@@ -365,10 +422,17 @@ def jumbo_dropped(c: Cluster) -> None:
 FAULTS: dict[str, tuple[Callable[[Cluster], None], list[str]]] = {
     "no net1": (
         lambda c: c.pods[2].netns.exec_checked(["ip", "link", "del", "net1"]),
-        ["job-worker-1 has no net1 (it has eth0, lo)"],
+        [
+            "job-worker-1 has no interface NCCL_SOCKET_IFNAME==net1 selects (it has lo, eth0 "
+            "up with an address)"
+        ],
     ),
     "another bridge": (other_bridge, ["net1 on job-worker-1 cannot reach", "no route"]),
-    "link down": (lambda c: outer(c, 1, "down"), ["job-worker-1", "cannot reach"]),
+    # Down before the worker starts: NCCL takes no interface that is not RUNNING.
+    "link down": (
+        lambda c: outer(c, 1, "down"),
+        ["job-worker-1 has no interface NCCL_SOCKET_IFNAME==net1 selects (it has lo, eth0 "],
+    ),
     "tcp rejected": (reject_tcp, ["cannot reach job-worker-1 (10.251.0.12:", "refused"]),
     "mtu mismatch": (
         one_at_1500,
@@ -405,6 +469,7 @@ class TestOnTheCluster:
         assert names.index("data check ok") < names.index("checks passed")
         rec = json.loads((work / "exchange" / "job-worker-0.json").read_text())
         assert rec["data"] == {"nic": "net1", "addresses": ["10.251.0.11"], "mtu": 1500, "rdma": []}
+        assert rec["ifaces"] == ["lo", "eth0", "net1"]  # what NCCL could use, in its order
         for pod in cluster.pods[1:]:
             listening = pod.netns.run(
                 ["ss", "-Htlnu", "src", pod.data_address], capture_output=True
@@ -456,13 +521,39 @@ class TestOnTheCluster:
         done = cluster.pods[0].run([AGENT, "doctor", "--json"], env, timeout=60)
         findings = json.loads(done.stdout)["findings"]
         nic = next(f for f in findings if f["check"] == "data NIC")
-        assert nic["ok"] and nic["detail"].startswith("net1 10.251.0.10 MTU 1500, RDMA none"), nic
+        assert nic["ok"] and nic["detail"].startswith(
+            "NCCL_SOCKET_IFNAME==net1 takes exactly net1: net1; net1 10.251.0.10 MTU 1500, "
+            "RDMA none"
+        ), nic
         bad = [f for f in findings if f["host"] == "data network" and not f["ok"]]
         assert [f["detail"] for f in bad] == [
-            "job-worker-1 has no net1 (it has eth0, lo): NCCL_SOCKET_IFNAME=net1 fails there; "
+            "job-worker-1 has no net1 (it has eth0, lo): NCCL_SOCKET_IFNAME==net1 fails there; "
             "attach the data network to it"
         ], findings
         assert done.returncode == 1
+
+    @pytest.mark.parametrize("value", ["^lo,docker0", "=net1", "net"])
+    def test_nccl_forms_run(self, cluster: Cluster, work: Path, value: str) -> None:
+        """NCCL_SOCKET_IFNAME as users write it, which NCCL accepts (any but lo and docker0,
+        exactly net1, every net*): the job runs, the data check probes net1 (the one NCCL
+        uses beside the control interface), and --explain names it per worker."""
+        job = Job(cluster, work, REAL_MPIS["openmpi4"])
+        for w in job.start_workers():
+            job.wait_ready(w)
+        done = job.launch(["/bin/true"], slots=1, names=W3, NCCL_SOCKET_IFNAME=value)
+        assert done.returncode == 0, done.stderr
+        ok = logs.event(done.stderr, "data check ok")
+        assert ok is not None and (ok["nic"], ok["workers"]) == ("net1", 3), done.stderr
+        env = job.launcher_env(slots=1, names=W3, NCCL_SOCKET_IFNAME=value)
+        argv = [AGENT, "--explain", "--json", *job.launcher_argv(["/bin/true"])[1:]]
+        shown = cluster.pods[0].run(argv, env, timeout=60)
+        decisions = {d["setting"]: d for d in json.loads(shown.stdout)["decisions"]}
+        assert decisions["data interface"]["value"] == value
+        for host in W3:
+            d = decisions[f"data NIC {host}"]
+            nics = "eth0, net1" if value.startswith("^") else "net1"
+            assert (d["value"], d["source"]) == (nics, "exchange record"), d
+            assert "the data check probes net1" in d["reason"], d
 
     def test_off_skips_it(self, cluster: Cluster, work: Path) -> None:
         """MPI_BOOTSTRAP_DATA_CHECK=off: even a pod without net1 does not stop the job (the

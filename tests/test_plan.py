@@ -144,7 +144,7 @@ def make_plan(
     parsed = hf.parse(hostfile_text, "/etc/mpi/hostfile")
     answers = {}
     for host in parsed.hosts:
-        name = hf.fqdn(host.name, "cluster.local") if rewrite != "none" else host.name
+        name = hf.lookup_name(host.name, rewrite, "cluster.local")
         addr = ADDRESSES.get(host.name, "10.1.0.99")
         answers[name] = Answer(name, addresses=(addr,))
     facts = Facts(
@@ -268,9 +268,10 @@ class TestRules:
     @pytest.mark.parametrize("kind", sorted(MPIS))
     def test_env_forwarding(self, kind: str) -> None:
         """Every MPI forwards NCCL_*, UCX_*, PATH and LD_LIBRARY_PATH (NCCL_SOCKET_IFNAME set to
-        the data NIC), never shell state, HOME or the token; Open MPI's -x carry no values."""
+        exactly the data NIC), never shell state, HOME or the token; Open MPI's -x carry no
+        values."""
         plan = make_plan(kind, "none", "none")
-        assert plan.env_set["NCCL_SOCKET_IFNAME"] == "net1"
+        assert plan.env_set["NCCL_SOCKET_IFNAME"] == "=net1"
         assert {
             "NCCL_DEBUG",
             "NCCL_IB_DISABLE",
@@ -354,7 +355,7 @@ class TestRules:
         plan = make_plan(
             "openmpi4", "none", "none", interfaces=frozenset({"lo", "eth0", "dranet0"})
         )
-        assert plan.env_set["NCCL_SOCKET_IFNAME"] == "dranet0"
+        assert plan.env_set["NCCL_SOCKET_IFNAME"] == "=dranet0"
 
     def test_text_render_mentions_every_decision(self) -> None:
         """The --explain text names every decision and says nothing was written or started."""

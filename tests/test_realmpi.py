@@ -89,7 +89,7 @@ class TestOneNodeRun:
             assert env.get("NCCL_DEBUG") == "INFO"
             assert env.get("NCCL_IB_HCA") == "mlx5_0"
             assert env.get("UCX_TLS") == "tcp"
-            assert env.get("NCCL_SOCKET_IFNAME") == "net1"  # defaulted to the data NIC
+            assert env.get("NCCL_SOCKET_IFNAME") == "=net1"  # defaulted to exactly the data NIC
             assert env.get("FOO_SETTING") == "forwarded-by-FORWARD_ENV"
             assert expect_ld in env.get("LD_LIBRARY_PATH", "")
             if remote:

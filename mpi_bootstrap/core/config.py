@@ -14,10 +14,17 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from mpi_bootstrap.core import tokens
+from mpi_bootstrap.core import nccl, tokens
 from mpi_bootstrap.core.errors import ConfigError
 from mpi_bootstrap.core.names import is_plain_path
-from mpi_bootstrap.core.settings import ROLES, SETTINGS, Source, make_parser, split_role
+from mpi_bootstrap.core.settings import (
+    ROLES,
+    SECRET_SSHD_PORT,
+    SETTINGS,
+    Source,
+    make_parser,
+    split_role,
+)
 
 
 def _no_reader(path: str) -> tokens.TokenFile:
@@ -178,20 +185,39 @@ def _legacy_rewrite(d: _Draft) -> None:
     sources.pop("rewrite_fqdn_legacy")
 
 
-def _role(d: _Draft, role_word: str | None, environ: Mapping[str, str]) -> str:
-    """The role word on the command line, else MPI_BOOTSTRAP_ROLE, else K_MPI_JOB_ROLE."""
+ROLE_ENVS = ("MPI_BOOTSTRAP_ROLE", "K_MPI_JOB_ROLE")
+
+
+def given_role(role_word: str | None, environ: Mapping[str, str]) -> tuple[str, Source] | None:
+    """The role word on the command line, else MPI_BOOTSTRAP_ROLE, else K_MPI_JOB_ROLE
+    (lowercased), and where it came from; None when none is given. Not validated."""
     if role_word is not None:
-        d.sources["role"] = Source("flag", role_word)
-        return role_word
-    for env in ("MPI_BOOTSTRAP_ROLE", "K_MPI_JOB_ROLE"):
+        return role_word, Source("flag", role_word)
+    for env in ROLE_ENVS:
         if environ.get(env):
-            role = environ[env].strip().lower()
-            d.sources["role"] = Source("env", env)
-            if role not in ROLES:
-                d.problems.append(f"{env}: {environ[env]!r} is not one of {', '.join(ROLES)}")
-            return role
-    d.problems.append("no role: give `launcher` or `worker`, or set MPI_BOOTSTRAP_ROLE")
-    return "launcher"
+            return environ[env].strip().lower(), Source("env", env)
+    return None
+
+
+def role_of(argv: Sequence[str], environ: Mapping[str, str]) -> str:
+    """The role as Config takes it, from the raw input, for what runs where no Config
+    could be made (cli.py's exit path); `launcher` when none is given."""
+    found = given_role(split_role(list(argv))[1], environ)
+    return found[0] if found is not None else "launcher"
+
+
+def _role(d: _Draft, role_word: str | None, environ: Mapping[str, str]) -> str:
+    """The role `given_role` finds, checked; `launcher` (and a problem) when none is."""
+    found = given_role(role_word, environ)
+    if found is None:
+        d.problems.append("no role: give `launcher` or `worker`, or set MPI_BOOTSTRAP_ROLE")
+        return "launcher"
+    role, source = found
+    d.sources["role"] = source
+    if source.kind == "env" and role not in ROLES:
+        d.problems.append(f"{source.name}: {environ[source.name]!r} is not one of "
+                          f"{', '.join(ROLES)}")
+    return role
 
 
 def _token(d: _Draft, role: str, host: HostFacts) -> None:
@@ -241,7 +267,7 @@ def _derived(d: _Draft, role: str, environ: Mapping[str, str], host: HostFacts) 
         d.problems.append("MPI_BOOTSTRAP_EXCHANGE: 'net' needs MPI_BOOTSTRAP_TOKEN_FILE "
                           "(a key of a Kubernetes Secret volume)")
     if values["sshd_port"] is None:
-        values["sshd_port"] = 2222 if values["exchange"] == "secret" else 0
+        values["sshd_port"] = SECRET_SSHD_PORT if values["exchange"] == "secret" else 0
     elif values["exchange"] == "secret" and values["sshd_port"] == 0:
         d.problems.append(f"{sources['sshd_port'].name}: the secret exchange needs a fixed "
                           "port (no exchange tells the launcher a free one)")
@@ -276,6 +302,9 @@ def _build(environ: Mapping[str, str], argv: list[str], host: HostFacts) -> Conf
     _token(d, role, host)
     exchange_reason = _derived(d, role, environ, host)
     _role_checks(d, role, program, ns)
+    # NCCL's own variables are the user's, forwarded to the ranks: read by the chooser
+    # (core/nccl.py), checked here so that a malformed one is a 64 like any setting.
+    d.problems.extend(nccl.problems(environ))
     if d.problems:
         raise ConfigError(d.problems)
     return Config(role=role, program=tuple(program), explain=bool(ns.explain),

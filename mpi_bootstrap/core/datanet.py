@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mpi_bootstrap.core.errors import shown
@@ -24,6 +24,7 @@ from mpi_bootstrap.core.names import is_ip_literal
 MIN_MEMLOCK = 1 << 30
 RDMA_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 NIC_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,15}")
+MAX_IFACES = 64  # interfaces a record lists (the ones NCCL could use: core/nccl.py)
 # A worker's PID 1 serves the check's sessions (pid1/dataserve.py) through a FIFO of
 # this name in its state directory, which sshd names to every session in this variable.
 PROBE_FIFO = "data-probe"
@@ -49,15 +50,12 @@ class DataNIC:
         return f"{self.nic} {' '.join(self.addresses) or '(no address)'} MTU {self.mtu}{rdma}"
 
 
-def choose(configured: str | None, nccl: str, present: frozenset[str],
-           candidates: Sequence[str]) -> str | None:
-    """A pod's data NIC: the one configured, else NCCL_SOCKET_IFNAME when it names one
-    interface, else the first candidate present; None without one."""
-    if configured:
-        return configured
-    if NIC_NAME.fullmatch(nccl):
-        return nccl
-    return next((n for n in candidates if n in present), None)
+def ifaces_from(data: Any) -> tuple[str, ...]:
+    """Validate a record's `ifaces`: interface names, each once, at most MAX_IFACES."""
+    if not isinstance(data, list) or len(data) > MAX_IFACES or len(set(map(str, data))) != \
+            len(data) or not all(isinstance(n, str) and NIC_NAME.fullmatch(n) for n in data):
+        raise ValueError("ifaces is not a list of interface names")
+    return tuple(data)
 
 
 def data_from(data: Any) -> DataNIC:
@@ -187,24 +185,21 @@ def pairs(n: int, seed: int = 0) -> list[tuple[int, int]]:
     return list(out)
 
 
-def ib_hca(devices: Sequence[str]) -> str:
-    """NCCL_IB_HCA naming exactly these devices (`=`: no prefix matching, so mlx5_1 does
-    not also take mlx5_10)."""
-    return "=" + ",".join(sorted(set(devices)))
-
-
 def _size(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
-def listener_problem(host: str, facts: Mapping[str, Any]) -> str | None:
-    """Why `host` cannot take part (its data NIC as the check found it), or None."""
+def listener_problem(host: str, facts: Mapping[str, Any], value: str | None = None
+                     ) -> str | None:
+    """Why `host` cannot take part (its data NIC as the check found it), or None.
+    `value`: the NCCL_SOCKET_IFNAME the ranks get, which chose that NIC."""
     nic = facts.get("nic", "?")
     error = facts.get("error")
     if error == "missing":
         have = ", ".join(facts.get("have") or [])
-        return (f"{host} has no {nic} (it has {have or 'no interface'}): "
-                f"NCCL_SOCKET_IFNAME={nic} fails there; attach the data network to it")
+        chose = f"NCCL_SOCKET_IFNAME={value if value is not None else nic}"
+        return (f"{host} has no {nic} (it has {have or 'no interface'}): {chose} fails "
+                "there; attach the data network to it")
     if error:
         return f"{host}: {nic}: {error}"
     rdma, lock = facts.get("rdma") or [], facts.get("memlock", -1)

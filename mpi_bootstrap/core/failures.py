@@ -21,11 +21,12 @@ import dataclasses
 import re
 from collections.abc import Callable, Iterator
 
+from mpi_bootstrap.core import remote
 from mpi_bootstrap.core.errors import printable
 
 MAX_SCAN = 256 * 1024  # the tail of mpirun's stderr the supervisor keeps
 MAX_LINE = 1024  # ssh's and the MPIs' messages are far shorter
-DAEMONS = ("orted", "prted", "hydra_pmi_proxy", "hydra_bstrap_proxy")
+DAEMONS = remote.ALL_DAEMONS
 
 Fields = dict[str, str]
 
@@ -239,6 +240,39 @@ def explain(output: str, stop: Callable[[], bool] = lambda: False) -> Explanatio
         fields.setdefault("path", "orted/prted/hydra proxy")
         return Explanation(sig.name, sig.cause.format(**fields), sig.fix)
     return None
+
+
+# ssh's words for "nobody (or a dying sshd) answered": worth another try before the
+# deadline (preflight). A wrong host key, a refused key or a missing daemon are not.
+TRANSIENT = ("connection refused", "connection reset", "connection closed",
+             "kex_exchange_identification")
+# ssh's words for "no SSH server spoke on that address and port" (refused, no route,
+# timed out, closed before its banner): then preflight's wait for the worker's sshd
+# takes over.
+UNREACHED = ("connect to host", "kex_exchange_identification", "banner exchange")
+
+
+def transient(code: int, output: str) -> bool:
+    """ssh itself failed (255) to connect, in a way a moment may cure."""
+    low = output.lower()
+    return code == 255 and any(t in low for t in TRANSIENT) and "permission denied" not in low
+
+
+def unreached(code: int, output: str) -> bool:
+    """ssh (255) got no SSH server to talk to, as opposed to one that said no."""
+    low = output.lower()
+    return code == 255 and any(u in low for u in UNREACHED)
+
+
+def refused(output: str) -> bool:
+    """ssh was refused: nothing listens on that port (yet, or any more)."""
+    return "connection refused" in output.lower()
+
+
+def refused_port(output: str) -> str:
+    """The port of ssh's `connect to host H port P: Connection refused`."""
+    m = re.search(r"port (\d{1,5}): Connection refused", output)
+    return m.group(1) if m else "?"
 
 
 def explain_ssh(host: str, output: str, code: int) -> str:

@@ -165,6 +165,14 @@ def fqdn(name: str, cluster_domain: str) -> str:
     return name
 
 
+def lookup_name(name: str, rewrite: str, cluster_domain: str) -> str:
+    """The name the DNS wait (and the doctor) asks for: what mpirun will use, before any
+    IP rewrite. `ip` mode looks the FQDN form up, so it also works where only
+    `.svc.<domain>` resolves (MPI Operator clusters whose DNS refuses the short `.svc`
+    form)."""
+    return fqdn(name, cluster_domain) if rewrite in ("fqdn", "ip") else name
+
+
 def rename(hostfile: Hostfile, names: Mapping[str, str]) -> tuple[Host, ...]:
     """The hosts with names replaced; an error if two hosts end up as one."""
     out: list[Host] = []

@@ -1,7 +1,10 @@
 """A worker's record: where its sshd listens and which host key it presents — the one
 thing every exchange carries (`secret` makes it up, `dir` files it, `net` sends it):
-`{"v": 1, "host", "addresses", "port", "host_key", "user"}`, and `"data"` (the data NIC:
-core/datanet.py) when the worker has one. Nothing in it is secret.
+`{"v": 1, "host", "addresses", "port", "host_key", "user"}`, `"data"` (the data NIC:
+core/datanet.py) when the worker has one, and `"ifaces"` (the interfaces NCCL could use
+there, in NCCL's order: the launcher applies the ranks' NCCL_SOCKET_IFNAME to them,
+core/nccl.py) when the worker listed them. Both are optional: a record without them
+(an older worker's) still reads. Nothing in it is secret.
 
 Also what the `dir` exchange's own files say (ssh/dirx.py reads and writes them): a
 job is identified by its key, and `job-done` names the key of the job that ended.
@@ -14,7 +17,7 @@ import dataclasses
 import json
 from typing import Any
 
-from mpi_bootstrap.core.datanet import DataNIC, data_from
+from mpi_bootstrap.core.datanet import DataNIC, data_from, ifaces_from
 from mpi_bootstrap.core.names import is_dns_name, is_ip_literal, is_public_key, is_user_name
 
 VERSION = 1  # of a record
@@ -43,12 +46,15 @@ class Record:
     host_key: str  # "ssh-ed25519 AAAA…"
     user: str
     data: DataNIC | None = None  # the data NIC, when the worker has one
+    ifaces: tuple[str, ...] | None = None  # the interfaces NCCL could use, in its order
 
     def to_dict(self) -> dict[str, Any]:
         out = {"v": VERSION, "host": self.host, "addresses": list(self.addresses),
                "port": self.port, "host_key": self.host_key, "user": self.user}
         if self.data is not None:
             out["data"] = self.data.to_dict()
+        if self.ifaces is not None:
+            out["ifaces"] = list(self.ifaces)
         return out
 
 
@@ -56,9 +62,10 @@ def record_from(data: Any) -> Record:
     """Validate a decoded record: every field present, typed and in range; no extras."""
     if not isinstance(data, dict):
         raise RecordError("not a JSON object")
-    expected = {"v", "host", "addresses", "port", "host_key", "user"}
-    if set(data) - {"data"} != expected:
-        raise RecordError(f"fields {sorted((set(data) - {'data'}) ^ expected)} unexpected "
+    expected, optional = {"v", "host", "addresses", "port", "host_key", "user"}, \
+        {"data", "ifaces"}
+    if set(data) - optional != expected:
+        raise RecordError(f"fields {sorted((set(data) - optional) ^ expected)} unexpected "
                           "or missing")
     if not is_version(data["v"]):
         raise RecordError(f"version {data['v']!r} is not {VERSION}")
@@ -77,9 +84,10 @@ def record_from(data: Any) -> Record:
         raise RecordError("addresses is not a list of IP addresses")
     try:
         nic = data_from(data["data"]) if "data" in data else None
+        ifaces = ifaces_from(data["ifaces"]) if "ifaces" in data else None
     except ValueError as exc:
         raise RecordError(str(exc)) from None
-    return Record(host, tuple(addrs), port, key, user, nic)
+    return Record(host, tuple(addrs), port, key, user, nic, ifaces)
 
 
 def decode(text: str | bytes, where: str) -> Record:

@@ -27,6 +27,9 @@ from mpi_bootstrap.core.termination import DEFAULT_PATH as DEFAULT_TERMINATION_L
 ROLES = ("launcher", "worker", "probe", "doctor")
 # Names a secondary "fast" NIC gets: Multus/SR-IOV attaches `net1`, DraNet `dranet0`.
 DATA_IFACE_CANDIDATES = ("net1", "dranet0")
+# The port MPI Operator's base images run sshd on: the secret exchange's fixed port
+# (no exchange tells the launcher another).
+SECRET_SSHD_PORT = 2222
 REWRITE_MODES = ("none", "fqdn", "ip")
 EXCHANGE_MODES = ("auto", "secret", "dir", "net", "none")
 MPI_CHOICES = ("auto", "openmpi", "openmpi4", "openmpi5", "mpich", "intel")
@@ -204,7 +207,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("control_iface", "--control-iface", ("MPI_BOOTSTRAP_CONTROL_IFACE",), "eth0",
             _iface, "interface for ssh and MPI control traffic"),
     Setting("data_iface", "--data-iface", ("MPI_BOOTSTRAP_DATA_IFACE",), None, _iface,
-            "NCCL data interface (default: NCCL_SOCKET_IFNAME, else net1 or dranet0 if present)"),
+            "data NIC the agent gives NCCL when NCCL_SOCKET_IFNAME is unset (default: net1 or "
+            "dranet0 if present)"),
     Setting("mpi", "--mpi", ("MPI_BOOTSTRAP_MPI",), "auto", _choice(MPI_CHOICES),
             "which MPI (auto = detect from `mpirun --version`)"),
     Setting("mpirun", "--mpirun", ("MPI_BOOTSTRAP_MPIRUN",), None, _path,
@@ -246,8 +250,8 @@ SETTINGS: tuple[Setting, ...] = (
             "where the job's key Secret is mounted (MPI Operator's sshAuthMountPath; "
             "default ~/.ssh)"),
     Setting("sshd_port", "--sshd-port", ("MPI_BOOTSTRAP_SSHD_PORT",), None, _port,
-            "worker sshd port: a number, or 0 for a free one (default 2222 with the secret "
-            "exchange, else 0)"),
+            f"worker sshd port: a number, or 0 for a free one (default {SECRET_SSHD_PORT} "
+            "with the secret exchange, else 0)"),
     Setting("sshd", "--sshd", ("MPI_BOOTSTRAP_SSHD",), "/usr/sbin/sshd", _path,
             "the OpenSSH sshd binary"),
     Setting("ssh_user", "--ssh-user", ("MPI_BOOTSTRAP_SSH_USER",), None, _user,

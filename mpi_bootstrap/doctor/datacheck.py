@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mpi_bootstrap.core import datanet
+from mpi_bootstrap.core import datanet, nccl
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import BootstrapError, ConfigError, PeerUnavailableError
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
@@ -22,25 +22,33 @@ from mpi_bootstrap.system import dataprobe, files, netif
 ADVICE = "fix the data network before the job: NCCL hangs or fails on it"
 
 
-def data_nic(config: Config) -> str | None:
-    return datanet.choose(config.data_iface, "", netif.present(), DATA_IFACE_CANDIDATES)
+def data_nics(config: Config) -> tuple[tuple[str, ...], str, nccl.Rule]:
+    """This pod's data NICs (what NCCL would use here less the control interface), the
+    rule that chose them in words, and the rule (core/nccl.py, as the launcher applies
+    it; NCCL_SOCKET_IFNAME from this process's environment, as the ranks would get it)."""
+    names = netif.nccl_order()
+    rule = nccl.rule(config.data_iface, os.environ, names, DATA_IFACE_CANDIDATES)
+    nics, why = rule.select(names)
+    return nccl.data_of(nics, config.control_iface), f"{why}: {', '.join(nics) or 'none'}", \
+        rule
 
 
 def local(config: Config) -> list[Finding]:
     """This pod's data NIC, as the check's own program sees it."""
     own = socket.gethostname()
-    nic = data_nic(config)
-    if nic is None:
-        return [Finding(own, "data NIC", True,
-                        f"none of {', '.join(DATA_IFACE_CANDIDATES)} here: no data check")]
+    nics, why, rule = data_nics(config)
+    if not nics:
+        return [Finding(own, "data NIC", True, f"{why} (besides {config.control_iface}): "
+                        "no data check")]
+    nic = nics[0]
     facts = dataprobe.nic_facts(nic, config.sysfs)
-    why = datanet.listener_problem(own, facts)
-    if why is not None:
-        return [Finding(own, "data NIC", False, why, ADVICE)]
+    problem = datanet.listener_problem(own, facts, rule.value)
+    if problem is not None:
+        return [Finding(own, "data NIC", False, problem, ADVICE)]
     lock = facts["memlock"]
     rdma = ",".join(facts["rdma"]) or "none"
     return [Finding(own, "data NIC", True,
-                    f"{nic} {' '.join(facts['addresses']) or '(no address)'} MTU "
+                    f"{why}; {nic} {' '.join(facts['addresses']) or '(no address)'} MTU "
                     f"{facts['mtu']}, RDMA {rdma}, locked memory "
                     f"{'unlimited' if lock == -1 else f'{lock} bytes'}")]
 
@@ -70,8 +78,8 @@ def network(config: Config, names: Sequence[str], deadline: float,
     its own finding says why not), and only a config file of this user's that nobody
     else may write: ssh runs what it says."""
     cfg = os.path.join(config.state_dir, "ssh_config")
-    nic = data_nic(config)
-    if not config.data_check or nic is None or not names or state is None or not state.ok:
+    nics, _, rule = data_nics(config)
+    if not config.data_check or not nics or not names or state is None or not state.ok:
         return []
     try:
         if not files.own_file(cfg):
@@ -81,9 +89,13 @@ def network(config: Config, names: Sequence[str], deadline: float,
                         "the data network check was skipped; remove the file (a launcher "
                         "run writes it afresh)")]
     try:
-        found = datacheck.run(names, ("ssh", "-F", cfg), nic, python=sys.executable,
-                              sysfs=config.sysfs, env=dict(os.environ), deadline=deadline,
-                              log=_quiet)
+        # Every worker is taken to have this pod's first data NIC (the doctor reads no
+        # records): one that lacks it says so, naming the interfaces it has.
+        nic = nics[0]
+        found = datacheck.run(names, ("ssh", "-F", cfg), nic,
+                              python=sys.executable, sysfs=config.sysfs,
+                              env=dict(os.environ), deadline=deadline, log=_quiet,
+                              value=rule.value)
     except PeerUnavailableError as exc:
         lines = (exc.details or exc.message.removeprefix("data network: ")).splitlines()
         return [Finding("data network", nic, False, line, ADVICE) for line in lines]

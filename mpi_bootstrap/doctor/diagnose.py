@@ -56,8 +56,8 @@ def run(config: Config, *, deadline_s: float = 10.0, data: bool = True) -> list[
     conf = sysdns.read_resolv_conf()
     try:
         hostfile = hostfiles.read(config.hostfile)
-        names = [hf.fqdn(h.name, config.cluster_domain) if config.rewrite != "none"
-                 else h.name for h in hostfile.hosts]
+        names = [hf.lookup_name(h.name, config.rewrite, config.cluster_domain)
+                 for h in hostfile.hosts]
     except Exception as exc:  # the doctor reports; it does not fail on a bad hostfile
         return [Finding(config.hostfile, "hostfile", False, str(exc),
                         "fix the hostfile first")]

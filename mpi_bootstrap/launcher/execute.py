@@ -9,7 +9,6 @@ Without it (`--exec`, no preflight, the user's own ssh agent), the checks come f
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
@@ -18,7 +17,7 @@ from typing import Any
 
 from mpi_bootstrap.core import gate
 from mpi_bootstrap.core.config import Config
-from mpi_bootstrap.core.errors import NotSetUpError, PeerUnavailableError
+from mpi_bootstrap.core.errors import NotSetUpError, PeerUnavailableError, some
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.launcher import preflight
 from mpi_bootstrap.launcher.plan import Plan
@@ -95,17 +94,24 @@ def gated(p: Plan, config: Config, env: Mapping[str, str], log: Log) -> handoff.
 def checks(p: Plan, config: Config, env: Mapping[str, str], log: Log,
            passed: Callable[[str], None] | None = None) -> None:
     """Preflight on every worker, then the data check between them (each on when the
-    plan says so); `passed(host)` as each worker's preflight passes."""
+    plan says so); `passed(host)` as each worker's preflight passes. A worker where
+    NCCL_SOCKET_IFNAME selects no interface fails first, before any ssh."""
+    if p.data_missing:
+        problems = list(p.data_missing.values())
+        raise PeerUnavailableError(f"data network: {some(problems)}",
+                                   details="\n".join(problems) if len(problems) > 1 else "",
+                                   phase="data check", host=next(iter(p.data_missing)))
     opened = {}
+    rounds = data_rounds(p.data_check)
     if p.preflight:
         check = remote_check(p, config, env)
-        if p.data_check:  # the same session goes on to run the data check's program
-            check = dataclasses.replace(check, then=datacheck.session_command(
-                sys.executable, p.data_check, config.sysfs, p.deadline))
+        # Each worker's preflight session goes on to run its first data NIC's check.
+        then = {h: datacheck.session_command(sys.executable, nic, config.sysfs, p.deadline)
+                for h, nic in (rounds[0] if rounds else {}).items()}
         try:
             opened = preflight.run(p.remote, p.ssh_command, check, env=env,
                                    deadline=p.deadline, log=log,
-                                   targets=p.ssh_targets or None, passed=passed)
+                                   targets=p.ssh_targets or None, passed=passed, then=then)
         except NotSetUpError:
             raise  # said all there is to say; DNS and the Service are beside the point
         except PeerUnavailableError as exc:
@@ -116,10 +122,19 @@ def checks(p: Plan, config: Config, env: Mapping[str, str], log: Log,
             exc.details = "\n".join(filter(None, [
                 exc.details, "--- doctor", *(problems or ["(no other problem found)"])]))
             raise
-    if p.data_check:
-        datacheck.run(p.remote, p.ssh_command, p.data_check, python=sys.executable,
+    for nics in rounds:  # a second data NIC's sessions are new ones (rare: several NICs)
+        datacheck.run(list(nics), p.ssh_command, nics, python=sys.executable,
                       sysfs=config.sysfs, env=env, deadline=p.deadline, log=log,
-                      opened=opened, reaper=not config.exec, published=p.published_data)
+                      opened=opened, reaper=not config.exec, published=p.published_data,
+                      value=p.data_value)
+        opened = {}
+
+
+def data_rounds(probe: Mapping[str, tuple[str, ...]]) -> list[dict[str, str]]:
+    """The data check in rounds: every worker's first data NIC, then its second (where
+    it has one), …: in each, a worker has one NIC and probes the others'."""
+    most = max((len(nics) for nics in probe.values()), default=0)
+    return [{h: nics[i] for h, nics in probe.items() if i < len(nics)} for i in range(most)]
 
 
 # How long mpirun may take to give up by itself once the gates have refused it (its

@@ -25,7 +25,7 @@ from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.model import Answer, Decision
 from mpi_bootstrap.core.names import is_ip_literal
 from mpi_bootstrap.launcher import mpi as mpimod
-from mpi_bootstrap.launcher.plan import Facts, host_entries, lookup_name
+from mpi_bootstrap.launcher.plan import Facts, host_entries
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.proc.spawn import resolve
 from mpi_bootstrap.ssh import peers
@@ -97,7 +97,7 @@ def wait_for_dns(config: Config, hostfile: hf.Hostfile, own_name: str, log: Log
     answers: dict[str, Answer] = {}
     names: list[str] = []
     for host in hostfile.hosts:
-        name = lookup_name(host.name, config)
+        name = hf.lookup_name(host.name, config.rewrite, config.cluster_domain)
         if is_ip_literal(name):
             answers[name] = Answer(name, addresses=(name,))
         else:

@@ -9,14 +9,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from mpi_bootstrap.core import gate, records, tokens
+from mpi_bootstrap.core import gate, nccl, records, tokens
 from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.datanet import DataNIC
 from mpi_bootstrap.core.env import public
 from mpi_bootstrap.core.model import Answer, ClientKey, Decision, PlannedFile
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
-from mpi_bootstrap.launcher import mpi
+from mpi_bootstrap.launcher import dataplan, mpi
 from mpi_bootstrap.launcher.sshplan import control_dir, launch_gate, ssh_setup
 
 
@@ -47,6 +47,9 @@ class Facts:
     remote: tuple[str, ...] = ()  # names mpirun reaches over ssh
     deadline: float = 0.0  # monotonic: DNS, records, sshd readiness and preflight share it
     rdma: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # own NICs
+    # The interfaces NCCL could use here, in its order (system/netif.py nccl_order);
+    # empty: `interfaces`, sorted.
+    ifaces: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +71,12 @@ class Plan:
     preflight: bool = False
     prefix: str | None = None  # Open MPI's --prefix, where preflight looks for orted
     control_dir: str | None = None  # ssh's ControlPath directory (connection reuse)
-    data_check: str | None = None  # the data NIC the workers test before mpirun
+    # The data NICs each worker tests before mpirun (core/nccl.py chose them); empty: off.
+    data_check: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # Workers where NCCL_SOCKET_IFNAME selects no interface: why, by host (exit 69, as
+    # part of the data check: off with it).
+    data_missing: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    data_value: str | None = None  # the NCCL_SOCKET_IFNAME the ranks get (None: unset)
     # The data NICs the workers' records name, by host: their check's reports must agree.
     published_data: Mapping[str, DataNIC] = dataclasses.field(default_factory=dict)
     # The launch gate (core/gate.py): mpirun starts with the checks, its ssh to a worker
@@ -89,32 +97,15 @@ class Plan:
         return env
 
 
-def lookup_name(name: str, config: Config) -> str:
-    """The name the DNS wait asks for: what mpirun will use, before any IP rewrite.
-
-    `ip` mode looks the FQDN form up, so it also works where only `.svc.<domain>`
-    resolves (MPI Operator clusters whose DNS refuses the short `.svc` form).
-    """
-    if config.rewrite in ("fqdn", "ip"):
-        return hf.fqdn(name, config.cluster_domain)
-    return name
-
-
-def data_iface(config: Config, environ: Mapping[str, str],
-               interfaces: frozenset[str]) -> tuple[str | None, Decision]:
-    if config.data_iface:
-        return config.data_iface, Decision("data interface", config.data_iface,
-                                           str(config.source("data_iface")), "set explicitly")
-    nccl = environ.get("NCCL_SOCKET_IFNAME")
-    if nccl:
-        return nccl, Decision("data interface", nccl, "env NCCL_SOCKET_IFNAME",
-                              "the user's NCCL setting names it")
-    for name in DATA_IFACE_CANDIDATES:
-        if name in interfaces:
-            return name, Decision("data interface", name, "detected",
-                                  f"first of {', '.join(DATA_IFACE_CANDIDATES)} present")
-    return None, Decision("data interface", "(none)", "detected",
-                          f"none of {', '.join(DATA_IFACE_CANDIDATES)} present")
+def data_plan(config: Config, facts: Facts) -> dataplan.DataPlan:
+    """What NCCL will use on the launcher and on each worker, and why (core/nccl.py)."""
+    names = facts.ifaces or tuple(sorted(facts.interfaces))
+    rule = nccl.rule(config.data_iface, facts.environ, names, DATA_IFACE_CANDIDATES)
+    return dataplan.plan(rule, names, control=config.control_iface,
+                         configured=str(config.source("data_iface"))
+                         if config.data_iface else None,
+                         exchange=config.exchange, remote=facts.remote,
+                         recs=facts.records, own_rdma=facts.rdma)
 
 
 def _base_decisions(config: Config, facts: Facts) -> list[Decision]:
@@ -134,10 +125,11 @@ def _base_decisions(config: Config, facts: Facts) -> list[Decision]:
     ]
 
 
-def _interfaces(config: Config, facts: Facts, decisions: list[Decision]) -> str | None:
-    """The data interface (for NCCL), and whether the control interface is here."""
-    data, data_decision = data_iface(config, facts.environ, facts.interfaces)
-    decisions.append(data_decision)
+def _interfaces(config: Config, facts: Facts, decisions: list[Decision]
+                ) -> dataplan.DataPlan:
+    """The data interfaces (for NCCL), and whether the control interface is here."""
+    data = data_plan(config, facts)
+    decisions.append(data.decisions[0])
     source = str(config.source("control_iface"))
     if config.control_iface not in facts.interfaces:
         decisions.append(Decision("control interface", config.control_iface, source,
@@ -149,52 +141,29 @@ def _interfaces(config: Config, facts: Facts, decisions: list[Decision]) -> str 
     return data
 
 
-def data_nics(config: Config, facts: Facts, data: str | None,
-              decisions: list[Decision]) -> tuple[tuple[str, str], ...]:
-    """Each worker's data NIC as its record says (--explain), flagged where it differs
-    from the plan's; and the RDMA devices behind the plan's data NIC, by host."""
-    rdma = [("launcher", dev) for dev in facts.rdma.get(data or "", ())]
-    if config.exchange == "secret" and facts.remote:
-        decisions.append(Decision("data NICs", "(found by the data check)", "exchange",
-                                  "secret: workers publish no record"))
-    for host in facts.remote if config.exchange != "secret" else ():
-        rec = facts.records.get(host)
-        nic = rec.data if rec is not None else None
-        if rec is None:
-            continue
-        if nic is None:
-            why = f"WARNING: no data NIC ({data} planned)" if data else "none"
-            decisions.append(Decision(f"data NIC {host}", "(none)", "exchange record", why))
-            continue
-        why = "as the worker published it"
-        if data and nic.nic != data:
-            why = f"WARNING: not {data}, the data NIC NCCL_SOCKET_IFNAME names"
-        elif nic.nic == data:
-            rdma += [(host, dev) for dev in nic.rdma]
-        decisions.append(Decision(f"data NIC {host}", nic.summary(), "exchange record", why))
-    return tuple(rdma) if data else ()
-
-
-def _data_check(config: Config, data: str | None, preflight: bool) -> Decision:
-    why = ("disabled" if not config.data_check else "no data NIC in the plan" if not data
-           else "needs preflight's ssh sessions (preflight is off or all ranks are local)"
+def _data_check(config: Config, data: dataplan.DataPlan, preflight: bool) -> Decision:
+    nics = ", ".join(dict.fromkeys(n for nics in data.probe.values() for n in nics))
+    why = ("disabled" if not config.data_check else
+           "needs preflight's ssh sessions (preflight is off or all ranks are local)"
            if not preflight else
-           f"the workers test {data} among themselves before mpirun: ring neighbours and "
+           f"no worker has a data NIC beside {config.control_iface}, which preflight "
+           "crosses" if not nics else
+           f"the workers test {nics} among themselves before mpirun: ring neighbours and "
            "one random peer each, a TCP connection and full-MTU packets that may not "
            "fragment, in parallel; a failure names the pair and exits 69")
-    on = config.data_check and bool(data) and preflight
+    on = config.data_check and bool(nics) and preflight
     return Decision("data check", "on" if on else "off", str(config.source("data_check")),
                     why)
 
 
-def _launch(config: Config, facts: Facts, data: str | None, ssh_cmd: tuple[str, ...], *,
+def _launch(config: Config, facts: Facts, data: nccl.Rule, ssh_cmd: tuple[str, ...], *,
             rdma: tuple[tuple[str, str], ...] = (), ssh_gate: str | None = None,
             local: tuple[str, ...] = ()) -> mpi.LaunchSpec:
     return mpi.build(mpi.LaunchFacts(
         mpi=facts.mpi, program=config.program, hostfile=config.output_hostfile,
         input_hostfile=facts.hostfile.path, total_slots=facts.hostfile.total_slots,
         np=config.np, np_source=str(config.source("np")),
-        control_iface=config.control_iface, data_iface=data, environ=facts.environ,
+        control_iface=config.control_iface, nccl_rule=data, environ=facts.environ,
         is_root=facts.is_root, ssh_command=ssh_cmd,
         ssh_wrapper=f"{config.state_dir}/ssh-launcher",
         forward_patterns=config.forward_env, startup_timeout=config.startup_timeout,
@@ -232,13 +201,14 @@ def build_plan(config: Config, facts: Facts) -> Plan:
     preflight, run_decisions = _run_decisions(config, facts)
     control = control_dir(config, facts, preflight, decisions)
     ssh_cmd, ssh_files, targets = ssh_setup(config, facts, entries, decisions, control)
-    rdma = data_nics(config, facts, data, decisions)
+    decisions.extend(data.decisions[1:])
     # The checks run beside mpirun where the resident supervisor carries them (not
     # --exec): mpirun's ssh is then the gate, where it alone can start ranks
     # (launcher/mpi/gating.py: not the user's own agent, no rank on this pod unseen).
     gate_path = f"{config.state_dir}/{gate.SCRIPT}" if preflight and not config.exec else None
     local = tuple(e.rewritten_to for e in entries if e.rewritten_to not in facts.remote)
-    spec = _launch(config, facts, data, ssh_cmd, rdma=rdma, ssh_gate=gate_path, local=local)
+    spec = _launch(config, facts, data.rule, ssh_cmd, rdma=data.rdma, ssh_gate=gate_path,
+                   local=local)
     decisions.extend(spec.decisions)
     decisions.extend(run_decisions)
     check = _data_check(config, data, preflight)
@@ -266,7 +236,9 @@ def build_plan(config: Config, facts: Facts) -> Plan:
                 remote=facts.remote, preflight=preflight, prefix=prefix, done_file=done,
                 done_text=done_text or "", deadline=facts.deadline,
                 control_dir=control if ssh_files else None,
-                data_check=data if check.value == "on" else None,
+                data_check=data.probe if check.value == "on" else {},
+                data_missing=data.missing if config.data_check and preflight else {},
+                data_value=data.rule.value,
                 published_data={h: r.data for h, r in facts.records.items()
                                 if r.data is not None and h in facts.remote}, gate=mode)
 
@@ -276,7 +248,7 @@ def host_entries(config: Config, hostfile: hf.Hostfile, answers: Mapping[str, An
     """Each host with its address and the name mpirun will use for it."""
     entries = []
     for host in hostfile.hosts:
-        lname = lookup_name(host.name, config)
+        lname = hf.lookup_name(host.name, config.rewrite, config.cluster_domain)
         answer = answers.get(lname)
         address = answer.addresses[0] if answer and answer.ok else None
         new = address if config.rewrite == "ip" and address else lname

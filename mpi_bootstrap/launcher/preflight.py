@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -20,19 +19,15 @@ from mpi_bootstrap.ssh import sshd
 from mpi_bootstrap.system import parallel
 from mpi_bootstrap.system.retry import PEER, retry_until
 
-# ssh sessions at once: each handshake is CPU work on both ends, so more than a few per
-# CPU only queues (16 hosts on 2 CPUs: 2.0 s at 8, 2.2 s at 16 or 32).
-MAX_PARALLEL = max(8, 4 * len(os.sched_getaffinity(0)))
-
 
 def daemon_names(mpi: MPIInfo) -> tuple[str, ...]:
     """The program mpirun starts on every worker over ssh."""
     if mpi.runtime == ORTE:
-        return ("orted",)
+        return (remote.ORTED,)
     if mpi.runtime == HYDRA:
-        return ("hydra_bstrap_proxy", "hydra_pmi_proxy") if mpi.vendor == INTEL else (
-            "hydra_pmi_proxy",)
-    return ("prted",)
+        return (remote.HYDRA_BSTRAP, remote.HYDRA_PMI) if mpi.vendor == INTEL else (
+            remote.HYDRA_PMI,)
+    return (remote.PRTED,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,28 +81,9 @@ def ranks_path(env: Mapping[str, str], forwarded: Sequence[str], prefix: str | N
     return f"{prefix}/bin:{env['PATH']}" if prefix else env["PATH"]
 
 
-# ssh's words for "nobody (or a dying sshd) answered": worth another try before the
-# deadline. A wrong host key, a refused key or a missing daemon are not.
-TRANSIENT = ("connection refused", "connection reset", "connection closed",
-             "kex_exchange_identification")
 RETRY_DELAY = 0.3
-
-
-def transient(code: int, output: str) -> bool:
-    """ssh itself failed (255) to connect, in a way a moment may cure."""
-    low = output.lower()
-    return code == 255 and any(t in low for t in TRANSIENT) and "permission denied" not in low
-
-
-# ssh's words for "no SSH server spoke on that address and port" (refused, no route,
-# timed out, closed before its banner): then the wait for the worker's sshd takes over.
-UNREACHED = ("connect to host", "kex_exchange_identification", "banner exchange")
-
-
-def unreached(code: int, output: str) -> bool:
-    """ssh (255) got no SSH server to talk to, as opposed to one that said no."""
-    low = output.lower()
-    return code == 255 and any(u in low for u in UNREACHED)
+# ssh's words for its failures are core/failures.py's (the one table of them).
+transient, unreached = failures.transient, failures.unreached
 
 
 def check_output(host: str, output: str, check: RemoteCheck) -> str | None:
@@ -144,7 +120,7 @@ def program_problem(host: str, found: str | None, check: RemoteCheck) -> str | N
 
 def _failures(items: Sequence[str], fn: Callable[[str], str | None]) -> dict[str, str]:
     """Run fn on every item at once (bounded); the failures, in the order of `items`."""
-    results = parallel.map_all(fn, items, MAX_PARALLEL)
+    results = parallel.map_all(fn, items, parallel.SSH_AT_ONCE)
     return {item: result for item, result in zip(items, results, strict=True) if result}
 
 
@@ -241,13 +217,14 @@ class _Session:
         self.reason = failures.explain_ssh(self.host, output, code)
         self.unreached = unreached(code, output)
         now = time.monotonic()
-        if "connection refused" not in output.lower():
+        if not failures.refused(output):
             self.refused_since = None
         else:
             self.refused_since = self.refused_since or now
             if self.check.refused_patience is not None and \
                     now - self.refused_since >= self.check.refused_patience:
-                self.final = f"{self.reason} (port {_port(output)}); {self.check.refused_hint}"
+                self.final = (f"{self.reason} (port {failures.refused_port(output)}); "
+                              f"{self.check.refused_hint}")
                 self.not_set_up = True
                 return True
         if not transient(code, output):
@@ -262,7 +239,8 @@ class _Session:
 def run(hosts: Sequence[str], ssh_command: Sequence[str], check: RemoteCheck, *,
         env: Mapping[str, str], deadline: float, log: Log,
         targets: Mapping[str, tuple[str, int]] | None = None,
-        passed: Callable[[str], None] | None = None) -> dict[str, children.Lines]:
+        passed: Callable[[str], None] | None = None,
+        then: Mapping[str, str] | None = None) -> dict[str, children.Lines]:
     """ssh to every host in parallel; raise PeerUnavailableError naming the first failure
     (NotSetUpError when the workers' sshd was never set up). With `targets`, a host whose
     first ssh finds no SSH server (`unreached`) has its sshd awaited (its banner) in the
@@ -271,10 +249,13 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], check: RemoteCheck, *,
     works, and sshd is spared a connection (a fork and an exec) that only said hello.
     With `check.then`, the sessions still running it, by host (the caller ends them);
     none are left running on a failure. `passed(host)` as soon as a host has passed (the
-    launch gate lets mpirun's ssh through to it: its connection is there to reuse)."""
+    launch gate lets mpirun's ssh through to it: its connection is there to reuse).
+    `then`: a host's own `check.then` (its data check's session), by host."""
     started = time.monotonic()
     endpoints = dict(targets or {})
-    sessions = {h: _Session(h, list(ssh_command), check, env, log, expect_sshd=h in endpoints)
+    sessions = {h: _Session(h, list(ssh_command),
+                            dataclasses.replace(check, then=then[h]) if then and h in then
+                            else check, env, log, expect_sshd=h in endpoints)
                 for h in hosts}
     unreachable: dict[str, str] = {}
 
@@ -328,9 +309,3 @@ def _release(sessions: Iterable[_Session]) -> None:
     children.close_all([s.kept.child for s in sessions if s.kept is not None], 1.0)
     for s in sessions:
         s.kept = None
-
-
-def _port(output: str) -> str:
-    """The port of ssh's `connect to host H port P: Connection refused`."""
-    m = re.search(r"port (\d{1,5}): Connection refused", output)
-    return m.group(1) if m else "?"

@@ -15,7 +15,7 @@ from typing import Any
 
 from mpi_bootstrap.core.errors import ExecError, printable
 from mpi_bootstrap.pid1.output import Output, line_logger
-from mpi_bootstrap.pid1.restart import RestartPolicy
+from mpi_bootstrap.pid1.restart import WINDOW, RestartPolicy
 from mpi_bootstrap.pid1.supervisor import Settings, Supervisor
 from mpi_bootstrap.proc import signals, subreaper
 
@@ -112,7 +112,7 @@ def read_spec(args: list[str]) -> dict[str, Any] | str:
             spec["explain"] = True
         elif opt == "--restart":  # LIMIT/WINDOW, e.g. 5/60
             limit, _, window = args.pop(0).partition("/")
-            spec["restart"] = {"limit": int(limit), "window": float(window or 60)}
+            spec["restart"] = {"limit": int(limit), "window": float(window or WINDOW)}
         else:
             return f"unknown option {opt}"
     if args and args[0] == "--":

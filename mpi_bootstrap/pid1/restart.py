@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
+# The worker's sshd: at most LIMIT restarts in any WINDOW seconds.
+LIMIT, WINDOW = 5, 60.0
+
 
 @dataclasses.dataclass(frozen=True)
 class RestartPolicy:
@@ -12,8 +15,8 @@ class RestartPolicy:
     restarts in any `window` seconds; one death more gives up (the agent exits 69, so
     that Kubernetes restarts the pod)."""
 
-    limit: int = 5
-    window: float = 60.0
+    limit: int = LIMIT
+    window: float = WINDOW
     delay: float = 0.2
     max_delay: float = 5.0
 

@@ -19,7 +19,6 @@ pair, the addresses, the NIC and the kind, and mpirun never starts (exit 69).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import time
@@ -39,7 +38,6 @@ from mpi_bootstrap.system import dataprobe, parallel, probeport
 # like preflight's ssh.
 LISTEN_SECONDS = datanet.SESSION_SECONDS
 PLAIN = re.compile(r"[A-Za-z0-9_.:/@+-]+")  # words PID 1's request line may carry
-MAX_PARALLEL = max(8, 4 * len(os.sched_getaffinity(0)))  # as preflight's ssh
 
 
 def session_command(python: str, nic: str, sysfs: str, deadline: float) -> str:
@@ -87,7 +85,8 @@ def _program(python: str, args: Sequence[str]) -> str:
 
 
 def mismatch(nic: str, facts: Mapping[str, Mapping[str, Any]]) -> str | None:
-    """Workers whose data NIC's MTU differs from the most common one."""
+    """Workers whose data NIC's MTU differs from the most common one (`nic`: their NIC's
+    name, or the names joined where they differ)."""
     mtus = Counter(f["mtu"] for f in facts.values())
     if len(mtus) < 2:
         return None
@@ -100,12 +99,15 @@ def mismatch(nic: str, facts: Mapping[str, Mapping[str, Any]]) -> str | None:
 class _Run:
     """One ssh session per worker, all at once (system/dataprobe.py says what each does)."""
 
-    def __init__(self, ssh: Sequence[str], nic: str, *, python: str, sysfs: str,
-                 env: Mapping[str, str], deadline: float,
+    def __init__(self, ssh: Sequence[str], hosts: Sequence[str], nics: str | Mapping[str, str],
+                 *, python: str, sysfs: str, env: Mapping[str, str], deadline: float,
                  opened: Mapping[str, children.Lines],
-                 published: Mapping[str, datanet.DataNIC]) -> None:
-        self.ssh, self.nic, self.python, self.sysfs = list(ssh), nic, python, sysfs
+                 published: Mapping[str, datanet.DataNIC], value: str | None) -> None:
+        self.nics = dict.fromkeys(hosts, nics) if isinstance(nics, str) else nics
+        self.label = ", ".join(dict.fromkeys(self.nics[h] for h in hosts))  # MTU mismatch
+        self.ssh, self.python, self.sysfs = list(ssh), python, sysfs
         self.env, self.deadline, self.published = env, deadline, published
+        self.value = value  # the NCCL_SOCKET_IFNAME that chose the NICs
         self.lines: dict[str, children.Lines] = dict(opened)
         self.sessions: dict[str, Any] = {h: lines.child for h, lines in opened.items()}
 
@@ -113,7 +115,7 @@ class _Run:
         """Its data NIC as the session reports it, or why it cannot take part."""
         if host not in self.lines:
             child = children.open_piped([*self.ssh, host, session_command(
-                self.python, self.nic, self.sysfs, self.deadline)], self.env)
+                self.python, self.nics[host], self.sysfs, self.deadline)], self.env)
             self.sessions[host] = child
             self.lines[host] = children.Lines(child, limit=records.MAX_MESSAGE)
         child = self.sessions[host]
@@ -123,7 +125,7 @@ class _Run:
             why = failures.explain_ssh(host, err, code) if code == 255 else \
                 f"{host}: the data check did not start (exit {code}: {err.strip()[:200]!r})"
             return None, why
-        return report(host, line, self.nic, self.published.get(host))
+        return report(host, line, self.nics[host], self.published.get(host), self.value)
 
     def send(self, host: str, line: str) -> None:
         """The session's one line: who may probe it, and whom it probes."""
@@ -144,7 +146,7 @@ class _Run:
                 return [*problems, (host, str(why))]
             if "done" in result:
                 return problems
-            if (why := datanet.probe_problem(self.nic, host, result)) is not None:
+            if (why := datanet.probe_problem(self.nics[host], host, result)) is not None:
                 problems.append((str(result["peer"]), why))
         return [*problems, (host, f"{host}: the data check's session ended before every "
                                   "probe answered (the deadline, or the worker went away)")]
@@ -159,8 +161,8 @@ class _Run:
 # What a worker's session says is checked before any of it is used (core/datanet.py):
 # a line that is not what the protocol allows refuses that worker (exit 69), whatever
 # it holds — never an exception in the launcher.
-def report(host: str, line: str, nic: str, published: datanet.DataNIC | None
-           ) -> tuple[dict[str, Any] | None, str | None]:
+def report(host: str, line: str, nic: str, published: datanet.DataNIC | None,
+           value: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """A session's first line: (its data NIC and port, why `host` cannot take part)."""
     try:
         facts = datanet.session_report(json.loads(line), nic)
@@ -168,7 +170,7 @@ def report(host: str, line: str, nic: str, published: datanet.DataNIC | None
             raise ValueError(why)  # a worker changed since it started, or one that lies
     except (ValueError, RecursionError) as exc:
         return None, refused(host, "report", exc, line)
-    return facts, datanet.listener_problem(host, facts)
+    return facts, datanet.listener_problem(host, facts, value)
 
 
 def probe_result(host: str, line: str, peers: frozenset[str]
@@ -201,32 +203,33 @@ def requests(facts: Mapping[str, Mapping[str, Any]], seed: int) -> dict[str, lis
             for h in ready if targets[h]}
 
 
-def run(hosts: Sequence[str], ssh_command: Sequence[str], nic: str, *, python: str,
-        sysfs: str, env: Mapping[str, str], deadline: float, log: Log, seed: int = 0,
-        opened: Mapping[str, children.Lines] | None = None, reaper: bool = False,
-        published: Mapping[str, datanet.DataNIC] | None = None
-        ) -> dict[str, dict[str, Any]]:
-    """Test the data network among `hosts`; their data NICs as found, or raise
-    PeerUnavailableError naming every failure. `opened`: sessions already running
-    `session_command` (preflight's, which ran it after its check), by host; the others
-    are opened here. `published`: the data NICs the workers' records name, which their
+def run(hosts: Sequence[str], ssh_command: Sequence[str], nics: str | Mapping[str, str], *,
+        python: str, sysfs: str, env: Mapping[str, str], deadline: float, log: Log,
+        seed: int = 0, opened: Mapping[str, children.Lines] | None = None,
+        reaper: bool = False, published: Mapping[str, datanet.DataNIC] | None = None,
+        value: str | None = None) -> dict[str, dict[str, Any]]:
+    """Test the data network among `hosts`, each on its data NIC `nics[host]` (or all on
+    `nics`; chosen by NCCL_SOCKET_IFNAME `value`: core/nccl.py); their data NICs as
+    found, or raise PeerUnavailableError naming every failure. `opened`: sessions running
+    `session_command` (preflight's, which ran it after its check), by host; the others are
+    opened here. `published`: the data NICs the workers' records name, which their
     sessions must agree with. Every session is told to end before this returns, and
     waited for unless it passed and `reaper` (this process goes on to reap all its
-    children: the resident supervisor), which saves mpirun's start that wait (40 ms at
-    16 workers)."""
+    children: the resident supervisor), which saves mpirun's start that wait (40 ms at 16
+    workers)."""
     started, cpu = time.monotonic(), time.process_time()
-    r = _Run(ssh_command, nic, python=python, sysfs=sysfs, env=env, deadline=deadline,
-             opened=opened or {}, published=published or {})
+    r = _Run(ssh_command, hosts, nics, python=python, sysfs=sysfs, env=env, deadline=deadline,
+             opened=opened or {}, published=published or {}, value=value)
     passed = False
     try:
-        found = parallel.map_all(r.start, list(hosts), MAX_PARALLEL)
+        found = parallel.map_all(r.start, list(hosts), parallel.SSH_AT_ONCE)
         problems = [why for _, why in found if why]
         at = next((h for h, (_, why) in zip(hosts, found, strict=True) if why), None)
         facts = {h: f for h, (f, why) in zip(hosts, found, strict=True) if f and not why}
         for host, f in facts.items():
-            log("data NIC", level="debug", host=host, nic=nic, mtu=f["mtu"],
+            log("data NIC", level="debug", host=host, nic=r.nics[host], mtu=f["mtu"],
                 addresses=f["addresses"], rdma=f["rdma"])
-        if (odd := mismatch(nic, facts)) is not None:
+        if (odd := mismatch(r.label, facts)) is not None:
             problems.append(odd)
         lines = requests(facts, seed)
         for host, words in lines.items():  # every line first: a port answers its probers
@@ -235,7 +238,7 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], nic: str, *, python: s
         todo = list(lines)
         failed = parallel.map_all(
             lambda h: r.results(h, frozenset(w.partition("=")[0] for w in lines[h][1:])),
-            todo, MAX_PARALLEL)
+            todo, parallel.SSH_AT_ONCE)
         pairs = [({host, peer}, why) for host, found in zip(todo, failed, strict=True)
                  for peer, why in found]
         common = set.intersection(*(p for p, _ in pairs)) if len(pairs) > 1 else set()
@@ -253,7 +256,7 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], nic: str, *, python: s
         raise PeerUnavailableError(f"data network: {some(problems)}",
                                    details="\n".join(problems) if len(problems) > 1 else "",
                                    phase="data check", host=at)
-    log("data check ok", workers=len(hosts), nic=nic,
+    log("data check ok", workers=len(hosts), nic=r.label,
         probes=sum(len(words) - 1 for words in lines.values()),
         mtu=sorted({f["mtu"] for f in facts.values()}),
         listen_s=round(listened - started, 3), probe_s=round(probed - listened, 3),

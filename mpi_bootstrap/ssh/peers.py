@@ -17,6 +17,7 @@ from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.model import ClientKey, PlannedFile
 from mpi_bootstrap.core.names import is_ip_literal
 from mpi_bootstrap.core.records import Record, RecordError
+from mpi_bootstrap.core.settings import SECRET_SSHD_PORT
 from mpi_bootstrap.ssh import dirx, keys
 from mpi_bootstrap.ssh import netx as exchange
 from mpi_bootstrap.system import parallel
@@ -83,7 +84,7 @@ def collect(config: Config, hosts: Sequence[tuple[str, str, str | None]],
     user = config.ssh_user or pwd.getpwuid(os.geteuid()).pw_name
     if config.exchange == "secret":
         assert key is not None  # noqa: S101 - client_key() returns one in this mode
-        port = config.sshd_port or 2222
+        port = config.sshd_port or SECRET_SSHD_PORT  # Config sets it: never 0 here
         return {new: Record(new, (addr,) if addr else (), port, key.public, user)
                 for _, new, addr in hosts}
     records: dict[str, Record] = {}

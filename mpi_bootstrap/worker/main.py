@@ -15,13 +15,14 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from mpi_bootstrap.core import datanet, records
+from mpi_bootstrap.core import datanet, nccl, records
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import ConfigError, ExitStatus, PeerUnavailableError
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import fingerprint
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
 from mpi_bootstrap.pid1 import dataserve
+from mpi_bootstrap.pid1.restart import RestartPolicy
 from mpi_bootstrap.proc.handoff import handoff
 from mpi_bootstrap.ssh import dirx, keys, sshd
 from mpi_bootstrap.system import dataprobe, netif
@@ -156,22 +157,30 @@ def _publish(config: Config, record: records.Record, ident: Identity, bind_addr:
     return extra
 
 
-def data_nic(config: Config, environ: Mapping[str, str], log: Log) -> datanet.DataNIC | None:
-    """This pod's data NIC for its record: the one configured (MPI_BOOTSTRAP_DATA_IFACE,
-    NCCL_SOCKET_IFNAME), else the first of net1, dranet0 present; None without one."""
-    nic = datanet.choose(config.data_iface, environ.get("NCCL_SOCKET_IFNAME", ""),
-                         netif.present(), DATA_IFACE_CANDIDATES)
-    if nic is None:
-        return None
-    facts = dataprobe.nic_facts(nic, config.sysfs)
+def data_nic(config: Config, environ: Mapping[str, str], log: Log
+             ) -> tuple[datanet.DataNIC | None, tuple[str, ...]]:
+    """This pod's data NIC for its record: the first interface NCCL would use here other
+    than the control interface, by the rule the launcher applies (core/nccl.py: this
+    pod's NCCL_SOCKET_IFNAME, else MPI_BOOTSTRAP_DATA_IFACE, else the first of net1,
+    dranet0 present; None without one); and the interfaces NCCL could use here, in its
+    order, to which the launcher applies the ranks' own NCCL_SOCKET_IFNAME."""
+    names = tuple(n for n in netif.nccl_order() if datanet.NIC_NAME.fullmatch(n)
+                  )[:datanet.MAX_IFACES]
+    rule = nccl.rule(config.data_iface, environ, names, DATA_IFACE_CANDIDATES)
+    nics, why = rule.select(names)
+    data = nccl.data_of(nics, config.control_iface)
+    log("data interfaces", nics=list(nics), rule=why, have=list(names))
+    if not data:
+        return None, names
+    facts = dataprobe.nic_facts(data[0], config.sysfs)
     if "error" in facts:
-        log("data NIC missing", level="warning", nic=nic, have=facts.get("have"))
-        return None
-    found = datanet.DataNIC(nic, tuple(facts["addresses"])[:16], int(facts["mtu"]),
+        log("data NIC missing", level="warning", nic=data[0], have=facts.get("have"))
+        return None, names
+    found = datanet.DataNIC(data[0], tuple(facts["addresses"])[:16], int(facts["mtu"]),
                             tuple(facts["rdma"])[:16])
-    log("data NIC", nic=nic, mtu=found.mtu, addresses=list(found.addresses),
+    log("data NIC", nic=data[0], mtu=found.mtu, addresses=list(found.addresses),
         rdma=list(found.rdma), memlock=facts["memlock"])
-    return found
+    return found, names
 
 
 def data_probe(config: Config, log: Log) -> str | None:
@@ -199,7 +208,7 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> int:
     if os.geteuid() == 0:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # OpenSSH's privsep directory
     config_path = os.path.join(state, "sshd_config")
-    nic = data_nic(config, environ, log)
+    nic, ifaces = data_nic(config, environ, log)
     probe_fifo = data_probe(config, log) if nic is not None else None
 
     def argv_for(port: int) -> list[str]:
@@ -219,13 +228,14 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> int:
     pid, port, argv = sshd.start(argv_for, env, fixed_port=config.sshd_port or 0,
                                  probe_address=probe_addr, bind_address=bind_addr, log=log)
     record = records.Record(host=short, addresses=tuple(listen), port=port,
-                            host_key=ident.host_key_public, user=account.pw_name, data=nic)
+                            host_key=ident.host_key_public, user=account.pw_name, data=nic,
+                            ifaces=ifaces)
     extra = _publish(config, record, ident, bind_addr, authorized_path=authorized_path, log=log)
     if probe_fifo:
         extra["probe"] = {"fifo": probe_fifo}
     handoff(argv, env, grace=config.grace_seconds, group=False, role="worker",
             log_level=config.log_level, log_format=config.log_format,
-            restart={"limit": 5, "window": 60.0}, adopt=pid,
+            restart=dataclasses.asdict(RestartPolicy()), adopt=pid,
             termination_log=config.termination(), **extra)
     raise AssertionError("unreachable: handoff replaces the process")
 

@@ -225,12 +225,28 @@ field_junk = {
 }
 
 
+# A record's optional list of the interfaces NCCL could use there (core/nccl.py):
+# names, plausible and not, duplicates and too many.
+IFACE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,15}")
+iface_lists = st.one_of(
+    st.lists(st.from_regex(IFACE_NAME, fullmatch=True), max_size=4),
+    st.lists(st.sampled_from(["lo", "eth0", "net1", "net1 ", "a" * 16, "", "x\n", "n;id"])),
+    st.lists(st.text(max_size=17), max_size=3),
+    st.builds(lambda n: [f"net{i}" for i in range(n)], st.integers(60, 70)),
+    st.sampled_from([None, "net1", {"net1": 1}, [1], [["lo"]]]),
+)
+
+
 @st.composite
 def near_valid_records(draw: st.DrawFn) -> object:
-    """A valid record with (usually) one field broken, dropped, or one added."""
+    """A valid record with (usually) one field broken, dropped, or one added (the
+    optional `ifaces` among them)."""
     record: dict[str, Any] = draw(record_dicts)
     field = draw(st.sampled_from(sorted(RECORD_KEYS)))
-    how = draw(st.sampled_from(["keep", "junk", "junk", "json", "drop", "extra"]))
+    how = draw(st.sampled_from(["keep", "junk", "junk", "json", "drop", "extra", "ifaces"]))
+    if how == "ifaces":
+        record["ifaces"] = draw(iface_lists)
+        return record
     if how == "junk":
         record[field] = draw(field_junk[field])
     elif how == "json":
@@ -246,7 +262,8 @@ def record_is_valid(d: object) -> bool:
     """The record format, written down independently of records.record_from."""
     return (
         isinstance(d, dict)
-        and set(d) == RECORD_KEYS
+        and set(d) - {"ifaces"} == RECORD_KEYS
+        and ("ifaces" not in d or ifaces_are_valid(d["ifaces"]))
         and type(d["v"]) is int
         and d["v"] == 1
         and isinstance(d["host"], str)
@@ -264,9 +281,20 @@ def record_is_valid(d: object) -> bool:
     )
 
 
+def ifaces_are_valid(v: object) -> bool:
+    """At most 64 distinct interface names."""
+    return (
+        isinstance(v, list)
+        and len(v) <= 64
+        and all(isinstance(n, str) and IFACE_NAME.fullmatch(n) for n in v)
+        and len(set(v)) == len(v)
+    )
+
+
 def check_record(record: Record) -> None:
     outcome("Record")
     assert all(inert(x) for x in (record.host, *record.addresses, record.user))
+    assert all(inert(x) for x in record.ifaces or ())
     kind, blob = record.host_key.split(" ")
     assert inert(kind) and inert(blob)
     assert type(record.port) is int and 1 <= record.port <= 65535

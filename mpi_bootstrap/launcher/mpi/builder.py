@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
-from mpi_bootstrap.core import datanet
+from mpi_bootstrap.core import nccl
 from mpi_bootstrap.core.model import Decision, PlannedFile
 from mpi_bootstrap.launcher.mpi.command import HOSTFILE_OPTIONS, scan_user_command
 from mpi_bootstrap.launcher.mpi.detect import MPIInfo, is_launcher
@@ -31,7 +31,7 @@ class LaunchFacts:
     np: int | None
     np_source: str
     control_iface: str
-    data_iface: str | None
+    nccl_rule: nccl.Rule  # the NCCL_SOCKET_IFNAME the ranks get (core/nccl.py)
     environ: Mapping[str, str]
     is_root: bool
     ssh_command: tuple[str, ...]
@@ -45,8 +45,8 @@ class LaunchFacts:
     # Hosts of the hostfile that are this pod (mpirun starts their ranks without ssh):
     # the launch gate cannot hold what it never sees (launcher/mpi/gating.py).
     local_hosts: tuple[str, ...] = ()
-    # The RDMA devices behind the data NIC, with where each was seen ("job-worker-1
-    # mlx5_0"): NCCL_IB_HCA names exactly them.
+    # The RDMA devices behind the data NICs, with where each was seen ("job-worker-1",
+    # "mlx5_0"): NCCL_IB_HCA names exactly them.
     rdma: tuple[tuple[str, str], ...] = ()
 
 
@@ -192,28 +192,41 @@ class Builder:
         return argv
 
     def nccl_iface(self) -> None:
-        if "NCCL_SOCKET_IFNAME" in self.f.environ:
-            self.decide("NCCL_SOCKET_IFNAME", "(user's)", "env NCCL_SOCKET_IFNAME",
-                        "user wins")
-        elif self.f.data_iface:
-            self.env_set["NCCL_SOCKET_IFNAME"] = self.f.data_iface
-            self.decide("NCCL_SOCKET_IFNAME", self.f.data_iface, "agent default",
-                        "NCCL data on the data interface; control stays on "
+        """NCCL_SOCKET_IFNAME as the rule says (the user's, or the agent's data NIC, or
+        unset), and NCCL_IB_HCA: the RDMA devices behind the data NICs."""
+        r = self.f.nccl_rule
+        if r.by_agent and r.value is not None:
+            self.env_set[nccl.SOCKET_IFNAME] = r.value
+            self.decide(nccl.SOCKET_IFNAME, r.value, "agent default",
+                        f"NCCL data on the data interface ({r.why}); control stays on "
                         f"{self.f.control_iface}")
+        elif r.value is not None:
+            self.decide(nccl.SOCKET_IFNAME, "(user's)", f"env {nccl.SOCKET_IFNAME}",
+                        f"user wins: NCCL reads {r.value!r} as written")
         else:
-            self.decide("NCCL_SOCKET_IFNAME", "(unset)", "agent default",
+            self.decide(nccl.SOCKET_IFNAME, "(unset)", "agent default",
                         "no data interface (net1, dranet0) found; NCCL picks its own")
+        self.ib_hca()
+
+    def ib_hca(self) -> None:
         if not self.f.rdma:
             return
-        if "NCCL_IB_HCA" in self.f.environ:
-            self.decide("NCCL_IB_HCA", "(user's)", "env NCCL_IB_HCA", "user wins")
-            return
-        value = datanet.ib_hca([dev for _, dev in self.f.rdma])
-        self.env_set["NCCL_IB_HCA"] = value
+        devices = [dev for _, dev in self.f.rdma]
         seen = "; ".join(f"{where}: {dev}" for where, dev in self.f.rdma[:4])
         more = f" (+{len(self.f.rdma) - 4} more)" if len(self.f.rdma) > 4 else ""
-        self.decide("NCCL_IB_HCA", value, "detected",
-                    f"the RDMA device behind {self.f.data_iface} (sysfs device/infiniband): "
+        theirs = nccl.given(self.f.environ, nccl.IB_HCA)
+        if theirs is not None:
+            taken = nccl.hca_select(theirs, sorted(set(devices)))
+            self.decide(nccl.IB_HCA, "(user's)", f"env {nccl.IB_HCA}",
+                        f"user wins: of the RDMA devices behind the data NICs ({seen}{more}) "
+                        f"it selects {', '.join(taken)}" if taken else
+                        f"user wins, but WARNING: it selects none of the RDMA devices "
+                        f"behind the data NICs ({seen}{more})")
+            return
+        value = nccl.ib_hca(devices)
+        self.env_set[nccl.IB_HCA] = value
+        self.decide(nccl.IB_HCA, value, "detected",
+                    f"the RDMA devices behind the data NICs (sysfs device/infiniband): "
                     f"{seen}{more}; NCCL uses no other HCA in the pod")
 
     def forward(self) -> list[str]:
