@@ -38,13 +38,16 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
                                      "ssh_connect_timeout")),
     ("PID 1 and the agent", ("exec", "grace_seconds", "signal_group", "state_dir",
                              "termination_log", "log_format", "log_level")),
+    ("While ranks run", ("liveness_seconds", "launcher_grace_seconds",
+                         "exit_on_launcher_loss")),
 )
 
 FORMS = {
-    "_path": "PATH", "_plain_dir": "DIR", "_path_or_off": "PATH",
-    "_seconds": "SECONDS", "_positive_seconds": "SECONDS", "_positive_int": "N",
-    "_bool": "true|false", "_port": "PORT", "_token": "TOKEN", "_user": "USER",
-    "_kex": "ALGORITHMS", "_iface": "NIC", "_patterns": "PATTERNS", "_domain": "DOMAIN",
+    "path": "PATH", "plain_dir": "DIR", "path_or_off": "PATH",
+    "seconds": "SECONDS", "positive_seconds": "SECONDS", "bound": "SECONDS",
+    "positive_int": "N", "boolean": "true|false", "port": "PORT", "token": "TOKEN",
+    "user": "USER", "kex": "ALGORITHMS", "iface": "NIC", "patterns": "PATTERNS",
+    "domain": "DOMAIN",
 }
 
 

@@ -8,20 +8,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, NoReturn
 
-from mpi_bootstrap.core import tokens
+from mpi_bootstrap.core import values as v
 from mpi_bootstrap.core.errors import ConfigError
-from mpi_bootstrap.core.names import (
-    is_dns_name,
-    is_env_name,
-    is_iface_name,
-    is_kex_list,
-    is_plain_path,
-    is_user_name,
-)
 from mpi_bootstrap.core.termination import DEFAULT_PATH as DEFAULT_TERMINATION_LOG
 
 ROLES = ("launcher", "worker", "probe", "doctor")
@@ -35,138 +26,6 @@ EXCHANGE_MODES = ("auto", "secret", "dir", "net", "none")
 MPI_CHOICES = ("auto", "openmpi", "openmpi4", "openmpi5", "mpich", "intel")
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
-
-
-# ---------------------------------------------------------------- value parsers
-# Each returns the parsed value or raises ValueError with a short reason.
-
-def _path(raw: str) -> str:
-    if not raw:
-        raise ValueError("must not be empty")
-    if "\0" in raw:
-        raise ValueError("contains a NUL byte")
-    return raw
-
-
-def _path_or_off(raw: str) -> str:
-    """A path, or empty: off."""
-    if "\0" in raw:
-        raise ValueError("contains a NUL byte")
-    if raw and not raw.startswith("/"):
-        raise ValueError(f"{raw!r} must be an absolute path (or empty: off)")
-    return raw
-
-
-def _plain_dir(raw: str) -> str:
-    """A directory whose paths go into ssh and sshd configs (and `ssh -F PATH`)."""
-    _path(raw)
-    if not is_plain_path(raw):
-        raise ValueError(f"{raw!r} must be an absolute path of letters, digits and "
-                         "_ . / @ + - only (it is written into ssh and sshd configs)")
-    return raw.rstrip("/") or "/"
-
-
-def _seconds(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{raw!r} is not a number of seconds") from None
-    if not value >= 0 or value == float("inf"):
-        raise ValueError(f"{raw!r} must be a finite number ≥ 0")
-    return value
-
-
-def _positive_seconds(raw: str) -> float:
-    value = _seconds(raw)
-    if value <= 0:
-        raise ValueError(f"{raw!r} must be > 0")
-    return value
-
-
-def _positive_int(raw: str) -> int:
-    try:
-        value = int(raw, 10)
-    except ValueError:
-        raise ValueError(f"{raw!r} is not a whole number") from None
-    if value < 1:
-        raise ValueError(f"{raw!r} must be ≥ 1")
-    return value
-
-
-def _bool(raw: str) -> bool:
-    low = raw.strip().lower()
-    if low in _TRUE:
-        return True
-    if low in _FALSE:
-        return False
-    raise ValueError(f"{raw!r} is not a boolean (true/false)")
-
-
-def _choice(choices: Sequence[str]) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        low = raw.strip().lower()
-        if low not in choices:
-            raise ValueError(f"{raw!r} is not one of {', '.join(choices)}")
-        return low
-    parse.choices = tuple(choices)  # type: ignore[attr-defined]
-    return parse
-
-
-def _domain(raw: str) -> str:
-    value = raw.strip().strip(".")
-    if not is_dns_name(value):
-        raise ValueError(f"{raw!r} is not a DNS domain")
-    return value.lower()
-
-
-def _port(raw: str) -> int:
-    try:
-        value = int(raw, 10)
-    except ValueError:
-        raise ValueError(f"{raw!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise ValueError(f"{raw!r} is not 0..65535")
-    return value
-
-
-def _token(raw: str) -> str:
-    return tokens.check(raw)
-
-
-def _user(raw: str) -> str:
-    if not is_user_name(raw):
-        raise ValueError(f"{raw!r} is not a user name")
-    return raw
-
-
-def _kex(raw: str) -> str:
-    value = raw.strip()
-    if not is_kex_list(value):
-        raise ValueError(f"{raw!r} is not an OpenSSH KexAlgorithms list (names and commas)")
-    return value
-
-
-def _iface(raw: str) -> str:
-    if not is_iface_name(raw):
-        raise ValueError(f"{raw!r} is not an interface name")
-    return raw
-
-
-def _patterns(raw: str) -> tuple[str, ...]:
-    """`A,B PREFIX_*`: names, or prefixes ending in '*'; commas or spaces separate."""
-    out: list[str] = []
-    for item in re.split(r"[,\s]+", raw.strip()):
-        if not item:
-            continue
-        name = item[:-1] if item.endswith("*") else item
-        if not is_env_name(name):
-            raise ValueError(f"{item!r} is not a variable name or NAME* prefix")
-        out.append(item)
-    return tuple(out)
-
 
 # ---------------------------------------------------------------- the settings table
 
@@ -183,107 +42,119 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("hostfile", "--hostfile", ("MPI_HOSTFILE",), "/etc/mpi/hostfile", _path,
+    Setting("hostfile", "--hostfile", ("MPI_HOSTFILE",), "/etc/mpi/hostfile", v.path,
             "hostfile to read (never modified)"),
     Setting("output_hostfile", "--output-hostfile", ("MPI_BOOTSTRAP_OUTPUT_HOSTFILE",),
-            None, _path,
+            None, v.path,
             "where the rewritten hostfile is written (default: STATE_DIR/hostfile); the "
             "original text goes to PATH.orig"),
     Setting("dns_wait_seconds", "--dns-wait-seconds", ("MPI_DNS_WAIT_SECONDS",), 120.0,
-            _seconds, "hard deadline for every host to resolve (0 = one round)"),
+            v.seconds, "hard deadline for every host to resolve (0 = one round)"),
     Setting("dns_wait_interval", "--dns-wait-interval", ("MPI_DNS_WAIT_INTERVAL",), 3.0,
-            _positive_seconds,
+            v.positive_seconds,
             "paces re-polling: at most max(20, hosts/interval) lookups per second"),
     # 32: as fast as 64 here, and each lookup sends two queries (A and AAAA); at ~100
     # in flight dnsmasq's receive buffer overflowed and glibc waited out 5 s timeouts.
     Setting("dns_concurrency", "--dns-concurrency", ("MPI_BOOTSTRAP_DNS_CONCURRENCY",), 32,
-            _positive_int, "lookups in flight at once"),
+            v.positive_int, "lookups in flight at once"),
     Setting("rewrite", "--rewrite", ("MPI_BOOTSTRAP_REWRITE",), "none",
-            _choice(REWRITE_MODES), "rewrite hostnames: none, fqdn (x.svc → x.svc.DOMAIN), ip"),
-    Setting("rewrite_fqdn_legacy", None, ("REWRITE_MPI_HOSTFILE_FQDN",), False, _bool,
+            v.choice(REWRITE_MODES), "rewrite hostnames: none, fqdn (x.svc → x.svc.DOMAIN), ip"),
+    Setting("rewrite_fqdn_legacy", None, ("REWRITE_MPI_HOSTFILE_FQDN",), False, v.boolean,
             "legacy switch: true means --rewrite fqdn"),
     Setting("cluster_domain", "--cluster-domain", ("MPI_BOOTSTRAP_CLUSTER_DOMAIN",),
-            "cluster.local", _domain, "Kubernetes cluster domain"),
+            "cluster.local", v.domain, "Kubernetes cluster domain"),
     Setting("control_iface", "--control-iface", ("MPI_BOOTSTRAP_CONTROL_IFACE",), "eth0",
-            _iface, "interface for ssh and MPI control traffic"),
-    Setting("data_iface", "--data-iface", ("MPI_BOOTSTRAP_DATA_IFACE",), None, _iface,
+            v.iface, "interface for ssh and MPI control traffic"),
+    Setting("data_iface", "--data-iface", ("MPI_BOOTSTRAP_DATA_IFACE",), None, v.iface,
             "data NIC the agent gives NCCL when NCCL_SOCKET_IFNAME is unset (default: net1 or "
             "dranet0 if present)"),
-    Setting("mpi", "--mpi", ("MPI_BOOTSTRAP_MPI",), "auto", _choice(MPI_CHOICES),
+    Setting("mpi", "--mpi", ("MPI_BOOTSTRAP_MPI",), "auto", v.choice(MPI_CHOICES),
             "which MPI (auto = detect from `mpirun --version`)"),
-    Setting("mpirun", "--mpirun", ("MPI_BOOTSTRAP_MPIRUN",), None, _path,
+    Setting("mpirun", "--mpirun", ("MPI_BOOTSTRAP_MPIRUN",), None, v.path,
             "mpirun to use (default: `mpirun` on PATH)"),
-    Setting("forward_env", "--forward-env", ("MPI_BOOTSTRAP_FORWARD_ENV",), (), _patterns,
+    Setting("forward_env", "--forward-env", ("MPI_BOOTSTRAP_FORWARD_ENV",), (), v.patterns,
             "extra variables to forward: NAME or PREFIX*, comma separated"),
-    Setting("np", "--np", ("MPI_BOOTSTRAP_NP",), None, _positive_int,
+    Setting("np", "--np", ("MPI_BOOTSTRAP_NP",), None, v.positive_int,
             "number of ranks (default: sum of slots)"),
     Setting("startup_timeout", "--startup-timeout", ("MPI_BOOTSTRAP_STARTUP_TIMEOUT",), 300.0,
-            _seconds, "Open MPI 4: abort if daemons do not report back in time (0 = never)"),
+            v.seconds, "Open MPI 4: abort if daemons do not report back in time (0 = never)"),
     Setting("ssh_connect_timeout", "--ssh-connect-timeout",
-            ("MPI_BOOTSTRAP_SSH_CONNECT_TIMEOUT",), 10, _positive_int,
+            ("MPI_BOOTSTRAP_SSH_CONNECT_TIMEOUT",), 10, v.positive_int,
             "ssh ConnectTimeout used by mpirun's launcher"),
-    Setting("exec", "--exec", ("MPI_BOOTSTRAP_EXEC",), False, _bool,
+    Setting("exec", "--exec", ("MPI_BOOTSTRAP_EXEC",), False, v.boolean,
             "replace the agent by mpirun instead of supervising it (images that run tini)"),
     Setting("grace_seconds", "--grace-seconds", ("MPI_BOOTSTRAP_GRACE_SECONDS",), 10.0,
-            _seconds, "after mpirun exits: SIGTERM what is left, SIGKILL after this long"),
-    Setting("signal_group", "--signal-group", ("MPI_BOOTSTRAP_SIGNAL_GROUP",), False, _bool,
+            v.seconds, "after mpirun exits: SIGTERM what is left, SIGKILL after this long"),
+    Setting("signal_group", "--signal-group", ("MPI_BOOTSTRAP_SIGNAL_GROUP",), False, v.boolean,
             "forward signals to mpirun's whole process group, not only mpirun"),
+    Setting("liveness_seconds", "--liveness-seconds", ("MPI_BOOTSTRAP_LIVENESS_SECONDS",),
+            30.0, v.bound,
+            "while ranks run, a worker (or, seen from a worker, its launcher) silent this "
+            "long is lost: the launcher ends the job (exit 75) naming the pod; 0 = off"),
+    Setting("launcher_grace_seconds", "--launcher-grace-seconds",
+            ("MPI_BOOTSTRAP_LAUNCHER_GRACE_SECONDS",), 30.0, v.seconds,
+            "worker: after its launcher is lost, wait this long (a restarted launcher may "
+            "take over), then end what the launch started on it (daemons, ranks)"),
+    Setting("exit_on_launcher_loss", "--exit-on-launcher-loss",
+            ("MPI_BOOTSTRAP_EXIT_ON_LAUNCHER_LOSS",), False, v.boolean,
+            "worker: exit (75) once its launcher is lost and the launch ended, instead of "
+            "staying up for the next launcher"),
     Setting("exchange", "--exchange", ("MPI_BOOTSTRAP_EXCHANGE",), "auto",
-            _choice(EXCHANGE_MODES),
+            v.choice(EXCHANGE_MODES),
             "how peers learn each other's sshd: secret, dir, net, none, or auto (dir if "
             "EXCHANGE_DIR is set, else net if TOKEN_FILE or TOKEN is set, else secret if a "
             "key is mounted)"),
     Setting("exchange_dir", "--exchange-dir", ("MPI_BOOTSTRAP_EXCHANGE_DIR",), None,
-            _plain_dir,
+            v.plain_dir,
             "shared directory for the dir exchange"),
     Setting("exchange_port", "--exchange-port", ("MPI_BOOTSTRAP_EXCHANGE_PORT",), 2223,
-            _port, "TCP port of the workers' net exchange"),
-    Setting("token_file", "--token-file", ("MPI_BOOTSTRAP_TOKEN_FILE",), None, _path,
+            v.port, "TCP port of the workers' net exchange"),
+    Setting("token_file", "--token-file", ("MPI_BOOTSTRAP_TOKEN_FILE",), None, v.path,
             "file holding the net exchange's shared secret (a key of a Secret volume, "
             "mode 0400): read once by the launcher and the worker, never put in any "
             "process's environment; the probe and the doctor do not read it"),
-    Setting("token", None, ("MPI_BOOTSTRAP_TOKEN",), None, _token,
+    Setting("token", None, ("MPI_BOOTSTRAP_TOKEN",), None, v.token,
             "the same secret in the environment (never logged), kept for compatibility: "
             "every process the container starts, the readiness probe included, then holds "
             "it in its environment; use MPI_BOOTSTRAP_TOKEN_FILE"),
-    Setting("ssh_auth_dir", "--ssh-auth-dir", ("MPI_BOOTSTRAP_SSH_AUTH_DIR",), None, _path,
+    Setting("ssh_auth_dir", "--ssh-auth-dir", ("MPI_BOOTSTRAP_SSH_AUTH_DIR",), None, v.path,
             "where the job's key Secret is mounted (MPI Operator's sshAuthMountPath; "
             "default ~/.ssh)"),
-    Setting("sshd_port", "--sshd-port", ("MPI_BOOTSTRAP_SSHD_PORT",), None, _port,
+    Setting("sshd_port", "--sshd-port", ("MPI_BOOTSTRAP_SSHD_PORT",), None, v.port,
             f"worker sshd port: a number, or 0 for a free one (default {SECRET_SSHD_PORT} "
             "with the secret exchange, else 0)"),
-    Setting("sshd", "--sshd", ("MPI_BOOTSTRAP_SSHD",), "/usr/sbin/sshd", _path,
+    Setting("sshd", "--sshd", ("MPI_BOOTSTRAP_SSHD",), "/usr/sbin/sshd", v.path,
             "the OpenSSH sshd binary"),
-    Setting("ssh_user", "--ssh-user", ("MPI_BOOTSTRAP_SSH_USER",), None, _user,
+    Setting("ssh_user", "--ssh-user", ("MPI_BOOTSTRAP_SSH_USER",), None, v.user,
             "user the launcher logs in as (default: from each worker's record, or the "
             "launcher's own user)"),
-    Setting("preflight", "--preflight", ("MPI_BOOTSTRAP_PREFLIGHT",), True, _bool,
+    Setting("preflight", "--preflight", ("MPI_BOOTSTRAP_PREFLIGHT",), True, v.boolean,
             "check every worker over ssh before starting mpirun"),
-    Setting("ssh_reuse", "--ssh-reuse", ("MPI_BOOTSTRAP_SSH_REUSE",), True, _bool,
+    Setting("ssh_reuse", "--ssh-reuse", ("MPI_BOOTSTRAP_SSH_REUSE",), True, v.boolean,
             "keep preflight's ssh connection to each worker open (ControlMaster, socket in "
             "the state dir) so mpirun's ssh reuses it instead of connecting again"),
-    Setting("ssh_kex", "--ssh-kex", ("MPI_BOOTSTRAP_SSH_KEX",), None, _kex,
+    Setting("ssh_kex", "--ssh-kex", ("MPI_BOOTSTRAP_SSH_KEX",), None, v.kex,
             "key exchange of the launcher's ssh (OpenSSH KexAlgorithms; default: ssh's own, "
             "post-quantum sntrup761x25519 since OpenSSH 9.0); curve25519-sha256 takes a "
             "third of the CPU per handshake"),
-    Setting("data_check", "--data-check", ("MPI_BOOTSTRAP_DATA_CHECK",), True, _bool,
+    Setting("data_check", "--data-check", ("MPI_BOOTSTRAP_DATA_CHECK",), True, v.boolean,
             "before mpirun, test the data network between workers (ring and random pairs: "
             "TCP, and full-MTU packets that may not fragment); on when a data NIC is planned"),
-    Setting("sysfs", "--sysfs", ("MPI_BOOTSTRAP_SYSFS",), "/sys", _path,
+    Setting("sysfs", "--sysfs", ("MPI_BOOTSTRAP_SYSFS",), "/sys", v.path,
             "where sysfs is mounted (a data NIC's RDMA device is read from it)"),
     Setting("state_dir", "--state-dir", ("MPI_BOOTSTRAP_STATE_DIR",), None,
-            _plain_dir,
+            v.plain_dir,
             "private directory for generated files (default /run/mpi-bootstrap as root)"),
     Setting("termination_log", "--termination-log", ("MPI_BOOTSTRAP_TERMINATION_LOG",),
-            DEFAULT_TERMINATION_LOG, _path_or_off,
+            DEFAULT_TERMINATION_LOG, v.path_or_off,
             "on a non-zero exit of the launcher or worker, the reason (phase, host, exit "
             "code, fix; at most 4 KiB) is written here, where Kubernetes shows it (`kubectl "
             "describe pod`); the default only if it exists, a path you set is created; "
             "empty: off"),
     Setting("log_format", "--log-format", ("MPI_BOOTSTRAP_LOG_FORMAT",), "auto",
-            _choice(LOG_FORMATS), "json, console, or auto (console on a TTY)"),
+            v.choice(LOG_FORMATS), "json, console, or auto (console on a TTY)"),
     Setting("log_level", "--log-level", ("MPI_BOOTSTRAP_LOG_LEVEL",), "info",
-            _choice(LOG_LEVELS), "debug, info, warning, error"),
+            v.choice(LOG_LEVELS), "debug, info, warning, error"),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}
