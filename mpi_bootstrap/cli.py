@@ -90,7 +90,7 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
             logger("stopped children", count=stopped)
         if main_role and code != 0:
             where = config.termination()
-            _terminated(where["path"], where["create"], config.role, code,
+            _terminated(where.path, where.create, config.role, code,
                         phase=phase or f"after {logger.last or 'start'}", error=error, host=at)
 
 

@@ -25,6 +25,7 @@ from mpi_bootstrap.core.settings import (
     make_parser,
     split_role,
 )
+from mpi_bootstrap.core.spec import Termination
 
 
 def _no_reader(path: str) -> tokens.TokenFile:
@@ -66,6 +67,9 @@ class Config:
     exec: bool
     grace_seconds: float
     signal_group: bool
+    liveness_seconds: float
+    launcher_grace_seconds: float
+    exit_on_launcher_loss: bool
     exchange: str
     exchange_dir: str | None
     exchange_port: int
@@ -102,11 +106,11 @@ class Config:
     def source(self, name: str) -> Source:
         return self.sources[name]
 
-    def termination(self) -> dict[str, Any]:
+    def termination(self) -> Termination:
         """Where the termination message goes (system/termlog.py): the path, and whether
         to create it (only a path that was set; the default only where it exists)."""
-        return {"path": self.termination_log,
-                "create": self.sources["termination_log"].kind != "default"}
+        return Termination(self.termination_log,
+                           self.sources["termination_log"].kind != "default")
 
 
 def _default_state_dir(environ: Mapping[str, str], euid: int) -> str:

@@ -26,10 +26,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import stat
 import sys
 from collections.abc import Callable, MutableMapping
-from typing import Any
 
 from mpi_bootstrap.core.datanet import NIC_NAME, PROBE_FIFO, SESSION_SECONDS
 from mpi_bootstrap.core.log import Log
@@ -39,6 +37,7 @@ from mpi_bootstrap.proc.spawn import fork_call
 # Imported by PID 1 when it serves the check, not by each copy: its C modules cost a
 # copy 7 ms of CPU to load, twice the rest of its work.
 from mpi_bootstrap.system import dataprobe
+from mpi_bootstrap.system.files import own_fifo
 
 MAX_LINE = 4096  # a request is one write of at most PIPE_BUF bytes: never interleaved
 
@@ -66,13 +65,11 @@ def parse(line: bytes) -> tuple[str, float, str, int] | None:
     return nic, seconds, sysfs, pid
 
 
-def serve(spec: dict[str, Any], log: Log,
-          readers: MutableMapping[int, Callable[[], None]]) -> None:
-    """Serve the request FIFO `spec["fifo"]` from PID 1's loop (`readers`)."""
-    path = spec["fifo"]
+def serve(path: str, log: Log, readers: MutableMapping[int, Callable[[], None]]) -> None:
+    """Serve the request FIFO `path` from PID 1's loop (`readers`)."""
     state = os.path.dirname(path)
     try:
-        fd = _own_fifo(path, os.O_RDWR | os.O_NONBLOCK)
+        fd = own_fifo(path, os.O_RDWR | os.O_NONBLOCK)
     except OSError as exc:
         log("data probe not served", level="warning", path=path, error=str(exc),
             reason="the data check starts the worker's Python instead")
@@ -102,16 +99,6 @@ def serve(spec: dict[str, Any], log: Log,
     readers[fd] = on_request
 
 
-def _own_fifo(path: str, flags: int) -> int:
-    """Open `path`, which must be a FIFO of this user reached without a link."""
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
-    st = os.fstat(fd)
-    if not stat.S_ISFIFO(st.st_mode) or st.st_uid != os.geteuid():
-        os.close(fd)
-        raise PermissionError(f"{path}: not a FIFO of this user")
-    return fd
-
-
 def _give_up(_signum: int, _frame: object) -> None:
     raise TimeoutError("the data probe's session did not end in time")
 
@@ -122,7 +109,7 @@ def run(state: str, nic: str, seconds: float, sysfs: str, pid: int) -> int:
     signal.signal(signal.SIGALRM, _give_up)
     signal.alarm(int(seconds) + dataprobe.ALARM_SLACK)
     try:
-        ends = [_own_fifo(names[0], os.O_RDONLY), _own_fifo(names[1], os.O_WRONLY)]
+        ends = [own_fifo(names[0], os.O_RDONLY), own_fifo(names[1], os.O_WRONLY)]
     finally:
         for name in names:  # both ends are open (or never will be): names are done
             with contextlib.suppress(OSError):

@@ -14,14 +14,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
-import json
 import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import NoReturn
 
 from mpi_bootstrap.core.env import public
+from mpi_bootstrap.core.spec import Spec, encode
 from mpi_bootstrap.proc import children, signals
 from mpi_bootstrap.proc.spawn import exec_error, resolve, start_main
 
@@ -39,18 +39,16 @@ def exec_replace(argv: Sequence[str], env: Mapping[str, str]) -> None:
         raise exec_error(argv[0], exc) from None
 
 
-def handoff(argv: Sequence[str], env: Mapping[str, str], *, grace: float, group: bool,
-            role: str, log_level: str, log_format: str = "json", **extra: Any) -> None:
-    """Re-exec into the resident supervisor, which then runs argv (or adopts
-    `extra["adopt"]`, a child already running: children survive exec)."""
-    path = resolve(argv[0], env.get("PATH"))
+def handoff(spec: Spec) -> NoReturn:
+    """Re-exec into the resident supervisor, which then runs `spec.argv` (or adopts
+    `spec.adopt`, a child already running: children survive exec). Returns only by
+    raising."""
+    path = resolve(spec.argv[0], spec.env.get("PATH"))
     if path is None:  # fail here, where the message can still name the plan's mpirun
-        raise exec_error(argv[0])
-    spec = {"argv": list(argv), "env": dict(env), "grace": grace, "group": group,
-            "role": role, "log_level": log_level, "log_format": log_format,
-            "inherited": sorted(signals.inherited()), **extra}
+        raise exec_error(spec.argv[0])
+    spec = dataclasses.replace(spec, inherited=tuple(sorted(signals.inherited())))
     fd = os.memfd_create("mpi-bootstrap-plan", 0)  # not CLOEXEC: the new image reads it
-    os.write(fd, json.dumps(spec).encode())
+    os.write(fd, encode(spec))
     os.lseek(fd, 0, os.SEEK_SET)
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))))
@@ -59,7 +57,7 @@ def handoff(argv: Sequence[str], env: Mapping[str, str], *, grace: float, group:
     sys.stdout.flush()
     sys.stderr.flush()
     signal.pthread_sigmask(signal.SIG_BLOCK, signals.HANDLED)
-    adopted = children.handing_off(int(extra["adopt"])) if "adopt" in extra else \
+    adopted = children.handing_off(spec.adopt) if spec.adopt is not None else \
         contextlib.nullcontext()
     try:
         with adopted:
@@ -71,6 +69,7 @@ def handoff(argv: Sequence[str], env: Mapping[str, str], *, grace: float, group:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.HANDLED)
         os.close(fd)
         raise
+    raise AssertionError("unreachable: execve returned")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,17 +103,16 @@ def start(argv: Sequence[str], env: Mapping[str, str], *, group: bool) -> Starte
     return Started(pid, err, tty)
 
 
-def start_and_handoff(argv: Sequence[str], env: Mapping[str, str], *, group: bool,
-                      **handoff_args: Any) -> None:
-    """Start argv here (`start`), then hand it over running (`adopt`): its start overlaps
-    the exec and the resident's imports instead of waiting for them. Signals are blocked
-    from before the start: one that arrives meanwhile waits for the resident, which
-    forwards it to argv, instead of meeting the agent's early handlers."""
+def start_and_handoff(spec: Spec) -> NoReturn:
+    """Start `spec.argv` here (`start`), then hand it over running (`adopt`): its start
+    overlaps the exec and the resident's imports instead of waiting for them. Signals are
+    blocked from before the start: one that arrives meanwhile waits for the resident,
+    which forwards it to argv, instead of meeting the agent's early handlers."""
     signal.pthread_sigmask(signal.SIG_BLOCK, signals.HANDLED)
     started = None
     try:
-        started = start(argv, env, group=group)
-        adopt(started, argv, env, group=group, **handoff_args)
+        started = start(spec.argv, spec.env, group=spec.group)
+        adopt(started, spec)
     except BaseException:
         if started is not None and started.stderr_fd is not None:
             os.close(started.stderr_fd)
@@ -122,11 +120,10 @@ def start_and_handoff(argv: Sequence[str], env: Mapping[str, str], *, group: boo
         raise
 
 
-def adopt(started: Started, argv: Sequence[str], env: Mapping[str, str], *, group: bool,
-          **handoff_args: Any) -> None:
+def adopt(started: Started, spec: Spec) -> NoReturn:
     """Hand `started`, running, over to the resident supervisor (`handoff`)."""
-    handoff(argv, env, group=group, adopt=started.pid, stderr_fd=started.stderr_fd,
-            tty=started.tty, **handoff_args)
+    handoff(dataclasses.replace(spec, adopt=started.pid, stderr_fd=started.stderr_fd,
+                                tty=started.tty))
 
 
 def _registered(argv: Sequence[str], env: Mapping[str, str], *, new_group: bool,

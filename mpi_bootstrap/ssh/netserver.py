@@ -13,12 +13,13 @@ import hmac
 import json
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import fingerprint, is_public_key
 from mpi_bootstrap.core.records import MAX_MESSAGE, Record, is_target, is_version, record_from
+from mpi_bootstrap.core.spec import NetExchange
 from mpi_bootstrap.ssh.netx import NONCE, PROTOCOL, derive_key, new_challenge, signed, valid_mac
 
 MAX_CONNECTIONS = 16  # open at once on a worker; more evict the oldest
@@ -169,7 +170,7 @@ class Connections:
         self.close(fd)
 
 
-def serve(net: Mapping[str, Any], log: Log, readers: Readers) -> Connections:
+def serve(net: NetExchange, log: Log, readers: Readers) -> Connections:
     """The worker's exchange as the hand-off describes it (worker/main.py): the listening
     socket's descriptor, the token, the record, and the authorized_keys file to write.
 
@@ -181,9 +182,9 @@ def serve(net: Mapping[str, Any], log: Log, readers: Readers) -> Connections:
     gone; a session already logged in is not touched (sshd reads the file at login)."""
     from mpi_bootstrap.system.files import atomic_write
 
-    listener = socket.socket(fileno=int(net["fd"]))
-    path = str(net["authorized_keys"])
-    base = [str(k) for k in net.get("base_keys", ())]
+    listener = socket.socket(fileno=net.fd)
+    path = net.authorized_keys
+    base = list(net.base_keys)
 
     def authorize(key: str, peer: str) -> None:
         try:
@@ -199,5 +200,5 @@ def serve(net: Mapping[str, Any], log: Log, readers: Readers) -> Connections:
             log("key authorized", fingerprint=fingerprint(key),
                 key_type=key.split(maxsplit=1)[0], origin=f"net exchange hello from {peer}")
 
-    server = NetServer(str(net["token"]), record_from(net["record"]), authorize, log)
+    server = NetServer(net.token, record_from(net.record), authorize, log)
     return Connections(server, listener, readers)

@@ -191,6 +191,17 @@ def strict_modes_problem(path: str, uid: int, home: str) -> str | None:
         directory = os.path.dirname(directory)
 
 
+def own_fifo(path: str, flags: int) -> int:
+    """Open `path`, which must be a FIFO of this user reached without a link (the data
+    check's and the control FIFOs of a worker's PID 1: pid1/dataserve.py, pid1/watch.py)."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISFIFO(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise PermissionError(f"{path}: not a FIFO of this user")
+    return fd
+
+
 class UnsafeFileError(OSError):
     """A file that is not what the agent may read: not a regular file (a FIFO would block
     the reader forever, a symlink could point anywhere), another user's, or too long."""

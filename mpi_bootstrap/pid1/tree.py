@@ -1,0 +1,85 @@
+"""The process tree below PID 1, read from /proc: whom to signal when leftovers are ended
+(supervisor.py) and when a launch is ended on a worker (watch.py). Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+
+
+def _stat(pid: int | str) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _fields(stat: bytes) -> list[bytes]:
+    """The fields after the command name (which may hold spaces and parentheses): the
+    state is [0], the parent's PID [1]."""
+    return stat[stat.rfind(b")") + 2:].split()
+
+
+def parents() -> dict[int, int]:
+    """Every process's parent, by PID."""
+    out: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for entry in entries:
+        if entry.isdigit() and (stat := _stat(entry)) is not None:
+            fields = _fields(stat)
+            if len(fields) > 1:
+                out[int(entry)] = int(fields[1])
+    return out
+
+
+def descendants(root: int, table: dict[int, int] | None = None) -> list[int]:
+    """PIDs below `root` in the process tree (deepest last)."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in (parents() if table is None else table).items():
+        children.setdefault(parent, []).append(pid)
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        for pid in children.get(todo.pop(), []):
+            out.append(pid)
+            todo.append(pid)
+    return out
+
+
+def ancestors(pid: int, table: dict[int, int]) -> list[int]:
+    """`pid` and its parents, up to (not including) PID 1 or a process not in `table`."""
+    out: list[int] = []
+    while pid in table and pid > 1 and pid not in out:
+        out.append(pid)
+        pid = table[pid]
+    return out
+
+
+def gone(pid: int) -> bool:
+    """Ended: no such process, or a zombie waiting for its parent."""
+    stat = _stat(pid)
+    return stat is None or _fields(stat)[:1] == [b"Z"]
+
+
+def name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as fh:
+            return fh.read().strip().decode("ascii", "replace") or "?"
+    except OSError:
+        return "?"
+
+
+def signal_all(pids: Iterable[int], signum: int) -> int:
+    """Send `signum` to each; how many were still there."""
+    sent = 0
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+            sent += 1
+    return sent
