@@ -18,6 +18,9 @@ EXPECTED = {
     "no-route-to-host": ("no-route", "10.250.0.99"),
     "plm-isolated": ("launcher-single-node", "isolated"),
     "btl-on-node-only": ("transport-on-node-only", "self, vader/sm"),
+    # Mid-job: a worker pod killed while the ranks ran (tests/test_liveness.py's
+    # TestLostWorker, with MPI_BOOTSTRAP_LIVENESS_SECONDS=0); hydra names no host.
+    "worker-lost": ("worker-lost", "while the job ran"),
 }
 
 

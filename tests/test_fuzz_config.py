@@ -227,6 +227,10 @@ EXPECTED: dict[str, Callable[[object], bool]] = {
     "exec": lambda v: type(v) is bool,
     "grace_seconds": _finite(0),
     "signal_group": lambda v: type(v) is bool,
+    # 0 (off) or a bound of at least 3 s: pings go once a second (core/liveness.py)
+    "liveness_seconds": lambda v: _finite(0)(v) and (v == 0 or v >= 3),
+    "launcher_grace_seconds": _finite(0),
+    "exit_on_launcher_loss": lambda v: type(v) is bool,
     "exchange": _one_of(tuple(m for m in cfg.EXCHANGE_MODES if m != "auto")),
     "exchange_dir": _optional(_is_plain_path),
     "exchange_port": _int_in(0, 65535),

@@ -20,6 +20,11 @@ class ExitStatus(enum.IntEnum):
     DNS_TIMEOUT = 68  # EX_NOHOST: a host did not resolve before the deadline
     PEER_UNAVAILABLE = 69  # EX_UNAVAILABLE: a worker is not reachable
     INTERNAL = 70  # EX_SOFTWARE: a bug in the agent
+    # EX_TEMPFAIL: a worker was lost while the job ran (launcher), or the launcher was
+    # (a worker told to exit then): nothing the job did; run it again. Its own code, so a
+    # Job's podFailurePolicy (onExitCodes) or a Volcano policy can tell it from the
+    # program's failures (docs/troubleshooting.md "A lost worker").
+    WORKER_LOST = 75
     CANT_CREATE = 73  # EX_CANTCREAT: a file or directory the agent needs cannot be written
     NOT_EXECUTABLE = 126  # the program exists but cannot be executed
     NOT_FOUND = 127  # the program does not exist
@@ -51,6 +56,11 @@ MEANINGS: dict[int, tuple[str, str]] = {
         "`mpi-bootstrap doctor` in the launcher pod checks each; no rank started"),
     ExitStatus.INTERNAL: (
         "internal error", "a bug in mpi-bootstrap: please report it with the pod's log"),
+    ExitStatus.WORKER_LOST: (
+        "a worker was lost while the job ran",
+        "look at the named pod and its node (kubectl describe pod: evicted, OOM-killed, "
+        "node not ready); the job ended so its GPUs are free: run it again (a "
+        "podFailurePolicy can retry exit 75 without counting it as the program's failure)"),
     ExitStatus.CANT_CREATE: (
         "a file or directory cannot be written",
         "give the agent a writable directory with free space (an emptyDir) at the path "
@@ -66,6 +76,9 @@ WORKER_FIXES: dict[int, str] = {
     ExitStatus.PEER_UNAVAILABLE:
         "the worker's log has sshd's own messages: check the image's sshd "
         "(MPI_BOOTSTRAP_SSHD), the state directory and the port (MPI_BOOTSTRAP_SSHD_PORT)",
+    ExitStatus.WORKER_LOST:
+        "its launcher was lost and MPI_BOOTSTRAP_EXIT_ON_LAUNCHER_LOSS is set: look at the "
+        "launcher pod; what the launch started here was ended",
 }
 
 

@@ -138,6 +138,26 @@ SIGNATURES = (
         fields=_pattern(r"ssh: connect to host (?P<host>\S{1,253}) port (?P<port>\d{1,5}): "
                         r"Connection refused"),
         brief="{host}: connection refused: no sshd on that port"),
+    # A worker lost while the job ran: its daemon (ORTE's, PRRTE's) or its proxy
+    # (hydra's) died or stopped answering, after the ranks had started. Not a start-up
+    # failure: captured by killing a worker pod mid-job (tests/test_liveness.py;
+    # tests/fixtures/mpirun-failures/*-worker-lost.txt). Open MPI 5 then even exits 0.
+    Signature(
+        "worker-lost",
+        ("has lost communication with a remote daemon", "assert (!closed) failed",
+         "Downstream from host"),
+        "mpirun lost {host} while the job ran: the daemon there, or the connection to it, "
+        "died (the pod gone or killed, its node down, the daemon OOM-killed); the ranks "
+        "there are gone",
+        "look at that pod and its node (kubectl describe pod: evicted, OOM-killed, node "
+        "not ready), then run the job again; the agent's liveness check "
+        "(MPI_BOOTSTRAP_LIVENESS_SECONDS) ends such a job and names the pod even where "
+        "mpirun would wait",
+        fields=_any(_all_of("has lost communication with a remote daemon"),
+                    _all_of("assert (!closed) failed"),
+                    _all_of("Downstream from host", "exited abnormally")),
+        detail=("Remote daemon:", _pattern(r"Remote daemon: .{0,80} on node "
+                                           r"(?P<host>\S{1,253})"))),
     Signature(
         "daemon-not-found", DAEMONS,
         "the MPI's remote daemon ({path}) is not where mpirun starts it on the workers",
@@ -175,8 +195,7 @@ SIGNATURES = (
     Signature(
         "daemons-did-not-report",
         ("ORTE was unable to reliably start one or more daemons",
-         "A daemon failed to report back", "ORTE has lost communication with a remote daemon",
-         "PRTE has lost communication with a remote daemon", "Launch proxy failed",
+         "A daemon failed to report back", "Launch proxy failed",
          "unable to connect to proxy", "HYDU_sock_connect"),
         "MPI's daemons did not start on the workers, or could not connect back to the "
         "launcher",
@@ -198,6 +217,7 @@ class Explanation:
     signature: str
     cause: str
     fix: str
+    host: str | None = None  # the host at fault, where mpirun's output names one
 
     def text(self, code: int) -> str:
         """For a person: the cause names what mpirun printed (a host), escaped."""
@@ -236,9 +256,10 @@ def explain(output: str, stop: Callable[[], bool] = lambda: False) -> Explanatio
             needle, read = sig.detail
             extra = next((f for line in lines if needle in line and (f := read(line))), None)
             fields.update(extra or {})
+        host = fields.get("host")
         fields.setdefault("host", "a worker")
         fields.setdefault("path", "orted/prted/hydra proxy")
-        return Explanation(sig.name, sig.cause.format(**fields), sig.fix)
+        return Explanation(sig.name, sig.cause.format(**fields), sig.fix, host)
     return None
 
 

@@ -7,6 +7,12 @@ The script prints one line per fact:
     LD <LD_LIBRARY_PATH>                what the session received
     PATH <PATH>
     PROGRAM <path or "missing">         the user's program, resolved like execvp
+
+The launcher's preflight runs `claim()` first (the doctor never does): it reads this
+launch's session key from the session's stdin and hands it to the worker's PID 1
+through its control FIFO (core/liveness.py, pid1/watch.py), which ends what an earlier
+launch left there and answers; the script prints
+    CLAIM <the answer, or "none" where no PID 1 of ours serves the session>
 """
 
 from __future__ import annotations
@@ -48,6 +54,21 @@ def script(daemons: Sequence[str], dirs: Sequence[str], program: str | None = No
     return "; ".join(checks)
 
 
+CONTROL_ENV = "MPI_BOOTSTRAP_CONTROL"  # the worker's control FIFO (sshd's SetEnv)
+
+
+def claim() -> str:
+    """The claim, before the check. Its key travels on stdin and through the FIFO (echo
+    is the shell's own: no process's argv ever holds it); the answer comes back on a
+    FIFO of this session's own, opened read-write first so that PID 1's non-blocking
+    open finds a reader."""
+    return (f'C="${{{CONTROL_ENV}:-}}"; IFS= read -r k; '
+            'if [ -p "$C" ] && o="${C%/*}/control-$$.out" && mkfifo -m 600 "$o" '
+            '2>/dev/null && exec 4<>"$o"; then echo "claim $k $$" >"$C"; k=; '
+            'IFS= read -r a <&4; exec 4<&-; rm -f "$o"; echo "CLAIM $a"; '
+            'else k=; echo "CLAIM none"; fi')
+
+
 @dataclasses.dataclass(frozen=True)
 class Report:
     """What the script printed."""
@@ -57,6 +78,7 @@ class Report:
     ld: str
     path: str
     program: str | None  # path, "missing", or None when not asked
+    claim: str | None = None  # the worker's answer to a claim, "none", None: not claimed
 
     @property
     def missing(self) -> list[str]:
@@ -75,7 +97,8 @@ def parse(output: str) -> Report:
         if key == "DAEMON":
             name, _, where = value.partition(" ")
             daemons[name] = None if where == "missing" else where
-        elif key in ("LD", "PATH", "PROGRAM"):
+        elif key in ("LD", "PATH", "PROGRAM", "CLAIM"):
             values[key] = value
     return Report(ran=bool(daemons), daemons=daemons, ld=values.get("LD", ""),
-                  path=values.get("PATH", "?"), program=values.get("PROGRAM"))
+                  path=values.get("PATH", "?"), program=values.get("PROGRAM"),
+                  claim=values.get("CLAIM"))

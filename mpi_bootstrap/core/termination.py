@@ -37,12 +37,13 @@ def signal_name(code: int) -> str:
         return f"signal {code - int(ExitStatus.SIGNAL_BASE)}"
 
 
-def meaning(code: int, role: str) -> tuple[str, str]:
-    """(what exit `code` means, what to do) for `role`."""
+def meaning(code: int, role: str, signaled: bool = True) -> tuple[str, str]:
+    """(what exit `code` means, what to do) for `role`. A code above 128 is a signal only
+    when the process `signaled` died of it: mpirun's own 205 is no signal 77."""
     if code in MEANINGS:
         what, fix = MEANINGS[code]
         return what, WORKER_FIXES.get(code, fix) if role == "worker" else fix
-    if code > int(ExitStatus.SIGNAL_BASE):
+    if code > int(ExitStatus.SIGNAL_BASE) and signaled:
         return f"ended by {signal_name(code)}", SIGNAL_FIX
     if role == "launcher":
         return "mpirun's own exit code", MPIRUN_FIX
@@ -50,9 +51,9 @@ def meaning(code: int, role: str) -> tuple[str, str]:
 
 
 def text(*, role: str, code: int, phase: str, error: str, host: str | None = None,
-         fix: str | None = None) -> str:
+         fix: str | None = None, signaled: bool = True) -> str:
     """The message: at most LIMIT bytes of printable text, the fix kept whole."""
-    what, default_fix = meaning(code, role)
+    what, default_fix = meaning(code, role, signaled)
     head = [f"mpi-bootstrap {shown(role, 20)}: exit {code} ({what})",
             f"phase: {shown(phase, 60)}"]
     if host:

@@ -9,26 +9,31 @@ Without it (`--exec`, no preflight, the user's own ssh agent), the checks come f
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import secrets
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import NoReturn
 
 from mpi_bootstrap.core import gate
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import NotSetUpError, PeerUnavailableError, some
+from mpi_bootstrap.core.liveness import Claimed
 from mpi_bootstrap.core.log import Log
+from mpi_bootstrap.core.spec import Marker, Peer, Spec
+from mpi_bootstrap.core.spec import Monitor as MonitorSpec
 from mpi_bootstrap.launcher import preflight
 from mpi_bootstrap.launcher.plan import Plan
 from mpi_bootstrap.proc import children, handoff
 from mpi_bootstrap.proc.spawn import resolve
 from mpi_bootstrap.ssh import datacheck
-from mpi_bootstrap.system import files
+from mpi_bootstrap.system import files, netif
 from mpi_bootstrap.system.gate import Marks
 
 
-def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> int:
+def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
     """Write the plan's files, then become mpirun (--exec) or its supervisor.
 
     Neither returns on success: the process image is replaced, and the supervisor
@@ -43,26 +48,30 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> in
         files.state_dir(p.control_dir, "the ssh ControlPath directory")
     if p.ssh_targets and not p.preflight:
         preflight.wait_sshd(p.ssh_targets, p.deadline, log)
-    hand: dict[str, Any] = {"grace": config.grace_seconds, "group": config.signal_group,
-            "role": config.role, "log_level": config.log_level,
-            "log_format": config.log_format, "done_file": p.done_file,
-            "done_text": p.done_text, "explain": True,
-            "termination_log": config.termination()}
+    # This launch's session (core/liveness.py): preflight claims every worker with it.
+    session = secrets.token_hex(32) if p.preflight and config.exchange != "none" else None
+    spec = Spec(argv=tuple(p.argv), env=dict(env), role=config.role,
+                grace=config.grace_seconds, group=config.signal_group,
+                log_level=config.log_level, log_format=config.log_format, explain=True,
+                done=Marker(p.done_file, p.done_text) if p.done_file else None,
+                termination=config.termination())
     if p.gate is not None:
-        started = gated(p, config, env, log)
+        started, claims = gated(p, config, env, log, session)
         # mpirun's late gates still read the marks: the resident removes them at the end.
-        handoff.adopt(started, p.argv, env, gate_dir=os.path.join(config.state_dir, gate.DIR),
-                      **hand)
-    checks(p, config, env, log)
+        handoff.adopt(started, dataclasses.replace(
+            spec, gate_dir=os.path.join(config.state_dir, gate.DIR),
+            monitor=monitor(p, config, session, claims, log)))
+    claims = checks(p, config, env, log, session=session)
     if config.exec:
         log("mpirun exec", argv=list(p.argv), forwarded=list(p.forwarded))
         handoff.exec_replace(p.argv, env)
     log("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded))
-    handoff.start_and_handoff(p.argv, env, **hand)
-    raise AssertionError("unreachable: handoff replaces the process")
+    handoff.start_and_handoff(dataclasses.replace(
+        spec, monitor=monitor(p, config, session, claims, log)))
 
 
-def gated(p: Plan, config: Config, env: Mapping[str, str], log: Log) -> handoff.Started:
+def gated(p: Plan, config: Config, env: Mapping[str, str], log: Log, session: str | None
+          ) -> tuple[handoff.Started, Mapping[str, Claimed]]:
     """mpirun started now, in a process group of its own (so that ending it ends its
     gates and ssh clients too), the checks beside it; mpirun once they all passed. A
     failed check ends mpirun's group, then raises as without the gate."""
@@ -71,7 +80,8 @@ def gated(p: Plan, config: Config, env: Mapping[str, str], log: Log) -> handoff.
     log("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded), gate=p.gate)
     t0 = time.monotonic()
     try:
-        checks(p, config, env, log, passed=marks.open if p.gate == gate.EACH else None)
+        claims = checks(p, config, env, log, session=session,
+                        passed=marks.open if p.gate == gate.EACH else None)
         marks.open(gate.ALL)
     except BaseException as exc:
         # Exited by itself already (a bad option, say): then it is not the gate that
@@ -88,28 +98,30 @@ def gated(p: Plan, config: Config, env: Mapping[str, str], log: Log) -> handoff.
             f"with code {before} (its own output says why)")
         raise
     log("checks passed", workers=len(p.remote), elapsed_s=round(time.monotonic() - t0, 3))
-    return started
+    return started, claims
 
 
-def checks(p: Plan, config: Config, env: Mapping[str, str], log: Log,
-           passed: Callable[[str], None] | None = None) -> None:
-    """Preflight on every worker, then the data check between them (each on when the
-    plan says so); `passed(host)` as each worker's preflight passes. A worker where
-    NCCL_SOCKET_IFNAME selects no interface fails first, before any ssh."""
+def checks(p: Plan, config: Config, env: Mapping[str, str], log: Log, *,
+           session: str | None, passed: Callable[[str], None] | None = None
+           ) -> Mapping[str, Claimed]:
+    """Preflight on every worker (claiming it for `session`), then the data check between
+    them (each on when the plan says so); `passed(host)` as each worker's preflight
+    passes. A worker where NCCL_SOCKET_IFNAME selects no interface fails first, before
+    any ssh. The workers' answers to the claim, by host."""
     if p.data_missing:
         problems = list(p.data_missing.values())
         raise PeerUnavailableError(f"data network: {some(problems)}",
                                    details="\n".join(problems) if len(problems) > 1 else "",
                                    phase="data check", host=next(iter(p.data_missing)))
-    opened = {}
+    result = preflight.Passed({}, {})
     rounds = data_rounds(p.data_check)
     if p.preflight:
-        check = remote_check(p, config, env)
+        check = dataclasses.replace(remote_check(p, config, env), claim=session)
         # Each worker's preflight session goes on to run its first data NIC's check.
         then = {h: datacheck.session_command(sys.executable, nic, config.sysfs, p.deadline)
                 for h, nic in (rounds[0] if rounds else {}).items()}
         try:
-            opened = preflight.run(p.remote, p.ssh_command, check, env=env,
+            result = preflight.run(p.remote, p.ssh_command, check, env=env,
                                    deadline=p.deadline, log=log,
                                    targets=p.ssh_targets or None, passed=passed, then=then)
         except NotSetUpError:
@@ -122,12 +134,14 @@ def checks(p: Plan, config: Config, env: Mapping[str, str], log: Log,
             exc.details = "\n".join(filter(None, [
                 exc.details, "--- doctor", *(problems or ["(no other problem found)"])]))
             raise
+    opened = result.opened
     for nics in rounds:  # a second data NIC's sessions are new ones (rare: several NICs)
         datacheck.run(list(nics), p.ssh_command, nics, python=sys.executable,
                       sysfs=config.sysfs, env=env, deadline=p.deadline, log=log,
                       opened=opened, reaper=not config.exec, published=p.published_data,
                       value=p.data_value)
         opened = {}
+    return result.claims
 
 
 def data_rounds(probe: Mapping[str, tuple[str, ...]]) -> list[dict[str, str]]:
@@ -135,6 +149,30 @@ def data_rounds(probe: Mapping[str, tuple[str, ...]]) -> list[dict[str, str]]:
     it has one), …: in each, a worker has one NIC and probes the others'."""
     most = max((len(nics) for nics in probe.values()), default=0)
     return [{h: nics[i] for h, nics in probe.items() if i < len(nics)} for i in range(most)]
+
+
+def monitor(p: Plan, config: Config, session: str | None, claims: Mapping[str, Claimed],
+            log: Log) -> MonitorSpec | None:
+    """What the resident PID 1 watches while ranks run: every worker that answered the
+    claim (core/liveness.py); None when liveness is off or nobody answered."""
+    if session is None or not claims or config.liveness_seconds <= 0:
+        if session is not None and config.liveness_seconds > 0:
+            log("no liveness", level="warning", reason="no worker answered the claim")
+        return None
+    known = {h.rewritten_to: h.address for h in p.hosts}
+    known.update({host: addr for host, (addr, _) in p.ssh_targets.items()})
+
+    def address(host: str, said: str) -> str:
+        """The worker's, or (its watch listens on every address) the one ssh reached."""
+        return known.get(host) or said if said in ("0.0.0.0", "::") else said  # noqa: S104
+
+    peers = tuple(Peer(host, address(host, c.address), c.port, c.boot, c.sshd_port)
+                  for host, c in claims.items())
+    ipv6 = ":" in peers[0].address
+    own = [a for a in netif.addresses(config.control_iface, link_local=False)
+           if (":" in a) == ipv6]
+    bind = own[0] if own else ("::" if ipv6 else "0.0.0.0")  # noqa: S104 - no control iface
+    return MonitorSpec(session, config.liveness_seconds, bind, peers)
 
 
 # How long mpirun may take to give up by itself once the gates have refused it (its

@@ -5,12 +5,13 @@ A failure is one line naming the host and the reason (exit 69), and mpirun never
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from mpi_bootstrap.core import failures, remote
+from mpi_bootstrap.core import failures, liveness, remote
 from mpi_bootstrap.core.errors import NotSetUpError, PeerUnavailableError, shown, some
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.launcher.mpi import HYDRA, INTEL, ORTE, MPIInfo
@@ -47,6 +48,9 @@ class RemoteCheck:
     # A command the same session runs once the check has printed its report (the data
     # check's program): the session is then kept open and handed over (`run`'s result).
     then: str | None = None
+    # This launch's session key: the session first claims the worker with it
+    # (core/remote.py `claim`, core/liveness.py); None: no claim.
+    claim: str | None = dataclasses.field(default=None, repr=False)
 
     def script(self) -> str:
         """Where is the daemon, what LD_LIBRARY_PATH arrived, and where the program
@@ -57,7 +61,13 @@ class RemoteCheck:
         dirs = [d for d in dict.fromkeys([f"{self.prefix}/bin" if self.prefix else "",
                                           bindir]) if d]
         check = remote.script(daemon_names(self.mpi), dirs, self.program, self.ranks_path)
+        if self.claim:
+            check = f"{remote.claim()}; {check}"
         return f"{check}; echo {END}; {self.then}" if self.then else check
+
+    def stdin(self) -> bytes:
+        """What the session reads first: the claim's key (never on a command line)."""
+        return liveness.claim_line(self.claim).encode() if self.claim else b""
 
 
 END = "END-OF-CHECK"  # between the check's report and what the session runs `then`
@@ -175,6 +185,7 @@ class _Session:
         self.expect_sshd = expect_sshd
         self.awaited = False
         self.kept: children.Lines | None = None  # the session running `check.then`, once it passed
+        self.claimed: liveness.Claimed | None = None  # the worker's answer to the claim
 
     def session(self, deadline: float) -> tuple[int, str]:
         """One ssh session: (exit code, what it printed). With `check.then`, the session
@@ -184,8 +195,12 @@ class _Session:
         argv = [*self.argv, *quick, self.host, self.check.script()]
         timeout = max(1.0, deadline - time.monotonic())
         if not self.check.then:
-            return children.capture(argv, env=self.env, timeout=timeout)
+            return children.capture(argv, env=self.env, timeout=timeout,
+                                    stdin=self.check.stdin())
         child = children.open_piped(argv, self.env)
+        with contextlib.suppress(OSError):  # a session that ended at once: said below
+            child.stdin.write(self.check.stdin())  # type: ignore[union-attr]
+            child.stdin.flush()  # type: ignore[union-attr]
         lines = children.Lines(child)
         report: list[str] = []
         end = time.monotonic() + timeout  # for the whole report, as capture's timeout
@@ -213,6 +228,8 @@ class _Session:
             self.final = check_output(self.host, output, self.check)
             if self.final is not None:
                 self.release()
+            elif self.check.claim:
+                self.claimed = claimed(self.host, remote.parse(output).claim, self.log)
             return True
         self.reason = failures.explain_ssh(self.host, output, code)
         self.unreached = unreached(code, output)
@@ -240,7 +257,7 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], check: RemoteCheck, *,
         env: Mapping[str, str], deadline: float, log: Log,
         targets: Mapping[str, tuple[str, int]] | None = None,
         passed: Callable[[str], None] | None = None,
-        then: Mapping[str, str] | None = None) -> dict[str, children.Lines]:
+        then: Mapping[str, str] | None = None) -> Passed:
     """ssh to every host in parallel; raise PeerUnavailableError naming the first failure
     (NotSetUpError when the workers' sshd was never set up). With `targets`, a host whose
     first ssh finds no SSH server (`unreached`) has its sshd awaited (its banner) in the
@@ -288,7 +305,31 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], check: RemoteCheck, *,
         _release(sessions.values())
         raise
     log("preflight ok", workers=len(hosts), elapsed_s=round(time.monotonic() - started, 3))
-    return {h: s.kept for h, s in sessions.items() if s.kept is not None}
+    return Passed({h: s.kept for h, s in sessions.items() if s.kept is not None},
+                  {h: s.claimed for h, s in sessions.items() if s.claimed is not None})
+
+
+@dataclasses.dataclass(frozen=True)
+class Passed:
+    """What preflight leaves for what follows: the sessions still running `check.then`
+    (the caller ends them) and the workers' answers to the claim, by host."""
+
+    opened: Mapping[str, children.Lines]
+    claims: Mapping[str, liveness.Claimed]
+
+
+def claimed(host: str, said: str | None, log: Log) -> liveness.Claimed | None:
+    """The worker's answer to the claim, logged: what an earlier launch had left there."""
+    answer = liveness.parse_claimed(said or "none")
+    if isinstance(answer, str):
+        log("not claimed", level="warning" if answer != "none" else "debug", host=host,
+            said=shown(answer), reason="no liveness for this worker (its agent does not "
+            "serve claims: `mpi-bootstrap worker` with an sshd of OpenSSH 8.7 or later)")
+        return None
+    if answer.ended:
+        log("earlier launch cleared", host=host, processes=answer.ended,
+            names=list(answer.names))
+    return answer
 
 
 def _raise_failures(hosts: list[str], sessions: Mapping[str, _Session],

@@ -1,19 +1,20 @@
 """The resident process: `python -I -S … mpi_bootstrap.pid1.resident --plan-fd N` (the
-hand-off from the launcher or the worker), or, for tests and debugging,
-`python -m mpi_bootstrap.pid1 [--grace S] [--group] [--restart N/SECONDS] [--explain]
-[--data-probe FIFO] -- PROGRAM ARGS…`. Standard library only.
+hand-off from the launcher or the worker, a core/spec.py Spec), or, for tests and
+debugging, `python -m mpi_bootstrap.pid1 [--grace S] [--group] [--restart N/SECONDS]
+[--explain] [--data-probe FIFO] -- PROGRAM ARGS…`. Standard library only.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import dataclasses
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
 
-from mpi_bootstrap.core.errors import ExecError, printable
+from mpi_bootstrap.core import spec as specs
+from mpi_bootstrap.core.errors import ExecError, ExitStatus, printable
+from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.pid1.output import Output, line_logger
 from mpi_bootstrap.pid1.restart import WINDOW, RestartPolicy
 from mpi_bootstrap.pid1.supervisor import Settings, Supervisor
@@ -25,98 +26,129 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(spec, str):
         sys.stderr.write(f"mpi-bootstrap proc: {printable(spec, lines=False)}\n")
         return 64
-    inherited = spec.get("inherited")
-    signals.remember_inherited(frozenset(inherited) if inherited is not None else None)
+    signals.remember_inherited(frozenset(spec.inherited) if spec.inherited is not None
+                               else None)
     output = Output()
-    log = line_logger(spec["role"], output, spec["log_level"], spec.get("log_format", "json"))
-    restart = RestartPolicy(**spec["restart"]) if spec.get("restart") else None
-    sup = Supervisor(Settings(grace=float(spec["grace"]), group=bool(spec["group"]),
-                              restart=restart, stop_file=spec.get("stop_file"),
-                              stop_text=spec.get("stop_text", ""),
-                              explain=bool(spec.get("explain"))), log, output)
-    if spec.get("net"):
-        from mpi_bootstrap.ssh import netserver
-
-        netserver.serve(spec["net"], log, sup.readers)
-    if spec.get("probe"):
-        from mpi_bootstrap.pid1 import dataserve
-
-        dataserve.serve(spec["probe"], log, sup.readers)
+    log = line_logger(spec.role, output, spec.log_level, spec.log_format)
+    restart = RestartPolicy(limit=spec.restart.limit, window=spec.restart.window) \
+        if spec.restart else None
+    sup = Supervisor(Settings(grace=spec.grace, group=spec.group, restart=restart,
+                              explain=spec.explain), log, output)
+    duties(spec, sup, log)
     sup.install()
     # Set before the hand-off by cli.py (it survives the exec); set here too for
     # `python -m mpi_bootstrap.pid1`.
     if os.getpid() != 1 and (subreaper.is_set() or subreaper.become()):
         log("subreaper", reason="not PID 1: orphans re-parent to the agent and are reaped")
     try:
-        code = sup.run(spec["argv"], spec["env"], adopt=spec.get("adopt"),
-                       stderr_fd=spec.get("stderr_fd"), tty=bool(spec.get("tty")))
+        code = sup.run(spec.argv, spec.env, adopt=spec.adopt, stderr_fd=spec.stderr_fd,
+                       tty=spec.tty)
     except ExecError as exc:
         output.write(f"mpi-bootstrap: {printable(exc.message, lines=False)}\n".encode())
         code = int(exc.status)
-        sup.reason = exc.message
-    if spec.get("probe"):  # nobody reads it now: a session must not wait on it
+        sup.verdict.reason = exc.message
+    if spec.probe_fifo:  # nobody reads it now: a session must not wait on it
         with contextlib.suppress(OSError):
-            os.unlink(spec["probe"]["fifo"])
-    if spec.get("gate_dir"):  # the launch gate's marks (core/gate.py): mpirun has ended
+            os.unlink(spec.probe_fifo)
+    if spec.gate_dir:  # the launch gate's marks (core/gate.py): mpirun has ended
         import shutil
 
-        shutil.rmtree(spec["gate_dir"], ignore_errors=True)
+        shutil.rmtree(spec.gate_dir, ignore_errors=True)
     # Tells the workers (dir exchange) that the job is over — on success only: after a
     # failure the orchestrator may restart the launcher, which needs its workers.
-    if spec.get("done_file") and code == 0:
+    if spec.done and code == 0:
         from mpi_bootstrap.system.files import atomic_write
 
         with contextlib.suppress(OSError):
-            atomic_write(spec["done_file"], spec.get("done_text", f"{code}\n"), 0o644)
-    if code != 0 and spec.get("termination_log"):
+            atomic_write(spec.done.path, spec.done.text, 0o644)
+    if code != 0 and spec.termination:
         _terminated(spec, sup, code)
     output.flush(interrupted=sup.terminating_signal_arrived)
     return code
 
 
-def _terminated(spec: dict[str, Any], sup: Supervisor, code: int) -> None:
+def duties(spec: specs.Spec, sup: Supervisor, log: Log) -> None:
+    """What PID 1 serves beside its main child, as the spec says."""
+    if spec.net:
+        from mpi_bootstrap.ssh import netserver
+
+        netserver.serve(spec.net, log, sup.readers)
+    if spec.probe_fifo:
+        from mpi_bootstrap.pid1 import dataserve
+
+        dataserve.serve(spec.probe_fifo, log, sup.readers)
+    if spec.stop:
+        from mpi_bootstrap.pid1.jobdone import JobDone
+
+        sup.duties.append(JobDone(spec.stop, log, sup.request_stop))
+    if spec.watch:
+        from mpi_bootstrap.pid1.watch import WatchService
+
+        try:
+            sup.duties.append(WatchService(spec.watch, log, sup.readers,
+                                           sshd=lambda: sup.main, stop=sup.request_stop))
+        except OSError as exc:  # the job still runs; nobody watches its launcher
+            log("watch not served", level="error", error=str(exc))
+    if spec.monitor:
+        from mpi_bootstrap.pid1.lost import monitor
+
+        monitor(spec.monitor, sup, log)
+
+
+def _terminated(spec: specs.Spec, sup: Supervisor, code: int) -> None:
     """The reason, where Kubernetes shows it (core/termination.py)."""
     from mpi_bootstrap.core import termination
     from mpi_bootstrap.system import termlog
 
-    role = spec["role"]
-    program = os.path.basename(str(spec["argv"][0]))
+    assert spec.termination is not None  # noqa: S101 - the caller checked
+    program = os.path.basename(str(spec.argv[0]))
     if sup.stop_signal:
         error = (f"ended by {termination.signal_name(code)}, forwarded to {program}"
                  if code > 128 else f"{program} exited {code} after a stop signal")
     else:
-        error = sup.reason or f"{program} exited {code}"
-    phase = "supervising sshd" if role == "worker" else program
-    where = spec["termination_log"]
-    termlog.write(where["path"], termination.text(
-        role=role, code=code, phase=phase, error=error,
-        fix=None if sup.stop_signal else sup.fix or None), create=bool(where["create"]))
+        error = sup.verdict.reason or f"{program} exited {code}"
+    phase = "supervising sshd" if spec.role == "worker" else \
+        "ranks running" if sup.verdict.code == int(ExitStatus.WORKER_LOST) else program
+    termlog.write(spec.termination.path, termination.text(
+        role=spec.role, code=code, phase=phase, error=error, host=sup.verdict.host or None,
+        fix=None if sup.stop_signal else sup.verdict.fix or None,
+        signaled=sup.verdict.signaled or bool(sup.stop_signal)), create=spec.termination.create)
 
 
-def read_spec(args: list[str]) -> dict[str, Any] | str:
+def read_spec(args: list[str]) -> specs.Spec | str:
     """The spec from the hand-off's memfd, or from test options; a string is an error."""
-    spec: dict[str, Any] = {"grace": 10.0, "group": False, "env": dict(os.environ),
-                            "role": "launcher", "log_level": "info"}
+    if args[:1] == ["--plan-fd"] and len(args) == 2:
+        try:
+            with os.fdopen(int(args[1]), "rb") as fh:
+                return specs.decode(fh.read())
+        except (OSError, ValueError) as exc:
+            return f"the hand-off's spec: {exc}"
+    spec = specs.Spec(argv=(), env=dict(os.environ), grace=10.0)
     while args and args[0] != "--":
         opt = args.pop(0)
-        if opt == "--plan-fd":
-            with os.fdopen(int(args.pop(0)), "rb") as fh:
-                spec.update(json.loads(fh.read()))
-        elif opt == "--grace":
-            spec["grace"] = float(args.pop(0))
-        elif opt == "--group":
-            spec["group"] = True
-        elif opt == "--data-probe":  # serve the data check's FIFO (pid1/dataserve.py)
-            spec["probe"] = {"fifo": args.pop(0)}
-        elif opt == "--explain":
-            spec["explain"] = True
-        elif opt == "--restart":  # LIMIT/WINDOW, e.g. 5/60
-            limit, _, window = args.pop(0).partition("/")
-            spec["restart"] = {"limit": int(limit), "window": float(window or WINDOW)}
-        else:
+        changed = _option(spec, opt, args)
+        if changed is None:
             return f"unknown option {opt}"
+        spec = changed
     if args and args[0] == "--":
-        spec["argv"] = args[1:]
-    if not spec.get("argv"):
+        spec = dataclasses.replace(spec, argv=tuple(args[1:]))
+    if not spec.argv:
         return "no program"
     return spec
+
+
+def _option(spec: specs.Spec, opt: str, args: list[str]) -> specs.Spec | None:
+    """`spec` with one test option applied (taking its value from `args`), or None."""
+    if opt == "--grace":
+        return dataclasses.replace(spec, grace=float(args.pop(0)))
+    if opt == "--group":
+        return dataclasses.replace(spec, group=True)
+    if opt == "--data-probe":  # serve the data check's FIFO (pid1/dataserve.py)
+        return dataclasses.replace(spec, probe_fifo=args.pop(0))
+    if opt == "--explain":
+        return dataclasses.replace(spec, explain=True)
+    if opt == "--restart":  # LIMIT/WINDOW, e.g. 5/60
+        limit, _, window = args.pop(0).partition("/")
+        return dataclasses.replace(spec, restart=specs.Restart(int(limit),
+                                                               float(window or WINDOW)))
+    return None

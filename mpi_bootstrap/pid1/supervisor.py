@@ -6,7 +6,8 @@ It runs one main child — mpirun, or the worker's sshd — and its loop reads a
         wait for an event          (a signal, the child's stderr, a net-exchange peer, a timer)
         forward signals            (every catchable one: signals.py)
         serve readers              (copy the child's stderr through; the net exchange)
-        check whether the job is done   (the dir exchange's `job-done`, for a worker)
+        run the duties             (their timers: the dir exchange's `job-done` for a
+                                    worker, liveness: monitor.py, watch.py)
         reap children              (every one: waitpid(-1) is called here only)
         keep the service alive     (restart a dead sshd, or give up: restart.py)
         end leftovers              (after the main child: SIGTERM, then SIGKILL)
@@ -27,17 +28,29 @@ import select
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from mpi_bootstrap.core.errors import ExitStatus, printable, signal_exit_status
 from mpi_bootstrap.core.log import Log
+from mpi_bootstrap.pid1 import tree
 from mpi_bootstrap.pid1.output import Output, Tee
 from mpi_bootstrap.pid1.restart import RestartPolicy
+from mpi_bootstrap.pid1.verdict import Verdict
 from mpi_bootstrap.proc import signals
 from mpi_bootstrap.proc.spawn import exit_code, start_main
 
 DRAIN_SECONDS = 1.0  # after the last child: how long to wait for the stderr pipe's end
-STOP_CHECK_SECONDS = 1.0
+END_MAIN_SECONDS = 5.0  # a main child ended by a duty (a lost worker): SIGKILL after this
+
+
+class Duty(Protocol):
+    """Something PID 1 does beside its main child, on its loop's timer: `tick` runs on
+    every turn of the loop, `next_at` says when it must run again at the latest, and the
+    job is not finished while it is `busy`."""
+
+    def next_at(self) -> float | None: ...
+    def tick(self, now: float) -> None: ...
+    def busy(self) -> bool: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +58,6 @@ class Settings:
     grace: float = 10.0  # after the main child: SIGTERM what is left, SIGKILL after this
     group: bool = False  # forward signals to the main child's whole process group
     restart: RestartPolicy | None = None  # a service: restart it when it dies
-    stop_file: str | None = None  # a `job-done` whose text `stop_text` ends the service
-    stop_text: str = ""
     explain: bool = False  # tee the child's stderr and explain a known failure
 
 
@@ -71,14 +82,15 @@ class Supervisor:
         self.deaths: tuple[float, ...] = ()
         self.restart_at: float | None = None
         self.give_up = False
-        # Why the job failed and what to do, when known: the termination message's.
-        self.reason, self.fix = "", ""
+        self.verdict = Verdict()  # the exit code, and why (the termination message's)
+        self.duties: list[Duty] = []
+        self.on_exit: list[Callable[[int], None]] = []  # told the main child's exit code
+        self.kill_main_at: float | None = None
         self.none_left = False
         self.leftovers_deadline: float | None = None
         self.killed = False
         self.abandoned = False
         self.drain_deadline: float | None = None
-        self.next_stop_check = 0.0
         self.reaped_others = 0
         self.tee: Tee | None = None  # the main child's stderr (with `explain`)
 
@@ -108,7 +120,7 @@ class Supervisor:
             self.wait_for_event()
             self.forward_signals()
             self.serve_readers()
-            self.check_job_done()
+            self.run_duties()
             self.reap_children()
             self.keep_service_alive()
             self.end_leftovers()
@@ -144,16 +156,16 @@ class Supervisor:
     def finished(self) -> bool:
         """The main child has ended for good, no descendant is left (or they survived
         SIGKILL), and its stderr has reached its end (or the drain deadline passed)."""
-        if self.main_status is None or not (self.none_left or self.abandoned):
+        if self.main_status is None or not (self.none_left or self.abandoned) or \
+                any(d.busy() for d in self.duties):
             return False
         return self.tee is None or not self.tee.open or (
             self.drain_deadline is not None and time.monotonic() >= self.drain_deadline)
 
     def wait_for_event(self) -> None:
-        timers = [t for t in (self.restart_at, self.leftovers_deadline, self.drain_deadline)
+        timers = [t for t in (self.restart_at, self.leftovers_deadline, self.drain_deadline,
+                              self.kill_main_at, *(d.next_at() for d in self.duties))
                   if t is not None]
-        if self.settings.stop_file and not self.stopping:
-            timers.append(self.next_stop_check)
         timeout = max(0.0, min(timers) - time.monotonic()) if timers else None
         tee = [self.tee.fd] if self.tee is not None and self.tee.open else []
         fds = [self._wakeup_r, *self.readers, *tee]
@@ -197,19 +209,42 @@ class Supervisor:
                     self.readers.pop(fd, None)
                     self.log("reader failed", level="error", fd=fd, error=repr(exc))
 
-    def check_job_done(self) -> None:
-        if not self.settings.stop_file or self.stopping:
-            return
+    def run_duties(self) -> None:
         now = time.monotonic()
-        if now < self.next_stop_check:
-            return
-        self.next_stop_check = now + STOP_CHECK_SECONDS
-        if _file_says(self.settings.stop_file, self.settings.stop_text):
-            self.log("job done", file=self.settings.stop_file)
-            self.stopping = True
-            self.restart_at = None
+        for duty in self.duties:
+            duty.tick(now)
+        if self.kill_main_at is not None and now >= self.kill_main_at:
+            self.kill_main_at = None
             if self.main_status is None:
-                self.forward(signal.SIGTERM)
+                self.log("killing", level="warning", pid=self.main)
+                self.signal_main(signal.SIGKILL)
+
+    def request_stop(self, why: str) -> None:
+        """End the service for good (a worker: its job is done): SIGTERM to it."""
+        if self.stopping:
+            return
+        self.log("stopping", reason=why)
+        self.stopping = True
+        self.restart_at = None
+        if self.main_status is None:
+            self.forward(signal.SIGTERM)
+
+    def end_main(self, code: int, reason: str, fix: str, host: str) -> None:
+        """A duty ends the job (a worker was lost): SIGTERM to the main child and its
+        group, SIGKILL after END_MAIN_SECONDS (mpirun may wait on a daemon that will
+        never answer); the agent then exits `code`, saying `reason` and `fix`."""
+        self.verdict.ended_by(code, reason, fix, host)
+        if self.main_status is None and self.kill_main_at is None:
+            self.signal_main(signal.SIGTERM)
+            self.kill_main_at = time.monotonic() + min(self.settings.grace, END_MAIN_SECONDS)
+
+    def signal_main(self, signum: int) -> None:
+        """The main child, and its process group if it leads one."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(self.main) == self.main:
+                os.killpg(self.main, signum)
+            else:
+                os.kill(self.main, signum)
 
     def reap_children(self) -> None:
         """Collect every dead child (WNOHANG until none is ready, or none is left)."""
@@ -245,11 +280,15 @@ class Supervisor:
                      reason=f"{self.argv[0]} died {len(self.deaths)} times in "
                             f"{policy.window:g} s; exiting so that Kubernetes restarts "
                             "the pod")
-            self.reason = (f"{self.argv[0]} keeps dying ({len(self.deaths)} times in "
+            self.verdict.reason = (f"{self.argv[0]} keeps dying ({len(self.deaths)} times in "
                            f"{policy.window:g} s, last exit {code})")
-            self.output.write(f"mpi-bootstrap: {printable(self.reason, lines=False)}; giving "
-                              "up so that Kubernetes restarts the pod\n".encode())
+            self.output.write(f"mpi-bootstrap: {printable(self.verdict.reason, lines=False)}; "
+                              "giving up so that Kubernetes restarts the pod\n".encode())
         self.main_status = status
+        self.verdict.signaled = os.WIFSIGNALED(status)
+        self.kill_main_at = None
+        for hook in self.on_exit:
+            hook(code)
 
     def keep_service_alive(self) -> None:
         if self.restart_at is not None and time.monotonic() >= self.restart_at:
@@ -293,9 +332,12 @@ class Supervisor:
             self.log("reaped others", count=self.reaped_others)
         if self.settings.restart:
             return int(ExitStatus.PEER_UNAVAILABLE) if self.give_up else 0
+        if self.verdict.code is not None and not self.stop_signal:
+            return self.verdict.code
         code = exit_code(self.main_status if self.main_status is not None else 0)
-        if self.settings.explain and code != 0 and not self.stop_signal:
-            self.explain(code)
+        if self.settings.explain and not self.stop_signal:
+            code = self.verdict.read(code, bytes(self.tee.tail) if self.tee else b"",
+                                     self.terminating_signal_arrived, self.output, self.log)
         if self.stop_signal and code not in (0, signal_exit_status(self.stop_signal)):
             # mpirun chose its own code (MPICH: 255) for a job we were told to end; the
             # orchestrator must see that it was ended by the signal: 128+N, like tini.
@@ -303,17 +345,6 @@ class Supervisor:
                      child_code=code, code=signal_exit_status(self.stop_signal))
             return signal_exit_status(self.stop_signal)
         return code
-
-    def explain(self, code: int) -> None:
-        from mpi_bootstrap.core import failures
-
-        tail = self.tee.tail if self.tee is not None else b""
-        found = failures.explain(tail.decode("utf-8", "replace"),
-                                 stop=self.terminating_signal_arrived)
-        if found is not None:
-            self.log("mpirun failure explained", signature=found.signature, code=code)
-            self.reason, self.fix = f"likely cause: {found.cause}", found.fix
-            self.output.write(found.text(code).encode())
 
     # ------------------------------------------------------------ helpers
 
@@ -340,49 +371,8 @@ class Supervisor:
 
     def signal_descendants(self, signum: int) -> int:
         """Signal every process below us (the main child is gone: these are leftovers)."""
-        targets = descendants(os.getpid())
-        for pid in targets:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signum)
-        return len(targets)
-
-
-def descendants(root: int) -> list[int]:
-    """PIDs below `root` in the process tree, read from /proc (deepest last)."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        # The command name may hold spaces and parentheses: split after the last ')'.
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    out: list[int] = []
-    todo = [root]
-    while todo:
-        for pid in children.get(todo.pop(), []):
-            out.append(pid)
-            todo.append(pid)
-    return out
+        return tree.signal_all(tree.descendants(os.getpid()), signum)
 
 
 def _noop(_signum: int, _frame: object) -> None:
     """A handler must exist for set_wakeup_fd to see the signal; the loop does the work."""
-
-
-def _file_says(path: str, text: str) -> bool:
-    from mpi_bootstrap.system.files import read_regular
-
-    try:
-        return read_regular(path, 256, owner=os.geteuid()).decode("ascii", "replace") == text
-    except OSError:
-        return False

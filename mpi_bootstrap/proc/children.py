@@ -189,18 +189,20 @@ def _children() -> list[int]:
 
 
 def capture(argv: Sequence[str], env: Mapping[str, str] | None = None,
-            timeout: float = 20.0) -> tuple[int, str]:
-    """Run argv to completion; return (exit code, stdout and stderr together).
+            timeout: float = 20.0, stdin: bytes = b"") -> tuple[int, str]:
+    """Run argv to completion, `stdin` its input; return (exit code, stdout and stderr
+    together).
 
     The child leads its own session, so a timeout ends it with everything it started
     (a wrapper script's children would otherwise hold the pipe open past the timeout).
     """
     import subprocess
 
-    child = open_piped(argv, env, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    child = open_piped(argv, env, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                       stderr=subprocess.STDOUT)
     with child:
         try:
-            out, _ = child.communicate(timeout=timeout)
+            out, _ = child.communicate(stdin or None, timeout=timeout)
         except subprocess.TimeoutExpired:
             _signal(child.pid, True, signal.SIGKILL)
             try:

@@ -13,6 +13,7 @@ from mpi_bootstrap.core.datanet import PROBE_ENV
 from mpi_bootstrap.core.errors import PeerUnavailableError
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import is_ip_literal, is_plain_path, is_user_name
+from mpi_bootstrap.core.remote import CONTROL_ENV
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.ssh.sshconfig import UnsafeValue
 from mpi_bootstrap.system.retry import LOCAL, retry_until
@@ -26,15 +27,17 @@ PORT_TRIES = 5
 
 
 def config_text(*, port: int, listen: Sequence[str], host_key: str, authorized_keys: str,
-                pid_file: str, user: str, data_probe: str | None = None) -> str:
-    """sshd_config for one job: public-key login for the job's user only. `data_probe`:
-    the request FIFO of the worker's PID 1 (pid1/dataserve.py), named to every session
-    by `SetEnv` (OpenSSH 8.7 or later: see `takes_setenv`).
+                pid_file: str, user: str, data_probe: str | None = None,
+                control: str | None = None) -> str:
+    """sshd_config for one job: public-key login for the job's user only. `data_probe`
+    and `control`: the request FIFOs of the worker's PID 1 (pid1/dataserve.py,
+    pid1/watch.py), named to every session by `SetEnv` (OpenSSH 8.7 or later: see
+    `takes_setenv`).
 
     Every value is checked first (UnsafeValue otherwise): sshd takes the *first* value of
     a keyword, so one injected line (`PasswordAuthentication yes`) would win.
     """
-    for path in (host_key, authorized_keys, pid_file, data_probe or "/"):
+    for path in (host_key, authorized_keys, pid_file, data_probe or "/", control or "/"):
         if not is_plain_path(path):
             raise UnsafeValue(f"{path!r} is not a plain absolute path")
     if not all(is_ip_literal(a) for a in listen) or not is_user_name(user) or \
@@ -72,8 +75,11 @@ def config_text(*, port: int, listen: Sequence[str], host_key: str, authorized_k
         f"AcceptEnv {' '.join(ACCEPT_ENV)}",
         "LogLevel INFO",
     ]
-    if data_probe:
-        lines.append(f"SetEnv {PROBE_ENV}={data_probe}")
+    # One SetEnv line: sshd takes the first value of a keyword.
+    setenv = [f"{name}={path}" for name, path in ((PROBE_ENV, data_probe),
+                                                  (CONTROL_ENV, control)) if path]
+    if setenv:
+        lines.append(f"SetEnv {' '.join(setenv)}")
     return "\n".join(lines) + "\n"
 
 

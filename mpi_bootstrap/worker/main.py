@@ -13,7 +13,7 @@ import os
 import pwd
 import socket
 from collections.abc import Mapping
-from typing import Any
+from typing import NoReturn
 
 from mpi_bootstrap.core import datanet, nccl, records
 from mpi_bootstrap.core.config import Config
@@ -21,14 +21,16 @@ from mpi_bootstrap.core.errors import ConfigError, ExitStatus, PeerUnavailableEr
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import fingerprint
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
-from mpi_bootstrap.pid1 import dataserve
-from mpi_bootstrap.pid1.restart import RestartPolicy
+from mpi_bootstrap.core.spec import Marker, NetExchange, Restart, Spec, Watch
+from mpi_bootstrap.pid1 import dataserve, restart
+from mpi_bootstrap.pid1.watch import make_fifo as make_control_fifo
 from mpi_bootstrap.proc.handoff import handoff
 from mpi_bootstrap.ssh import dirx, keys, sshd
 from mpi_bootstrap.system import dataprobe, netif
 from mpi_bootstrap.system.files import atomic_write, read_regular, state_dir
 
 RECORD_FILE = "record.json"
+CONTROL_FIFO = "control"  # launchers' claims (pid1/watch.py), in the state directory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,21 +134,23 @@ def _net_listener(config: Config, bind_addr: str) -> socket.socket:
 
 
 def _publish(config: Config, record: records.Record, ident: Identity, bind_addr: str, *,
-             authorized_path: str, log: Log) -> dict[str, Any]:
-    """Make the record known to the launcher; what the resident PID 1 must keep doing."""
-    extra: dict[str, Any] = {}
+             authorized_path: str, log: Log) -> Spec:
+    """Make the record known to the launcher; what the resident PID 1 must keep doing
+    (the spec's `stop` and `net`, to be completed by the caller)."""
+    spec = Spec(argv=(), env={})
     if config.exchange == "dir" and config.exchange_dir:
         where = dirx.DirExchange(config.exchange_dir).publish(record)
-        extra["stop_file"] = os.path.join(config.exchange_dir, records.DONE_FILE)
-        extra["stop_text"] = records.done_text(ident.job or "")
+        spec = dataclasses.replace(spec, stop=Marker(
+            os.path.join(config.exchange_dir, records.DONE_FILE),
+            records.done_text(ident.job or "")))
         log("record published", exchange="dir", path=where, port=record.port)
-    elif config.exchange == "net":
+    elif config.exchange == "net" and config.token is not None:
         # detach(): the fd outlives this socket object (else its collection closes the
         # fd before the resident PID 1 inherits it).
         listener = _net_listener(config, bind_addr)
-        extra["net"] = {"fd": listener.detach(), "token": config.token,
-                        "record": record.to_dict(), "authorized_keys": authorized_path,
-                        "base_keys": [k for k, _ in ident.authorized]}
+        spec = dataclasses.replace(spec, net=NetExchange(
+            listener.detach(), config.token, record.to_dict(), authorized_path,
+            tuple(k for k, _ in ident.authorized)))
         log("record published", exchange="net", port=record.port,
             exchange_port=config.exchange_port)
     else:
@@ -154,7 +158,7 @@ def _publish(config: Config, record: records.Record, ident: Identity, bind_addr:
     # The local copy is what `mpi-bootstrap probe` checks (it is also the dir record).
     atomic_write(os.path.join(config.state_dir, RECORD_FILE),
                  json.dumps(record.to_dict()) + "\n", 0o644)
-    return extra
+    return spec
 
 
 def data_nic(config: Config, environ: Mapping[str, str], log: Log
@@ -183,19 +187,22 @@ def data_nic(config: Config, environ: Mapping[str, str], log: Log
     return found, names
 
 
-def data_probe(config: Config, log: Log) -> str | None:
-    """The request FIFO through which PID 1 serves the data check's sessions
-    (pid1/dataserve.py), for a worker with a data NIC, when its sshd can name it to them
-    (`SetEnv`); else None, and each session starts this worker's Python for the check."""
+def fifos(config: Config, nic: datanet.DataNIC | None, log: Log) -> tuple[str | None, str | None]:
+    """The FIFOs through which PID 1 serves ssh sessions, when its sshd can name them to
+    the sessions (`SetEnv`): the data check's requests (pid1/dataserve.py), for a worker
+    with a data NIC, else each session starts this worker's Python for the check; and
+    the claims of launchers (pid1/watch.py), else this worker has no liveness."""
     if not sshd.takes_setenv(config.sshd):
-        log("data probe by python", level="debug", sshd=config.sshd,
-            reason=f"sshd older than OpenSSH {'.'.join(map(str, sshd.SETENV_SINCE))} "
-            "has no SetEnv")
-        return None
-    return dataserve.make_fifo(config.state_dir)
+        log("no SetEnv", level="warning", sshd=config.sshd,
+            reason=f"sshd older than OpenSSH {'.'.join(map(str, sshd.SETENV_SINCE))} has no "
+            "SetEnv: the data check starts Python, and no launcher can claim this worker "
+            "(no liveness)")
+        return None, None
+    probe = dataserve.make_fifo(config.state_dir) if nic is not None else None
+    return probe, make_control_fifo(os.path.join(config.state_dir, CONTROL_FIFO))
 
 
-def start(config: Config, environ: Mapping[str, str], log: Log) -> int:
+def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
     state = config.state_dir
     needs_exchange(config)
     for warning in config.token_warnings:
@@ -209,13 +216,13 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> int:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # OpenSSH's privsep directory
     config_path = os.path.join(state, "sshd_config")
     nic, ifaces = data_nic(config, environ, log)
-    probe_fifo = data_probe(config, log) if nic is not None else None
+    probe_fifo, control_fifo = fifos(config, nic, log)
 
     def argv_for(port: int) -> list[str]:
         text = sshd.config_text(port=port, listen=listen, host_key=ident.host_key_path,
                                 authorized_keys=authorized_path,
                                 pid_file=os.path.join(state, "sshd.pid"), user=account.pw_name,
-                                data_probe=probe_fifo)
+                                data_probe=probe_fifo, control=control_fifo)
         atomic_write(config_path, text, 0o600)
         return sshd_argv(config, config_path)
 
@@ -230,14 +237,16 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> int:
     record = records.Record(host=short, addresses=tuple(listen), port=port,
                             host_key=ident.host_key_public, user=account.pw_name, data=nic,
                             ifaces=ifaces)
-    extra = _publish(config, record, ident, bind_addr, authorized_path=authorized_path, log=log)
-    if probe_fifo:
-        extra["probe"] = {"fifo": probe_fifo}
-    handoff(argv, env, grace=config.grace_seconds, group=False, role="worker",
-            log_level=config.log_level, log_format=config.log_format,
-            restart=dataclasses.asdict(RestartPolicy()), adopt=pid,
-            termination_log=config.termination(), **extra)
-    raise AssertionError("unreachable: handoff replaces the process")
+    duties = _publish(config, record, ident, bind_addr, authorized_path=authorized_path,
+                      log=log)
+    watch = Watch(control_fifo, probe_addr if listen else bind_addr, port,
+                  config.liveness_seconds, config.launcher_grace_seconds,
+                  config.exit_on_launcher_loss) if control_fifo else None
+    handoff(dataclasses.replace(
+        duties, argv=tuple(argv), env=env, role="worker", grace=config.grace_seconds,
+        log_level=config.log_level, log_format=config.log_format,
+        restart=Restart(restart.LIMIT, restart.WINDOW), adopt=pid,
+        termination=config.termination(), probe_fifo=probe_fifo, watch=watch))
 
 
 def probe(config: Config) -> int:

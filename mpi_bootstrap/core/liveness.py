@@ -1,0 +1,182 @@
+"""Liveness while ranks run: the launcher's and the workers' resident PID 1s tell each
+other they are there, and a silence is named and acted on within a bound.
+
+    claim     preflight's ssh session to a worker hands the worker's PID 1 this launch's
+              session key (through the worker's private control FIFO, never on a command
+              line); the worker ends what an earlier launch left running there (daemons,
+              proxies, ranks: the GPU holders), and answers the UDP port of its watch and
+              its boot id (pid1/watch.py).
+    ranks run every PING_S the launcher's PID 1 sends each worker `ping` (the session, a
+              counter); the worker's PID 1 answers `pong` (the counter, its boot id).
+              Both are PID 1 at its own priority: a busy rank cannot starve them the way
+              it starves a thread of its own (pid1/monitor.py, pid1/watch.py).
+    a worker  silent for `suspect_after` is confirmed for the rest of the bound: pings
+              every CONFIRM_PING_S, and a TCP connection to its sshd's port, which tells
+              what kind of silence it is (`seen`); silent at the bound: lost. The
+              launcher ends mpirun, tells the other workers to end the launch (`stop`)
+              and exits WORKER_LOST, naming the pod.
+    the       a worker that has heard its launcher (armed) and then hears nothing for the
+    launcher  bound waits `grace` more (a restarted launcher may take over: its claim
+              ends the wait), then ends everything the launch started on it.
+
+Why UDP: each datagram stands alone. A stream's head-of-line blocking turns one unlucky
+segment (with 20% loss, seven losses in a row: its retransmission backs off past 30 s)
+into a false alarm; independent pings once a second do not (30 lost in a row).
+
+Why a session key, not the job's token: a fresh random key per launch, handed over the
+launcher's authenticated ssh session, works with every exchange (`secret` and `dir`
+have no token), and no message of one launch verifies under another's: a replayed
+datagram of an earlier launch changes nothing. Within a launch, counters only move
+forward (a replayed ping, pong or stop is older than the last one taken).
+
+Pure (the protocol and its arithmetic); the sockets are pid1/monitor.py's and
+pid1/watch.py's. Standard library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import json
+import re
+from typing import Any
+
+VERSION = 1
+PING_S = 1.0  # the launcher pings each worker this often
+CONFIRM_PING_S = 0.25  # while confirming a silence
+CONFIRM_S = 5.0  # at most this long of the bound is spent confirming
+PAUSE_S = 3.0  # a loop that did not run for this long was stopped or starved itself
+MAX_DATAGRAM = 512
+SESSION_KEY = re.compile(r"[0-9a-f]{64}")
+SESSION_ID = re.compile(r"[0-9a-f]{16}")
+BOOT_ID = re.compile(r"[0-9a-f]{16}")
+MAX_COUNTER = 2**53  # exact in every JSON reader
+
+# What a confirmed silence looked like (pid1/monitor.py's TCP probe of the worker's sshd).
+NO_ANSWER = "no answer"
+REFUSED = "refused"
+FROZEN = "frozen"
+RESTARTED = "restarted"
+SUPERSEDED = "superseded"
+SEEN = {
+    NO_ANSWER: "no answer at all: cut off from the network, its node down, or every "
+               "packet lost",
+    REFUSED: "its sshd's port refuses connections: the pod or its agent is gone",
+    FROZEN: "its kernel accepts connections but its agent does not answer: the pod is "
+            "frozen or hung (stopped, or starved of memory)",
+    RESTARTED: "its agent restarted (a new boot id): the ranks it held are gone",
+    SUPERSEDED: "another launcher took it over (a newer launch claimed it)",
+}
+
+
+def session_id(key: str) -> str:
+    """The public name of a session: derived from its key, so it cannot be chosen apart
+    from it."""
+    return hmac.new(bytes.fromhex(key), b"mpi-bootstrap session id",
+                    hashlib.sha256).hexdigest()[:16]
+
+
+def _mac(key: str, body: dict[str, Any]) -> str:
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hmac.new(bytes.fromhex(key), text.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def encode(key: str, kind: str, n: int, **fields: Any) -> bytes:
+    """One datagram of `kind` with counter `n`, signed with the session key `key`."""
+    body = {"v": VERSION, "t": kind, "s": session_id(key), "n": n, **fields}
+    return json.dumps({**body, "m": _mac(key, body)}, separators=(",", ":")).encode()
+
+
+def session_of(data: bytes) -> tuple[str, dict[str, Any]] | None:
+    """(the session id, the message) of a datagram of our form, not yet authenticated;
+    None for anything else. Never raises."""
+    if len(data) > MAX_DATAGRAM:
+        return None
+    try:
+        message = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict) or message.get("v") != VERSION:
+        return None
+    sid, n, kind = message.get("s"), message.get("n"), message.get("t")
+    if not isinstance(sid, str) or not SESSION_ID.fullmatch(sid) or \
+            type(n) is not int or not 0 < n < MAX_COUNTER or not isinstance(kind, str):
+        return None
+    return sid, message
+
+
+def authentic(key: str, message: dict[str, Any]) -> bool:
+    """Is `message` signed with `key`? Never raises."""
+    mac = message.get("m")
+    if not isinstance(mac, str) or not mac.isascii():
+        return False
+    try:
+        expected = _mac(key, {k: v for k, v in message.items() if k != "m"})
+    except (TypeError, ValueError):
+        return False
+    return hmac.compare_digest(mac, expected)
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """The bound and what it is made of: silence becomes suspect at `suspect_after`, and
+    is confirmed until `bound` (at most CONFIRM_S of it, at least a third of it left for
+    pings to come back by themselves)."""
+
+    bound: float
+
+    @property
+    def confirm(self) -> float:
+        return min(CONFIRM_S, self.bound / 3)
+
+    @property
+    def suspect_after(self) -> float:
+        return self.bound - self.confirm
+
+
+# ---------------------------------------------------------------- the claim
+
+CLAIM_PREFIX = "CLAIM"  # the line the remote script prints with the worker's answer
+
+
+def claim_line(key: str) -> str:
+    """What the launcher writes to a preflight session's stdin: the session's key."""
+    if not SESSION_KEY.fullmatch(key):
+        raise ValueError("not a session key")
+    return f"{key}\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class Claimed:
+    """A worker's answer to a claim: where its watch listens, who it is, what it ended."""
+
+    address: str
+    port: int
+    boot: str
+    sshd_port: int
+    ended: int
+    names: tuple[str, ...]
+
+
+_CLAIMED = re.compile(
+    r"addr=(?P<address>[0-9A-Fa-f.:]{2,45}) port=(?P<port>\d{1,5}) boot=(?P<boot>[0-9a-f]{16}) "
+    r"sshd=(?P<sshd>\d{1,5}) ended=(?P<ended>\d{1,6}) names=(?P<names>[A-Za-z0-9_.,:+-]{0,512})")
+NAME = re.compile(r"[A-Za-z0-9_.:+-]{1,64}")
+
+
+def claimed_text(c: Claimed) -> str:
+    """The worker's answer, one line (pid1/watch.py writes it)."""
+    names = ",".join(n for n in c.names if NAME.fullmatch(n))
+    return (f"addr={c.address} port={c.port} boot={c.boot} sshd={c.sshd_port} "
+            f"ended={c.ended} names={names[:512].rstrip(',')}")
+
+
+def parse_claimed(text: str) -> Claimed | str:
+    """The worker's answer, or why there is none (a string: what the worker said)."""
+    m = _CLAIMED.fullmatch(text.strip())
+    if m is None or not 0 < int(m["port"]) <= 65535 or not 0 < int(m["sshd"]) <= 65535:
+        return text.strip()[:200] or "no answer"
+    names = tuple(n for n in m["names"].split(",") if n)
+    return Claimed(m["address"], int(m["port"]), m["boot"], int(m["sshd"]), int(m["ended"]),
+                   names)

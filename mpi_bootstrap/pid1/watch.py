@@ -1,0 +1,250 @@
+"""The worker's side of liveness (core/liveness.py has the protocol), served from the
+resident PID 1's loop: the claims of launchers, their pings, and a lost launcher.
+
+A claim comes through the control FIFO (`control` in the private state directory, named
+to every ssh session by sshd's `SetEnv MPI_BOOTSTRAP_CONTROL`; only the job's user's
+sessions can write it): one line `claim KEY PID`, from a preflight session whose shell is
+PID. PID 1 ends everything the earlier launches left below it — every process but
+itself, its sshd, and that session (its shell, the shell's parents and children) — then
+answers on the FIFO `control-PID.out` beside it (made by the session, a FIFO of this
+user, not reached through a link): where its UDP socket listens, its boot id, and how
+many processes it ended, named. The key becomes the current session's.
+
+Pings of the current session arm the watch. Silent for the bound: the launcher is lost
+("launcher lost"); after the grace (a new launcher may claim the worker meanwhile), what
+the launch started here is ended ("ended launch"), and the worker stays up for the next
+launcher unless told to exit. A `stop` of the current session ends the launch at once
+(the job is over, or the launcher lost another worker). Pings of a superseded session get
+`superseded`, signed with that session's key, so its launcher knows at once.
+
+Nothing here blocks: the FIFO and the socket are non-blocking, ending processes is a
+SIGTERM, then a SIGKILL after END_S, checked on the loop's timer. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import signal
+import socket
+import time
+from collections.abc import Callable, MutableMapping
+
+from mpi_bootstrap.core import liveness as lv
+from mpi_bootstrap.core.log import Log
+from mpi_bootstrap.core.spec import Watch as WatchSpec
+from mpi_bootstrap.pid1 import tree
+from mpi_bootstrap.system.files import own_fifo
+
+END_S = 3.0  # SIGTERM, then SIGKILL after this
+MAX_LINE = 4096
+BURST = 64  # datagrams read per wake-up: a flood cannot hold the loop
+KEEP_OLD = 4  # superseded sessions still answered
+_CLAIM = re.compile(rb"claim ([0-9a-f]{64}) ([1-9][0-9]{0,9})")
+
+
+class _Ending:
+    """Processes being ended: SIGTERM sent; SIGKILL at `kill_at`; done once all are gone."""
+
+    def __init__(self, pids: list[int], reason: str, then: Callable[[int, list[str]], None]
+                 ) -> None:
+        self.pids, self.reason, self.then = pids, reason, then
+        self.names = sorted({tree.name(p) for p in pids})
+        tree.signal_all(pids, signal.SIGTERM)
+        self.kill_at: float | None = time.monotonic() + END_S
+        self.give_up_at = time.monotonic() + END_S + 2.0
+
+    def step(self, now: float) -> bool:
+        """True once finished (every process gone, or past hope)."""
+        left = [p for p in self.pids if not tree.gone(p)]
+        if left and self.kill_at is not None and now >= self.kill_at:
+            tree.signal_all(left, signal.SIGKILL)
+            self.kill_at = None
+        if left and now < self.give_up_at:
+            return False
+        self.then(len(self.pids), self.names)
+        return True
+
+
+class WatchService:
+    def __init__(self, spec: WatchSpec, log: Log, readers: MutableMapping[int, Callable[[], None]],
+                 *, sshd: Callable[[], int], stop: Callable[[str], None]) -> None:
+        self.spec, self.log, self.sshd, self.stop_worker = spec, log, sshd, stop
+        self.timing = lv.Timing(spec.bound)
+        self.boot = secrets.token_hex(8)
+        self.key: str | None = None
+        self.sid = ""
+        self.old: dict[str, str] = {}  # superseded sessions: id → key
+        self.last_n = 0
+        self.armed = False
+        self.heard = 0.0
+        self.lost_at: float | None = None
+        self.answered_old: dict[str, float] = {}
+        self.endings: list[_Ending] = []
+        self.last_tick = time.monotonic()
+        self.udp = _bind(spec.bind)
+        readers[self.udp.fileno()] = self.on_datagram
+        self.fifo = own_fifo(spec.fifo, os.O_RDWR | os.O_NONBLOCK)
+        self.pending = b""
+        readers[self.fifo] = self.on_request
+        log("watch", port=self.udp.getsockname()[1], boot=self.boot, bound_s=spec.bound,
+            grace_s=spec.grace)
+
+    # ------------------------------------------------------------ claims (the FIFO)
+
+    def on_request(self) -> None:
+        try:
+            chunk = os.read(self.fifo, 65536)
+        except BlockingIOError:
+            return
+        *lines, rest = (self.pending + chunk).split(b"\n")
+        self.pending = rest[-MAX_LINE:]
+        for line in lines:
+            m = _CLAIM.fullmatch(line.strip())
+            if m is None:
+                self.log("control refused", level="warning",
+                         request=line[:80].decode("ascii", "replace"))
+                continue
+            self.claim(m[1].decode(), int(m[2]))
+
+    def claim(self, key: str, pid: int) -> None:
+        reply = os.path.join(os.path.dirname(self.spec.fifo), f"control-{pid}.out")
+        try:
+            fd = own_fifo(reply, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            self.log("claim refused", level="warning", pid=pid, error=str(exc))
+            return
+        sid = lv.session_id(key)
+        reason = "earlier launch"
+        if sid != self.sid:
+            if self.key is not None:
+                self.old[self.sid] = self.key
+                while len(self.old) > KEEP_OLD:
+                    self.old.pop(next(iter(self.old)))
+                reason = "superseded"
+            self.key, self.sid, self.last_n = key, sid, 0
+            self.armed, self.lost_at = False, None
+        self.log("claimed", session=sid, requester=pid)
+        table = tree.parents()
+        spared = {*tree.ancestors(pid, table), *tree.descendants(pid, table)}
+        self.end_launch(reason, spared, lambda n, names: self.answer(fd, n, names))
+
+    def answer(self, fd: int, ended: int, names: list[str]) -> None:
+        text = lv.claimed_text(lv.Claimed(self.spec.bind, self.udp.getsockname()[1],
+                                          self.boot, self.spec.sshd_port, ended, tuple(names)))
+        try:
+            os.write(fd, f"{text}\n".encode())
+        except OSError as exc:
+            self.log("claim not answered", level="warning", error=str(exc))
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------ ending a launch
+
+    def end_launch(self, reason: str, spared: set[int],
+                   then: Callable[[int, list[str]], None] | None = None) -> None:
+        """End every process below PID 1 but sshd and `spared`; then `then(n, names)`."""
+        me, sshd = os.getpid(), self.sshd()
+        pids = [p for p in tree.descendants(me) if p != sshd and p not in spared]
+
+        def done(n: int, names: list[str]) -> None:
+            if n:
+                self.log("ended launch", processes=n, names=names, reason=reason)
+            if then is not None:
+                then(n, names)
+
+        self.endings.append(_Ending(pids, reason, done))
+
+    # ------------------------------------------------------------ the launcher's datagrams
+
+    def on_datagram(self) -> None:
+        for _ in range(BURST):
+            try:
+                data, peer = self.udp.recvfrom(lv.MAX_DATAGRAM + 1)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                continue  # an ICMP error from an earlier send: not ours to act on
+            self.datagram(data, peer)
+
+    def datagram(self, data: bytes, peer: tuple[str, int]) -> None:
+        found = lv.session_of(data)
+        if found is None:
+            return
+        sid, msg = found
+        now = time.monotonic()
+        if sid == self.sid and self.key is not None and lv.authentic(self.key, msg):
+            if msg["n"] <= self.last_n:
+                return  # older than the last one taken: a replay or a late duplicate
+            self.last_n = msg["n"]
+            if msg["t"] == "ping":
+                self.heard_from(now)
+                self._send(self.key, "pong", msg["n"], peer, b=self.boot)
+            elif msg["t"] == "stop":
+                self.armed, self.lost_at = False, None
+                why = "job over" if msg.get("why") == "job over" else "worker lost"
+                self._send(self.key, "stopped", msg["n"], peer)
+                self.end_launch(why, set())
+        elif sid in self.old and msg["t"] == "ping" and lv.authentic(self.old[sid], msg) \
+                and now - self.answered_old.get(sid, -1.0) >= 1.0:
+            self.answered_old[sid] = now
+            self._send(self.old[sid], "superseded", msg["n"], peer)
+
+    def heard_from(self, now: float) -> None:
+        if self.lost_at is not None:
+            self.log("launcher back", silent_s=round(now - self.heard, 1))
+        self.armed, self.heard, self.lost_at = True, now, None
+
+    def _send(self, key: str, kind: str, n: int, peer: tuple[str, int], **fields: str) -> None:
+        with contextlib.suppress(OSError):  # a full buffer: the launcher pings again
+            self.udp.sendto(lv.encode(key, kind, n, **fields), peer)
+
+    # ------------------------------------------------------------ the loop's timer
+
+    def next_at(self) -> float | None:
+        times = []
+        if self.endings:
+            times.append(time.monotonic() + 0.1)
+        if self.armed and self.lost_at is None:
+            times.append(self.heard + self.spec.bound)
+        if self.lost_at is not None:
+            times.append(self.lost_at + self.spec.grace)
+        return min(times) if times else None
+
+    def tick(self, now: float) -> None:
+        if now - self.last_tick > lv.PAUSE_S and self.armed:
+            # This pod was stopped (or starved) itself: its silence is not the launcher's.
+            self.heard = max(self.heard, now)
+        self.last_tick = now
+        self.endings = [e for e in self.endings if not e.step(now)]
+        if self.armed and self.lost_at is None and now - self.heard >= self.spec.bound:
+            self.lost_at = now
+            self.log("launcher lost", level="warning", silent_s=round(now - self.heard, 1),
+                     grace_s=self.spec.grace)
+        if self.lost_at is not None and now - self.lost_at >= self.spec.grace:
+            self.armed, self.lost_at = False, None
+            self.end_launch("launcher lost", set())
+            if self.spec.exit_on_loss:
+                self.stop_worker("its launcher was lost (MPI_BOOTSTRAP_EXIT_ON_LAUNCHER_LOSS)")
+
+    def busy(self) -> bool:
+        return bool(self.endings)
+
+
+def _bind(address: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    udp = socket.socket(family, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+    udp.bind((address, 0))
+    udp.setblocking(False)
+    return udp
+
+
+def make_fifo(path: str) -> str:
+    """The control FIFO (0600 in the private state directory), made afresh: a restarted
+    worker's old one may remain."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    os.mkfifo(path, 0o600)
+    return path
