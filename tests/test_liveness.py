@@ -1,0 +1,396 @@
+"""A job's whole life (core/liveness.py, pid1/monitor.py, pid1/watch.py): a worker lost
+while ranks run ends the job in seconds, named (exit 75); a lost launcher frees the
+workers; a restarted launcher clears the last launch. Real pods (network, UTS and PID
+namespaces: the agent is each pod's PID 1), real sshd, the four real MPIs, a training
+loop (tests/support/train.c: an allreduce every 0.2 s). Bounds are short here (5 s);
+docs/benchmarks.md has the default's figures (`make chaos`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import AGENT, REAL_MPIS, RealMPI
+from tests.support import logs
+from tests.support.cluster import Cluster, Pod
+from tests.support.job import Agent, Job, pod_processes
+from tests.support.programs import compile_program
+from tests.support.wait import holds_for, wait_until
+
+pytestmark = [pytest.mark.netns, pytest.mark.realmpi]
+
+BOUND = 5
+SOURCE = Path(__file__).parent / "support" / "train.c"
+DAEMONS = {"orted", "prted", "hydra_pmi_proxy", "hydra_bstrap_proxy"}
+
+
+@pytest.fixture(scope="module")
+def trains() -> Iterator[dict[str, Path]]:
+    """The training loop, built for each real MPI (in a directory every pod can read)."""
+    import shutil
+
+    d = Path(tempfile.mkdtemp(prefix="mpib-train-", dir="/tmp"))
+    d.chmod(0o755)
+    try:
+        yield {kind: compile_program(m, d, SOURCE) for kind, m in REAL_MPIS.items()}
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+class World:
+    """A launcher pod, two worker pods (and a spare launcher pod), each agent its pod's
+    PID 1; workers up and ready with the dir exchange."""
+
+    def __init__(self, c: Cluster, work: Path, m: RealMPI, train: Path, **worker_env: str):
+        self.c, self.m, self.train = c, m, train
+        self.job = Job(c, work, m)
+        self.workers = [
+            Agent(c, pod, [AGENT, "worker"], self.job.env(pod, **worker_env)) for pod in c.pods[1:3]
+        ]
+        self.job.workers += self.workers
+        for w in self.workers:
+            self.job.wait_ready(w)
+
+    def launcher(self, steps: int = 100000, pod: Pod | None = None, **extra: str) -> Agent:
+        env = {
+            "MPI_BOOTSTRAP_LIVENESS_SECONDS": str(BOUND),
+            "MPI_BOOTSTRAP_TERMINATION_LOG": str(self.job.work / "termination-log"),
+            **extra,
+        }
+        if pod is None:
+            return self.job.launcher([str(self.train), str(steps), "200"], slots=1, **env)
+        argv = self.job.launcher_argv([str(self.train), str(steps), "200"])
+        hostfile = self.job.hostfile(1)
+        return Agent(
+            self.c,
+            pod,
+            argv,
+            self.job.env(
+                pod,
+                MPI_HOSTFILE=str(hostfile),
+                MPI_BOOTSTRAP_OUTPUT_HOSTFILE=str(self.job.work / f"{pod.name}-hostfile"),
+                **env,
+            ),
+        )
+
+    def running(self, launcher: Agent, steps: int = 3) -> None:
+        """Until every rank has done `steps` steps (the ranks run)."""
+        wait_until(
+            lambda: launcher.stdout().count(f"step {steps} ") >= 2 or launcher.p.poll() is not None,
+            60,
+            launcher.stderr,
+        )
+        assert launcher.p.poll() is None, launcher.stderr()
+
+    def left(self, pod: Pod) -> list[str]:
+        """The job's processes still in `pod`: ranks and MPI daemons."""
+        return [n for n in pod_processes(pod) if n in DAEMONS or n == self.train.name[:15]]
+
+
+@pytest.fixture
+def world(
+    request: pytest.FixtureRequest, real_mpi: RealMPI, trains: dict[str, Path], tmp_path: Path
+) -> Iterator[World]:
+    tmp_path.chmod(0o755)
+    extra = getattr(request, "param", {})
+    with Cluster(
+        ["job-launcher", "job-worker-0", "job-worker-1", "job-launcher-2"],
+        pid1=True,
+        private_root=True,
+    ) as c:
+        yield World(c, tmp_path, real_mpi, trains[real_mpi.kind], **extra)
+
+
+def cut_off(pod: Pod) -> None:
+    """Every link of the pod down: no FIN, no RST, nothing."""
+    for iface in ("eth0", "net1"):
+        pod.netns.exec_checked(["ip", "link", "set", iface, "down"])
+
+
+def freeze(pod: Pod, signum: int = signal.SIGSTOP) -> None:
+    """Every process of the pod stopped (its kernel still answers), or continued."""
+    for pid in pod.netns.pids():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def kill_pod(world: World, index: int) -> None:
+    """The worker pod's PID 1 killed: the kernel ends every process of the pod."""
+    os.kill(world.c.pid_of(world.workers[index].p), signal.SIGKILL)
+
+
+class TestLostWorker:
+    """Worker 1 lost while every rank runs its steps: the launcher ends the job (75) within
+    the bound, naming the pod, its address and what was seen; the termination message
+    says so (no talk of start-up, no signal for an exit code); worker 0's daemon and ranks
+    are ended too."""
+
+    @pytest.mark.parametrize("fault", ["cut-off", "frozen", "killed"])
+    def test_ends_the_job_named(self, world: World, fault: str) -> None:
+        launcher = world.launcher()
+        world.running(launcher)
+        victim = world.c.pods[2]
+        start = time.monotonic()
+        if fault == "cut-off":
+            cut_off(victim)
+        elif fault == "frozen":
+            freeze(victim)
+        else:
+            kill_pod(world, 1)
+        try:
+            code, _, err = launcher.finish(timeout=BOUND + 60)
+        finally:
+            if fault == "frozen":
+                freeze(victim, signal.SIGCONT)
+        took = time.monotonic() - start
+        assert code == 75, err
+        assert took < BOUND + 20, f"{took:.1f} s"  # ends; the figures are the bench's
+        lost = logs.named(err, "worker lost")
+        assert [e["host"] for e in lost] == ["job-worker-1"], err
+        assert lost[0]["address"] == victim.address
+        assert "job-worker-1" in err and "lost while the job ran" in err
+        assert "did not start" not in err
+        message = (world.job.work / "termination-log").read_text()
+        assert "exit 75 (a worker was lost while the job ran)" in message
+        assert "host: job-worker-1" in message and "phase: ranks running" in message
+        wait_until(
+            lambda: not world.left(world.c.pods[1]),
+            15,
+            lambda: f"worker 0's launch to end: {world.left(world.c.pods[1])}",
+        )
+        # (By mpirun itself where it could still reach them, else by the `stop`.)
+        ended = logs.named(world.workers[0].stderr(), "ended launch")
+        assert all(e["reason"] == "worker lost" for e in ended), world.workers[0].stderr()
+
+
+class TestNoFalseAlarm:
+    """A pod stopped for less than the bound, then continued, is no lost pod: the job runs
+    to its own end (0)."""
+
+    @pytest.mark.parametrize("who", [2, 0], ids=["a-worker", "the-launcher"])
+    def test_stopped_then_continued(self, world: World, who: int) -> None:
+        launcher = world.launcher(steps=40)
+        world.running(launcher)
+        freeze(world.c.pods[who])
+        time.sleep(BOUND - 2)  # the fault's length: less than the bound
+        freeze(world.c.pods[who], signal.SIGCONT)
+        code, out, err = launcher.finish(timeout=120)
+        assert code == 0, err
+        assert out.count("step 40 ") == 2
+        assert not logs.named(err, "worker lost")
+        for w in world.workers:
+            assert not logs.named(w.stderr(), "launcher lost"), w.stderr()
+
+
+@pytest.mark.parametrize("real_mpi", ["openmpi4", "mpich"], indirect=True)
+class TestLostLauncher:
+    """The launcher's pod cut off while ranks run: each worker notices (the bound), waits
+    its grace, then ends what the launch started there — no rank is left — and stays up
+    for the next launcher (or exits, if told to)."""
+
+    @pytest.mark.parametrize(
+        "world",
+        [
+            {
+                "MPI_BOOTSTRAP_LIVENESS_SECONDS": str(BOUND),
+                "MPI_BOOTSTRAP_LAUNCHER_GRACE_SECONDS": "3",
+            }
+        ],
+        indirect=True,
+    )
+    def test_frees_the_workers(self, world: World) -> None:
+        launcher = world.launcher()
+        world.running(launcher)
+        cut_off(world.c.pods[0])
+        for w in world.workers:
+            wait_until(
+                lambda w=w: not world.left(w.pod),
+                BOUND + 3 + 30,
+                lambda w=w: f"{w.pod.name} to end the launch: {world.left(w.pod)}",
+            )
+            assert logs.named(w.stderr(), "launcher lost"), w.stderr()
+            ended = logs.named(w.stderr(), "ended launch")
+            assert ended[-1]["reason"] == "launcher lost" and ended[-1]["processes"] > 0
+            assert w.p.poll() is None  # still up for the next launcher
+        assert launcher.finish(timeout=60)[0] == 75  # it lost every worker meanwhile
+
+    @pytest.mark.parametrize(
+        "world",
+        [
+            {
+                "MPI_BOOTSTRAP_LIVENESS_SECONDS": str(BOUND),
+                "MPI_BOOTSTRAP_LAUNCHER_GRACE_SECONDS": "3",
+                "MPI_BOOTSTRAP_EXIT_ON_LAUNCHER_LOSS": "true",
+            }
+        ],
+        indirect=True,
+    )
+    def test_exits_when_told(self, world: World) -> None:
+        launcher = world.launcher()
+        world.running(launcher)
+        cut_off(world.c.pods[0])
+        for w in world.workers:
+            code, _, err = w.finish(timeout=BOUND + 3 + 30)
+            assert code == 0 and logs.named(err, "ended launch"), err
+        launcher.finish(timeout=60)
+
+
+@pytest.mark.parametrize("real_mpi", ["openmpi4", "intel"], indirect=True)
+class TestRestartedLauncher:
+    """A launcher started again while the last launch's ranks still run on the workers
+    (the old launcher cut off, in this pod or another): its preflight ends them on each
+    worker before its own ranks can start, and says how many; its own job then runs."""
+
+    @pytest.mark.parametrize("again", [0, 3], ids=["same-pod", "new-pod"])
+    def test_clears_the_last_launch(self, world: World, again: int) -> None:
+        first = world.launcher()
+        world.running(first)
+        old = {w.pod.name: set(w.pod.netns.pids()) for w in world.workers}
+        cut_off(world.c.pods[0])
+        first.p.kill()  # the old launcher is gone; its ranks are not (bound: 30 s)
+        # (Intel MPI's proxy on worker 1 hangs off worker 0's, and may go by itself.)
+        stale = {w.pod.name for w in world.workers if world.left(w.pod)}
+        assert stale, [pod_processes(w.pod) for w in world.workers]
+        if again == 0:  # the same pod, restarted (MPI Operator's OnFailure): links back
+            for iface in ("eth0", "net1"):
+                world.c.pods[0].netns.exec_checked(["ip", "link", "set", iface, "up"])
+        second = world.launcher(steps=10, pod=world.c.pods[again] if again else None)
+        code, out, err = second.finish(timeout=120)
+        assert code == 0, err
+        assert out.count("step 10 ") == 2
+        cleared = {e["host"] for e in logs.named(err, "earlier launch cleared")}
+        assert cleared and cleared <= {w.pod.name for w in world.workers}, err
+        for w in world.workers:
+            # What was there before and still is: the pod itself (unshare, the agent as
+            # its PID 1) and its sshd; not the last launch's daemon, ranks or sessions.
+            left = old[w.pod.name] & set(w.pod.netns.pids())
+            pod = {w.p.pid, world.c.pid_of(w.p)}
+            assert {_comm(p) for p in left - pod} <= {"sshd"}, left
+            ended = [e["reason"] for e in logs.named(w.stderr(), "ended launch")]
+            assert ("superseded" in ended) == (w.pod.name in cleared), w.stderr()
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+@pytest.mark.parametrize("real_mpi", ["openmpi4"], indirect=True)
+class TestStrangers:
+    """The watch's UDP ports take datagrams from anyone: what no launcher of this launch
+    signed changes nothing — garbage, a flood, and the earlier launch's own datagrams
+    replayed (its pings, its final `stop`) while the next launch runs."""
+
+    def test_replay_and_flood_change_nothing(self, world: World, tmp_path: Path) -> None:
+        pod = world.workers[0].pod
+        capture = tmp_path / "first.pcap"
+        dump = subprocess.Popen(
+            [
+                *pod.netns.prefix(),
+                "tcpdump",
+                "-i",
+                "eth0",
+                "-U",
+                "--immediate-mode",
+                "-w",
+                str(capture),
+                "udp",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_until(lambda: "listening on" in (dump.stderr.readline() or "x"), 10, "tcpdump")
+            assert world.launcher(steps=15).finish(timeout=120)[0] == 0
+            time.sleep(0.5)  # the last datagrams written (--immediate-mode, -U)
+        finally:
+            dump.terminate()
+            dump.wait(timeout=10)
+        port = logs.named(world.workers[0].stderr(), "watch")[0]["port"]
+        second = world.launcher(steps=40)
+        world.running(second)
+        stranger = Stranger(world.c.pods[3], pod.address, port)
+        stranger.replay(capture)
+        stranger.flood(20000)
+        holds_for(lambda: second.p.poll() is None, 3, "the second launch running")
+        code, out, err = second.finish(timeout=120)
+        assert code == 0 and out.count("step 40 ") == 2, err
+        said = world.workers[0].stderr()
+        assert not logs.named(said, "launcher lost"), said
+        assert all(
+            e["reason"] in ("superseded", "job over") for e in logs.named(said, "ended launch")
+        ), said
+
+
+class Stranger:
+    """Someone else on the pod network, sending UDP datagrams to a worker's watch."""
+
+    def __init__(self, pod: Pod, address: str, port: int) -> None:
+        self.pod, self.address, self.port = pod, address, port
+
+    def send(self, script: str) -> None:
+        done = self.pod.run(["python3", "-c", script], timeout=60)
+        assert done.returncode == 0, done.stderr
+
+    def replay(self, capture: Path) -> None:
+        """Every UDP payload of the capture, again, to the worker's watch port."""
+        self.send(
+            "import socket, struct\n"
+            f"data = open({str(capture)!r}, 'rb').read()[24:]\n"
+            "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            "while len(data) >= 16:\n"
+            "    n = struct.unpack('<I', data[8:12])[0]; frame = data[16:16 + n]\n"
+            "    data = data[16 + n:]\n"
+            "    payload = frame[14 + 20 + 8:]\n"
+            f"    s.sendto(payload, ({self.address!r}, {self.port}))\n"
+        )
+
+    def flood(self, n: int) -> None:
+        self.send(
+            "import socket, os, json\n"
+            "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            "junk = [os.urandom(64), b'{}', json.dumps({'v': 1, 't': 'stop', 's': '0' * 16, "
+            "'n': 99, 'm': 'x'}).encode()]\n"
+            f"for i in range({n}):\n"
+            f"    s.sendto(junk[i % 3], ({self.address!r}, {self.port}))\n"
+        )
+
+
+class TestControlFifo:
+    """What comes through a worker's control FIFO (pid1/watch.py) other than a claim
+    answered on a FIFO of its own is dropped, and ends nothing: a line that is not a
+    claim, and a claim whose answer path is a link planted to somewhere else."""
+
+    def test_refuses_what_is_not_a_claim(self, tmp_path: Path) -> None:
+        tmp_path.chmod(0o755)
+        with Cluster(["job-worker-0"], pid1=True, private_root=True) as c:
+            pod = c.pods[0]
+            job = Job(c, tmp_path, REAL_MPIS["openmpi4"])
+            w = Agent(c, pod, [AGENT, "worker"], job.env(pod))
+            job.wait_ready(w)
+            state = job.state(pod.name)
+            bystander = c.start(pod, ["sleep", "300"])  # what a wrong claim would end
+            target = tmp_path / "not-a-fifo"
+            target.write_text("untouched\n")
+            (state / "control-4242.out").symlink_to(target)
+            with open(state / "control", "w") as fifo:
+                fifo.write(f"claim {'0' * 64} 4242\n")
+                fifo.write("claim short 1\n")
+                fifo.write(f"rm -rf / {'a' * 5000}\n")
+            w.wait_event("claim refused", pid=4242)
+            w.wait_event("control refused")
+            assert target.read_text() == "untouched\n"
+            holds_for(lambda: bystander.poll() is None, 1, "the bystander running")
+            assert not logs.named(w.stderr(), "ended launch"), w.stderr()
+            assert not logs.named(w.stderr(), "claimed"), w.stderr()

@@ -1,0 +1,217 @@
+"""The liveness protocol's pure parts (core/liveness.py) and the typed hand-off spec
+(core/spec.py): what a datagram must be to count, what a claim's answer says, and that
+what crosses the exec into the resident PID 1 is exactly what was declared."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mpi_bootstrap.core import liveness as lv
+from mpi_bootstrap.core import spec
+
+KEY = secrets.token_hex(32)
+OTHER = secrets.token_hex(32)
+
+
+class TestDatagrams:
+    """Only a datagram signed with the session's key, of our form, counts; nothing else
+    raises."""
+
+    def test_round_trip(self) -> None:
+        data = lv.encode(KEY, "ping", 7)
+        sid, msg = lv.session_of(data)  # type: ignore[misc]
+        assert sid == lv.session_id(KEY) and msg["t"] == "ping" and msg["n"] == 7
+        assert lv.authentic(KEY, msg)
+
+    def test_another_sessions_key_does_not_verify(self) -> None:
+        _, msg = lv.session_of(lv.encode(OTHER, "stop", 9, why="job over"))  # type: ignore[misc]
+        assert not lv.authentic(KEY, msg)
+
+    @pytest.mark.parametrize(
+        "change", [{"n": 8}, {"t": "stop"}, {"why": "job over"}, {"b": "0" * 16}, {"m": "0" * 32}]
+    )
+    def test_any_change_breaks_the_mac(self, change: dict[str, object]) -> None:
+        _, msg = lv.session_of(lv.encode(KEY, "ping", 7))  # type: ignore[misc]
+        assert not lv.authentic(KEY, {**msg, **change})
+
+    @pytest.mark.parametrize(
+        "raw",
+        [
+            b"",
+            b"x" * (lv.MAX_DATAGRAM + 1),
+            b"[]",
+            b'{"v": 2, "t": "ping", "s": "0123456789abcdef", "n": 1}',
+            b'{"v": 1, "t": "ping", "s": "short", "n": 1}',
+            b'{"v": 1, "t": "ping", "s": "0123456789abcdef", "n": 0}',
+            b'{"v": 1, "t": "ping", "s": "0123456789abcdef", "n": true}',
+            b'{"v": 1, "t": "ping", "s": "0123456789abcdef", "n": 9007199254740993}',
+            b'{"v": 1, "t": 5, "s": "0123456789abcdef", "n": 1}',
+            b"[" * 100000,
+        ],
+    )
+    def test_not_ours(self, raw: bytes) -> None:
+        assert lv.session_of(raw) is None
+
+    @given(st.binary(max_size=600))
+    def test_any_bytes(self, raw: bytes) -> None:
+        found = lv.session_of(raw)
+        if found is not None:
+            assert not lv.authentic(KEY, found[1])
+
+    @given(
+        st.dictionaries(
+            st.text(max_size=5),
+            st.recursive(
+                st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                lambda inner: (
+                    st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+                ),
+                max_leaves=8,
+            ),
+            max_size=8,
+        )
+    )
+    def test_any_json(self, body: dict[str, object]) -> None:
+        data = json.dumps({"v": 1, "t": "ping", "s": lv.session_id(KEY), "n": 1, **body})
+        found = lv.session_of(data.encode())
+        if found is not None:
+            assert lv.authentic(KEY, found[1]) is False or "m" in body
+
+
+class TestTiming:
+    """The bound: suspect after most of it, confirmed in at most CONFIRM_S of it."""
+
+    @pytest.mark.parametrize(("bound", "suspect"), [(30, 25), (6, 4), (3, 2)])
+    def test_split(self, bound: float, suspect: float) -> None:
+        t = lv.Timing(bound)
+        assert t.suspect_after == suspect and t.suspect_after + t.confirm == bound
+
+
+class TestClaimAnswer:
+    """The worker's answer to a claim, as its PID 1 writes it and preflight reads it."""
+
+    def test_round_trip(self) -> None:
+        c = lv.Claimed("10.250.0.11", 40000, "0123456789abcdef", 2222, 3, ("orted", "python"))
+        assert lv.parse_claimed(lv.claimed_text(c)) == c
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "none",
+            "",
+            "addr=10.0.0.1 port=0 boot=0123456789abcdef sshd=22 ended=0 names=",
+            "addr=10.0.0.1 port=1 boot=0123456789abcdef sshd=70000 ended=0 names=",
+            "addr=10.0.0.1 port=1 boot=XYZ sshd=22 ended=0 names=",
+            "addr=10.0.0.1;rm port=1 boot=0123456789abcdef sshd=22 ended=0 names=",
+            "addr=10.0.0.1 port=1 boot=0123456789abcdef sshd=22 ended=0 names=a b",
+        ],
+    )
+    def test_anything_else_is_said_not_taken(self, text: str) -> None:
+        assert isinstance(lv.parse_claimed(text), str)
+
+    def test_names_are_words_only(self) -> None:
+        c = lv.Claimed("::1", 1, "0123456789abcdef", 22, 2, ("ok", "bad name\nx", "x" * 65))
+        assert lv.parse_claimed(lv.claimed_text(c)).names == ("ok",)  # type: ignore[union-attr]
+
+    def test_the_key_line(self) -> None:
+        assert lv.claim_line(KEY) == KEY + "\n"
+        with pytest.raises(ValueError):
+            lv.claim_line("not a key\nclaim x 1")
+
+
+class TestSpec:
+    """The hand-off spec crosses the exec whole, and anything not as declared is refused
+    naming the field."""
+
+    def full(self) -> spec.Spec:
+        return spec.Spec(
+            argv=("mpirun", "-np", "2"),
+            env={"PATH": "/bin"},
+            role="launcher",
+            grace=2,
+            inherited=(13,),
+            adopt=42,
+            stderr_fd=5,
+            restart=spec.Restart(5, 60.0),
+            stop=spec.Marker("/x/job-done", "done\n"),
+            termination=spec.Termination("/dev/termination-log", False),
+            net=spec.NetExchange(3, "t" * 16, {"host": "a", "port": 1}, "/s/ak", ("k1",)),
+            monitor=spec.Monitor(
+                KEY,
+                30.0,
+                "10.0.0.1",
+                (spec.Peer("w0", "10.0.0.2", 4000, "0123456789abcdef", 2222),),
+            ),
+            watch=spec.Watch("/s/control", "10.0.0.2", 2222, 30.0, 30.0, False),
+        )
+
+    def test_round_trip(self) -> None:
+        s = self.full()
+        assert spec.decode(spec.encode(s)) == dataclasses.replace(s, grace=2.0)
+
+    def test_secrets_not_in_repr(self) -> None:
+        assert KEY not in repr(self.full()) and "t" * 16 not in repr(self.full())
+
+    @pytest.mark.parametrize(
+        ("change", "where"),
+        [
+            ({"grace": "10"}, "Spec.grace"),
+            ({"adopt": 1.5}, "Spec.adopt"),
+            ({"argv": "mpirun"}, "Spec.argv"),
+            (
+                {"monitor": {"key": KEY, "bound": 1, "bind": "x", "peers": [{"name": 1}]}},
+                "Spec.monitor.peers[0]",
+            ),
+            ({"typo": 1}, "unknown fields"),
+        ],
+    )
+    def test_not_as_declared(self, change: dict[str, object], where: str) -> None:
+        raw = {**json.loads(spec.encode(self.full())), **change}
+        with pytest.raises(ValueError, match=where.replace("[", r"\[").replace("]", r"\]")):
+            spec.decode(json.dumps(raw))
+
+
+class TestVerdict:
+    """How mpirun's end reads (pid1/verdict.py, core/termination.py): a lost worker in
+    mpirun's words is a lost worker, never a start-up failure; Open MPI 5's 0 after it
+    lost a daemon is no success; a code above 128 is a signal only if it was one."""
+
+    CAPTURES = __import__("pathlib").Path(__file__).parent / "fixtures" / "mpirun-failures"
+
+    def read(self, code: int, name: str) -> tuple[int, object, bytes]:
+        from mpi_bootstrap.pid1.verdict import Verdict
+
+        written: list[bytes] = []
+        out = type("Out", (), {"write": lambda _self, b: written.append(b)})()
+        v = Verdict()
+        text = (self.CAPTURES / name).read_bytes()
+        got = v.read(code, text, lambda: False, out, lambda *a, **k: None)  # type: ignore[arg-type]
+        return got, v, b"".join(written)
+
+    def test_open_mpi_4(self) -> None:
+        code, v, said = self.read(205, "openmpi4-worker-lost.txt")
+        assert code == 205 and v.host == "job-worker-1"  # type: ignore[attr-defined]
+        assert b"lost job-worker-1 while the job ran" in said and b"did not start" not in said
+
+    def test_open_mpi_5_exits_0(self) -> None:
+        code, v, said = self.read(0, "openmpi5-worker-lost.txt")
+        assert code == 75 and v.host == "job-worker-1"  # type: ignore[attr-defined]
+        assert b"mpirun exited 0, but it lost a worker" in said
+
+    def test_a_plain_success_stays(self) -> None:
+        assert self.read(0, "openmpi4-unrelated-exit-3.txt")[0] == 0
+
+    def test_no_signal_77(self) -> None:
+        from mpi_bootstrap.core import termination
+
+        own = termination.text(role="launcher", code=205, phase="mpirun", error="x", signaled=False)
+        assert "exit 205 (mpirun's own exit code)" in own and "signal" not in own
+        killed = termination.text(role="launcher", code=137, phase="mpirun", error="x")
+        assert "exit 137 (ended by SIGKILL)" in killed
