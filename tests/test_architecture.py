@@ -76,3 +76,51 @@ def test_comments_cite_only_what_the_repository_holds() -> None:
             if OUTSIDE.search(UPSTREAM.sub("", line)):
                 hits.append(f"{name}:{n}: {line.strip()}")
     assert not hits, "\n".join(hits)
+
+
+def _imports(path: Path) -> set[str]:
+    """The package's modules `path` imports, anywhere in it: at the top, inside a
+    function (lazily), or only for type checking."""
+    module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    if path.name == "__init__.py":
+        module = module.removesuffix(".__init__")
+        package = module
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return {m for m in found if m.startswith("mpi_bootstrap")}
+
+
+def test_no_import_cycle() -> None:
+    """No module imports, through any chain, a module that imports it back — lazy and
+    type-only imports count: a cycle is two ideas that cannot be read one at a time."""
+    names = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in _modules()
+    }
+    graph = {m: {i for i in _imports(p) if i in names and i != m} for m, p in names.items()}
+    # A package's __init__ re-exporting its modules is not an idea of its own.
+    graph = {m: {i for i in deps if not m.startswith(i + ".")} for m, deps in graph.items()}
+    cycles: set[tuple[str, ...]] = set()
+
+    def walk(node: str, path: list[str]) -> None:
+        for nxt in graph[node]:
+            if nxt in path:
+                cycle = path[path.index(nxt):]
+                i = cycle.index(min(cycle))
+                cycles.add(tuple(cycle[i:] + cycle[:i]))
+            elif len(path) < 12:
+                walk(nxt, [*path, nxt])
+
+    for start in graph:
+        walk(start, [start])
+    assert not cycles, "\n".join(" -> ".join((*c, c[0])) for c in sorted(cycles))

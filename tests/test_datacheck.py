@@ -595,7 +595,7 @@ class TestPreflightHandsOverItsSession:
             env=BASE_ENV,
             deadline=time.monotonic() + 20,
             log=lambda *a, **k: None,
-        )
+        ).opened
 
     def test_kept_after_the_check(self) -> None:
         """Each session prints the check's report, then runs `then`, which reads the

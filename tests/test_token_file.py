@@ -216,19 +216,19 @@ class TestExplainDecision:
     def test_forms(self, tmp_path: Path) -> None:
         """The environment form is a WARNING with how to move; a 0400 file says who reads it and
         that no environment holds it; an open file adds its WARNING; no token, no decision."""
-        env = tokens.decision(config({"MPI_BOOTSTRAP_TOKEN": TOKEN}, ["launcher", *PROG]))
+        env = config({"MPI_BOOTSTRAP_TOKEN": TOKEN}, ["launcher", *PROG]).token_decision()
         assert env is not None
         assert (env.value, env.source) == ("environment", "env MPI_BOOTSTRAP_TOKEN")
         assert env.reason.startswith("WARNING: MPI_BOOTSTRAP_TOKEN is in the container's")
         assert "MPI_BOOTSTRAP_TOKEN_FILE" in env.reason
         closed = secret_volume(tmp_path / "closed", TOKEN.encode())
         c = config({"MPI_BOOTSTRAP_TOKEN_FILE": str(closed)}, ["launcher", *PROG])
-        file = tokens.decision(c)
+        file = c.token_decision()
         assert file is not None and file.value == f"file {closed}"
         assert "WARNING" not in file.reason and "in no process's environment" in file.reason
         opened = secret_volume(tmp_path / "open", TOKEN.encode(), 0o644)
         c = config({"MPI_BOOTSTRAP_TOKEN_FILE": str(opened)}, ["launcher", *PROG])
-        warned = tokens.decision(c)
+        warned = c.token_decision()
         assert warned is not None and "WARNING: the token file" in warned.reason
         assert all(TOKEN not in repr(d) for d in (env, file, warned))
-        assert tokens.decision(config({}, ["launcher", *PROG])) is None
+        assert config({}, ["launcher", *PROG]).token_decision() is None

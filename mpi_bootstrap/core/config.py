@@ -15,16 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mpi_bootstrap.core import nccl, tokens
+from mpi_bootstrap.core.cmdline import make_parser, split_role
 from mpi_bootstrap.core.errors import ConfigError
+from mpi_bootstrap.core.model import Decision
 from mpi_bootstrap.core.names import is_plain_path
-from mpi_bootstrap.core.settings import (
-    ROLES,
-    SECRET_SSHD_PORT,
-    SETTINGS,
-    Source,
-    make_parser,
-    split_role,
-)
+from mpi_bootstrap.core.settings import ROLES, SECRET_SSHD_PORT, SETTINGS, Source
 from mpi_bootstrap.core.spec import Termination
 
 
@@ -105,6 +100,15 @@ class Config:
 
     def source(self, name: str) -> Source:
         return self.sources[name]
+
+    def token_decision(self) -> Decision | None:
+        """--explain's line on the token (core/tokens.py)."""
+        if self.token_file:
+            return tokens.decision(self.token_file, str(self.source("token_file")),
+                                   self.token_warnings)
+        source = self.source("token")
+        return tokens.decision(None, str(source) if self.token is not None else "default",
+                               self.token_warnings)
 
     def termination(self) -> Termination:
         """Where the termination message goes (system/termlog.py): the path, and whether

@@ -15,12 +15,9 @@ file is read by system/host.py and handed in through `HostFacts` (core/config.py
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from mpi_bootstrap.core.model import Decision
-
-if TYPE_CHECKING:
-    from mpi_bootstrap.core.config import Config
 
 MIN_LENGTH = 16
 MAX_FILE = 4096  # bytes: a token file holds one line
@@ -94,16 +91,15 @@ def file_advice() -> str:
             "user)")
 
 
-def decision(config: Config) -> Decision | None:
-    """--explain's line on the token: where it comes from, and who else may read it."""
-    warnings = [f"WARNING: {w}" for w in config.token_warnings]
-    if config.token_file:
-        return Decision("token", f"file {config.token_file}",
-                        str(config.source("token_file")), "; ".join([
-                            *warnings, "read once by the launcher and each worker, and in "
-                            "no process's environment; the readiness probe and the doctor "
-                            "do not read it"]))
-    if config.token is not None:
-        return Decision("token", "environment", str(config.source("token")),
-                        "; ".join(warnings))
+def decision(file: str | None, source: str, warnings: Sequence[str]) -> Decision | None:
+    """--explain's line on the token: where it comes from (`file`, else the environment
+    when `source` names the variable; `source` "default": no token), and who else may
+    read it (`warnings`)."""
+    said = [f"WARNING: {w}" for w in warnings]
+    if file:
+        return Decision("token", f"file {file}", source, "; ".join([
+            *said, "read once by the launcher and each worker, and in no process's "
+            "environment; the readiness probe and the doctor do not read it"]))
+    if source != "default":
+        return Decision("token", "environment", source, "; ".join(said))
     return None

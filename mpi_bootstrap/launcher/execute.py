@@ -25,7 +25,7 @@ from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.spec import Marker, Peer, Spec
 from mpi_bootstrap.core.spec import Monitor as MonitorSpec
 from mpi_bootstrap.launcher import preflight
-from mpi_bootstrap.launcher.plan import Plan
+from mpi_bootstrap.launcher.model import Plan
 from mpi_bootstrap.proc import children, handoff
 from mpi_bootstrap.proc.spawn import resolve
 from mpi_bootstrap.ssh import datacheck

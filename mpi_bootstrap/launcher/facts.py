@@ -25,7 +25,8 @@ from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.model import Answer, Decision
 from mpi_bootstrap.core.names import is_ip_literal
 from mpi_bootstrap.launcher import mpi as mpimod
-from mpi_bootstrap.launcher.plan import Facts, host_entries
+from mpi_bootstrap.launcher.model import Facts
+from mpi_bootstrap.launcher.plan import host_entries
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.proc.spawn import resolve
 from mpi_bootstrap.ssh import peers

@@ -15,7 +15,8 @@ from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.launcher import render
 from mpi_bootstrap.launcher.execute import execute
 from mpi_bootstrap.launcher.facts import gather
-from mpi_bootstrap.launcher.plan import Facts, Plan, build_plan
+from mpi_bootstrap.launcher.model import Facts, Plan
+from mpi_bootstrap.launcher.plan import build_plan
 
 
 def plan(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Plan, Facts]:

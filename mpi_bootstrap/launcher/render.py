@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 from mpi_bootstrap.core.errors import printable
-from mpi_bootstrap.launcher.plan import Plan
+from mpi_bootstrap.launcher.model import Plan
 
 JSON_VERSION = 1
 

@@ -5,16 +5,15 @@ the exchanged host keys pinned, connection reuse (ControlMaster), and the launch
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from collections.abc import Mapping
 
 from mpi_bootstrap.core import gate
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.model import Decision, PlannedFile
 from mpi_bootstrap.launcher import mpi
+from mpi_bootstrap.launcher.model import Facts, HostEntry
 from mpi_bootstrap.ssh import sshconfig
-
-if TYPE_CHECKING:
-    from mpi_bootstrap.launcher.plan import Facts, HostEntry
 
 
 def launch_gate(config: Config, facts: Facts, spec: mpi.LaunchSpec, ssh_cmd: tuple[str, ...],
@@ -47,9 +46,9 @@ def launch_gate(config: Config, facts: Facts, spec: mpi.LaunchSpec, ssh_cmd: tup
         "ends mpirun before any rank starts: exit 69")
 
 
-def control_dir(config: Config, facts: Facts, preflight: bool,
-                decisions: list[Decision]) -> str | None:
-    """Where ssh keeps preflight's connections for mpirun to reuse, or None."""
+def control_dir(config: Config, facts: Facts, preflight: bool
+                ) -> tuple[str | None, Decision]:
+    """Where ssh keeps preflight's connections for mpirun to reuse (or None), and why."""
     path: str | None = f"{config.state_dir}/cm"
     if not config.ssh_reuse or config.exchange == "none" or facts.client is None:
         why, path = ("disabled" if not config.ssh_reuse else
@@ -65,13 +64,19 @@ def control_dir(config: Config, facts: Facts, preflight: bool,
         why = (f"preflight's ssh connection to each worker stays open (ControlMaster, "
                f"socket in {path}/, 0700) and mpirun's ssh runs over it: one handshake "
                "and one login per worker, not two")
-    decisions.append(Decision("ssh reuse", "on" if path else "off",
-                              str(config.source("ssh_reuse")), why))
-    return path
+    return path, Decision("ssh reuse", "on" if path else "off",
+                          str(config.source("ssh_reuse")), why)
 
 
+@dataclasses.dataclass(frozen=True)
+class SshSetup:
+    """How mpirun reaches the workers: its ssh command, the files behind it (config,
+    known_hosts, the key's copy), where each worker's sshd listens, and why."""
 
-SshSetup = tuple[tuple[str, ...], list[PlannedFile], dict[str, tuple[str, int]]]
+    command: tuple[str, ...]
+    files: tuple[PlannedFile, ...]
+    targets: Mapping[str, tuple[str, int]]
+    decisions: tuple[Decision, ...]
 
 
 def kex_decision(config: Config) -> Decision:
@@ -87,14 +92,13 @@ def kex_decision(config: Config) -> Decision:
 
 
 def ssh_setup(config: Config, facts: Facts, entries: list[HostEntry],
-              decisions: list[Decision], control: str | None = None) -> SshSetup:
+              control: str | None = None) -> SshSetup:
     """The ssh command mpirun uses, the files behind it, and where each sshd listens."""
     if config.exchange == "none" or facts.client is None:
         why = f" ({config.exchange_reason})" if config.exchange == "none" else ""
-        decisions.append(Decision("ssh trust", "none", str(config.source("exchange")),
-                                  f"no exchange{why}: mpirun uses ssh as the image "
-                                  "configures it"))
-        return ssh_command(config), [], {}
+        return SshSetup(ssh_command(config), (), {}, (Decision(
+            "ssh trust", "none", str(config.source("exchange")),
+            f"no exchange{why}: mpirun uses ssh as the image configures it"),))
     state = config.state_dir
     cfg_path, kh_path = f"{state}/ssh_config", f"{state}/known_hosts"
     by_new = {e.rewritten_to: e for e in entries}
@@ -105,7 +109,7 @@ def ssh_setup(config: Config, facts: Facts, entries: list[HostEntry],
     text = sshconfig.client_config(ps, identity=facts.client.path, known_hosts=kh_path,
                                    connect_timeout=config.ssh_connect_timeout,
                                    control_dir=control, kex=config.ssh_kex)
-    decisions.append(kex_decision(config))
+    decisions = [kex_decision(config)]
     files = [PlannedFile(cfg_path, text, 0o600, "ssh client config: pinned host keys",
                          shown=True),
              PlannedFile(kh_path, sshconfig.known_hosts(ps), 0o644,
@@ -129,7 +133,7 @@ def ssh_setup(config: Config, facts: Facts, entries: list[HostEntry],
          "net": f"records fetched from each worker on port {config.exchange_port}, "
                 "HMAC-authenticated with MPI_BOOTSTRAP_TOKEN"}[config.exchange]
         + f"; {len(facts.records)} of {len(facts.remote)} remote workers known"))
-    return ("ssh", "-F", cfg_path), files, targets
+    return SshSetup(("ssh", "-F", cfg_path), tuple(files), targets, tuple(decisions))
 
 
 def ssh_command(config: Config) -> tuple[str, ...]:
