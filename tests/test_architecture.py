@@ -115,7 +115,7 @@ def test_no_import_cycle() -> None:
     def walk(node: str, path: list[str]) -> None:
         for nxt in graph[node]:
             if nxt in path:
-                cycle = path[path.index(nxt):]
+                cycle = path[path.index(nxt) :]
                 i = cycle.index(min(cycle))
                 cycles.add(tuple(cycle[i:] + cycle[:i]))
             elif len(path) < 12:
