@@ -21,7 +21,7 @@ from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import PeerUnavailableError
 from mpi_bootstrap.core.model import Answer, ClientKey
-from mpi_bootstrap.launcher import execute, preflight
+from mpi_bootstrap.launcher import checks, preflight
 from mpi_bootstrap.launcher.plan import Facts, Plan, build_plan
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.ssh import datacheck
@@ -245,7 +245,7 @@ class TestPlan:
         w0, w1 = ADDRESSES
         assert plan.data_check == {w0: ("net1", "net2"), w1: ("net1",)}
         assert decision(plan, f"data NIC {w0}").value == "eth0, net1, net2"
-        assert execute.data_rounds(plan.data_check) == [{w0: "net1", w1: "net1"}, {w0: "net2"}]
+        assert checks.data_rounds(plan.data_check) == [{w0: "net1", w1: "net1"}, {w0: "net2"}]
 
     def test_no_rdma_no_ib_hca(self) -> None:
         """Without RDMA devices NCCL_IB_HCA is not set."""

@@ -12,33 +12,27 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
-import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import NoReturn
 
 from mpi_bootstrap.core import gate
 from mpi_bootstrap.core.config import Config
-from mpi_bootstrap.core.errors import NotSetUpError, PeerUnavailableError, some
-from mpi_bootstrap.core.liveness import Claimed
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.spec import Marker, Peer, Spec
 from mpi_bootstrap.core.spec import Monitor as MonitorSpec
-from mpi_bootstrap.launcher import preflight
+from mpi_bootstrap.launcher import checks, preflight
 from mpi_bootstrap.launcher.model import Plan
 from mpi_bootstrap.proc import children, handoff
-from mpi_bootstrap.proc.spawn import resolve
-from mpi_bootstrap.ssh import datacheck
 from mpi_bootstrap.system import files, netif
 from mpi_bootstrap.system.gate import Marks
 
 
 def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
-    """Write the plan's files, then become mpirun (--exec) or its supervisor.
-
-    Neither returns on success: the process image is replaced, and the supervisor
-    exits with mpirun's code.
-    """
+    """Write the plan's files, check the workers and hand mpirun over: started beside the
+    checks behind the launch gate (`gated`), or after them — then replacing the agent
+    (`--exec`) or supervised by the resident PID 1. Every way ends in an exec: the
+    supervisor exits with mpirun's code."""
     files.state_dir(config.state_dir)
     for f in p.files:
         files.atomic_write(f.path, f.text, f.mode)
@@ -50,38 +44,34 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> No
         preflight.wait_sshd(p.ssh_targets, p.deadline, log)
     # This launch's session (core/liveness.py): preflight claims every worker with it.
     session = secrets.token_hex(32) if p.preflight and config.exchange != "none" else None
+    job = checks.Job(p, config, env, log, session)
     spec = Spec(argv=tuple(p.argv), env=dict(env), role=config.role,
                 grace=config.grace_seconds, group=config.signal_group,
                 log_level=config.log_level, log_format=config.log_format, explain=True,
                 done=Marker(p.done_file, p.done_text) if p.done_file else None,
                 termination=config.termination())
     if p.gate is not None:
-        started, claims = gated(p, config, env, log, session)
-        # mpirun's late gates still read the marks: the resident removes them at the end.
-        handoff.adopt(started, dataclasses.replace(
-            spec, gate_dir=os.path.join(config.state_dir, gate.DIR),
-            monitor=monitor(p, config, session, claims, log)))
-    claims = checks(p, config, env, log, session=session)
+        gated(job, spec)
+    checks.run(job)
     if config.exec:
         log("mpirun exec", argv=list(p.argv), forwarded=list(p.forwarded))
         handoff.exec_replace(p.argv, env)
     log("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded))
-    handoff.start_and_handoff(dataclasses.replace(
-        spec, monitor=monitor(p, config, session, claims, log)))
+    handoff.start_and_handoff(dataclasses.replace(spec, monitor=monitor(job)))
 
 
-def gated(p: Plan, config: Config, env: Mapping[str, str], log: Log, session: str | None
-          ) -> tuple[handoff.Started, Mapping[str, Claimed]]:
+def gated(job: checks.Job, spec: Spec) -> NoReturn:
     """mpirun started now, in a process group of its own (so that ending it ends its
-    gates and ssh clients too), the checks beside it; mpirun once they all passed. A
-    failed check ends mpirun's group, then raises as without the gate."""
+    gates and ssh clients too), the checks beside it; mpirun handed over once they all
+    passed. A failed check ends mpirun's group, then raises as without the gate."""
+    p, config, log = job.p, job.config, job.log
     marks = Marks(config.state_dir, p.remote)
-    started = handoff.start(p.argv, env, group=True)
+    started = handoff.start(p.argv, job.env, group=True)
     log("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded), gate=p.gate)
     t0 = time.monotonic()
     try:
-        claims = checks(p, config, env, log, session=session,
-                        passed=marks.open if p.gate == gate.EACH else None)
+        checks.run(dataclasses.replace(job, passed=marks.open if p.gate == gate.EACH
+                                       else None))
         marks.open(gate.ALL)
     except BaseException as exc:
         # Exited by itself already (a bad option, say): then it is not the gate that
@@ -98,63 +88,15 @@ def gated(p: Plan, config: Config, env: Mapping[str, str], log: Log, session: st
             f"with code {before} (its own output says why)")
         raise
     log("checks passed", workers=len(p.remote), elapsed_s=round(time.monotonic() - t0, 3))
-    return started, claims
+    # mpirun's late gates still read the marks: the resident removes them at the end.
+    handoff.adopt(started, dataclasses.replace(
+        spec, gate_dir=os.path.join(config.state_dir, gate.DIR), monitor=monitor(job)))
 
 
-def checks(p: Plan, config: Config, env: Mapping[str, str], log: Log, *,
-           session: str | None, passed: Callable[[str], None] | None = None
-           ) -> Mapping[str, Claimed]:
-    """Preflight on every worker (claiming it for `session`), then the data check between
-    them (each on when the plan says so); `passed(host)` as each worker's preflight
-    passes. A worker where NCCL_SOCKET_IFNAME selects no interface fails first, before
-    any ssh. The workers' answers to the claim, by host."""
-    if p.data_missing:
-        problems = list(p.data_missing.values())
-        raise PeerUnavailableError(f"data network: {some(problems)}",
-                                   details="\n".join(problems) if len(problems) > 1 else "",
-                                   phase="data check", host=next(iter(p.data_missing)))
-    result = preflight.Passed({}, {})
-    rounds = data_rounds(p.data_check)
-    if p.preflight:
-        check = dataclasses.replace(remote_check(p, config, env), claim=session)
-        # Each worker's preflight session goes on to run its first data NIC's check.
-        then = {h: datacheck.session_command(sys.executable, nic, config.sysfs, p.deadline)
-                for h, nic in (rounds[0] if rounds else {}).items()}
-        try:
-            result = preflight.run(p.remote, p.ssh_command, check, env=env,
-                                   deadline=p.deadline, log=log,
-                                   targets=p.ssh_targets or None, passed=passed, then=then)
-        except NotSetUpError:
-            raise  # said all there is to say; DNS and the Service are beside the point
-        except PeerUnavailableError as exc:
-            from mpi_bootstrap.doctor import diagnose
-
-            found = diagnose.run(config, deadline_s=5.0, data=False)
-            problems = [f.line() for f in found if not f.ok]
-            exc.details = "\n".join(filter(None, [
-                exc.details, "--- doctor", *(problems or ["(no other problem found)"])]))
-            raise
-    opened = result.opened
-    for nics in rounds:  # a second data NIC's sessions are new ones (rare: several NICs)
-        datacheck.run(list(nics), p.ssh_command, nics, python=sys.executable,
-                      sysfs=config.sysfs, env=env, deadline=p.deadline, log=log,
-                      opened=opened, reaper=not config.exec, published=p.published_data,
-                      value=p.data_value)
-        opened = {}
-    return result.claims
-
-
-def data_rounds(probe: Mapping[str, tuple[str, ...]]) -> list[dict[str, str]]:
-    """The data check in rounds: every worker's first data NIC, then its second (where
-    it has one), …: in each, a worker has one NIC and probes the others'."""
-    most = max((len(nics) for nics in probe.values()), default=0)
-    return [{h: nics[i] for h, nics in probe.items() if i < len(nics)} for i in range(most)]
-
-
-def monitor(p: Plan, config: Config, session: str | None, claims: Mapping[str, Claimed],
-            log: Log) -> MonitorSpec | None:
+def monitor(job: checks.Job) -> MonitorSpec | None:
     """What the resident PID 1 watches while ranks run: every worker that answered the
     claim (core/liveness.py); None when liveness is off or nobody answered."""
+    p, config, session, claims, log = job.p, job.config, job.session, job.claims, job.log
     if session is None or not claims or config.liveness_seconds <= 0:
         if session is not None and config.liveness_seconds > 0:
             log("no liveness", level="warning", reason="no worker answered the claim")
@@ -180,29 +122,3 @@ def monitor(p: Plan, config: Config, session: str | None, claims: Mapping[str, C
 # launch says "Abort is in progress" and waits on, leaving its session directory behind
 # when it is then killed (tests/test_gate.py).
 GIVE_UP_S = 5.0
-
-
-# With no exchange, a refused connection on every try for this long is a setup mistake
-# (nothing set the workers' sshd up), not a worker still starting: said within seconds.
-NO_EXCHANGE_PATIENCE = 5.0
-
-
-def remote_check(p: Plan, config: Config, env: Mapping[str, str]) -> preflight.RemoteCheck:
-    """What preflight checks on each worker; the program is resolved here (the launcher's
-    filesystem), with the PATH the ranks will get."""
-    program = preflight.program_of(p.argv, p.program_index)
-    path = preflight.ranks_path(env, p.forwarded, p.prefix)
-    expected = None
-    if program:
-        expected = program if program.startswith("/") else \
-            resolve(program, path if path is not None else env.get("PATH"))
-    auto_none = config.exchange == "none" and config.source("exchange").kind == "default"
-    hint = (f"no exchange is set up ({config.exchange_reason}); run `mpi-bootstrap worker` "
-            "in the worker pods with the same settings as the launcher: mount the MPIJob's "
-            "Secret at MPI_BOOTSTRAP_SSH_AUTH_DIR (secret), or set MPI_BOOTSTRAP_TOKEN_FILE "
-            "(net) or MPI_BOOTSTRAP_EXCHANGE_DIR (dir) in every pod") if auto_none else ""
-    return preflight.RemoteCheck(
-        mpi=p.mpi, prefix=p.prefix,
-        want_ld=env.get("LD_LIBRARY_PATH") if config.exchange != "none" else None,
-        program=program, ranks_path=path, expected=expected,
-        refused_patience=NO_EXCHANGE_PATIENCE if auto_none else None, refused_hint=hint)

@@ -1,0 +1,156 @@
+"""The checks of the workers before any rank runs: a list of check objects, taken in
+order. Each either looks at every worker at once (the data NIC's selection, the data
+network between them) or at each worker on its own (preflight's ssh session, which calls
+`passed(host)` as each worker passes: the launch gate lets mpirun's ssh through to it).
+A check raises a BootstrapError naming the host at fault (exit 69 as a rule); what it
+leaves for what follows goes into `Checked`. A new check is a class here (or a module
+of its own) and one line in CHECKS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from mpi_bootstrap.core.config import Config
+from mpi_bootstrap.core.errors import NotSetUpError, PeerUnavailableError, some
+from mpi_bootstrap.core.liveness import Claimed
+from mpi_bootstrap.core.log import Log
+from mpi_bootstrap.launcher import preflight
+from mpi_bootstrap.launcher.model import Plan
+from mpi_bootstrap.proc import children
+from mpi_bootstrap.proc.spawn import resolve
+from mpi_bootstrap.ssh import datacheck
+
+# With no exchange, a refused connection on every try for this long is a setup mistake
+# (nothing set the workers' sshd up), not a worker still starting: said within seconds.
+NO_EXCHANGE_PATIENCE = 5.0
+
+
+@dataclasses.dataclass
+class Job:
+    """What the checks work with, and what they leave: the sessions preflight kept open
+    for the data check, and the workers' answers to this launch's claim."""
+
+    p: Plan
+    config: Config
+    env: Mapping[str, str]
+    log: Log
+    session: str | None = None  # this launch's key: preflight claims every worker with it
+    passed: Callable[[str], None] | None = None  # a worker passed its own checks
+    opened: dict[str, children.Lines] = dataclasses.field(default_factory=dict)
+    claims: dict[str, Claimed] = dataclasses.field(default_factory=dict)
+
+
+class Check(Protocol):
+    def wanted(self, job: Job) -> bool:
+        """Whether the plan asks for this check."""
+
+    def run(self, job: Job) -> None:
+        """Check, or raise naming the host at fault."""
+
+
+class NcclSelects:
+    """NCCL_SOCKET_IFNAME selects an interface on every worker (from their records):
+    failed before any ssh."""
+
+    def wanted(self, job: Job) -> bool:
+        return bool(job.p.data_missing)
+
+    def run(self, job: Job) -> None:
+        problems = list(job.p.data_missing.values())
+        raise PeerUnavailableError(f"data network: {some(problems)}",
+                                   details="\n".join(problems) if len(problems) > 1 else "",
+                                   phase="data check", host=next(iter(job.p.data_missing)))
+
+
+class Preflight:
+    """Each worker, over a real ssh session (launcher/preflight.py): claimed for this
+    launch, its sshd, the MPI's daemon, LD_LIBRARY_PATH, the program; the session goes on
+    to run the first data NIC's check where there is one."""
+
+    def wanted(self, job: Job) -> bool:
+        return job.p.preflight
+
+    def run(self, job: Job) -> None:
+        p, config = job.p, job.config
+        first = data_rounds(p.data_check)[:1]
+        then = {h: datacheck.session_command(sys.executable, nic, config.sysfs, p.deadline)
+                for h, nic in (first[0] if first else {}).items()}
+        check = dataclasses.replace(remote_check(p, config, job.env), claim=job.session)
+        try:
+            done = preflight.run(p.remote, p.ssh_command, check, env=job.env,
+                                 deadline=p.deadline, log=job.log,
+                                 targets=p.ssh_targets or None, passed=job.passed,
+                                 then=then)
+        except NotSetUpError:
+            raise  # said all there is to say; DNS and the Service are beside the point
+        except PeerUnavailableError as exc:
+            from mpi_bootstrap.doctor import diagnose
+
+            found = diagnose.run(config, deadline_s=5.0, data=False)
+            problems = [f.line() for f in found if not f.ok]
+            exc.details = "\n".join(filter(None, [
+                exc.details, "--- doctor", *(problems or ["(no other problem found)"])]))
+            raise
+        job.opened.update(done.opened)
+        job.claims.update(done.claims)
+
+
+class DataNetwork:
+    """The data network between the workers (ssh/datacheck.py), in rounds: each worker's
+    first data NIC (in preflight's own sessions), then its second, …"""
+
+    def wanted(self, job: Job) -> bool:
+        return bool(job.p.data_check)
+
+    def run(self, job: Job) -> None:
+        p, config = job.p, job.config
+        for nics in data_rounds(p.data_check):  # later rounds open sessions of their own
+            datacheck.run(list(nics), p.ssh_command, nics, python=sys.executable,
+                          sysfs=config.sysfs, env=job.env, deadline=p.deadline,
+                          log=job.log, opened=job.opened, reaper=not config.exec,
+                          published=p.published_data, value=p.data_value)
+            job.opened = {}
+
+
+# In order: what can fail without ssh first, then each worker, then all of them together.
+CHECKS: tuple[Check, ...] = (NcclSelects(), Preflight(), DataNetwork())
+
+
+def run(job: Job) -> Job:
+    """Every check the plan asks for, in order; the job, with what they left."""
+    for check in CHECKS:
+        if check.wanted(job):
+            check.run(job)
+    return job
+
+
+def data_rounds(probe: Mapping[str, tuple[str, ...]]) -> list[dict[str, str]]:
+    """The data check in rounds: every worker's first data NIC, then its second (where
+    it has one), …: in each, a worker has one NIC and probes the others'."""
+    most = max((len(nics) for nics in probe.values()), default=0)
+    return [{h: nics[i] for h, nics in probe.items() if i < len(nics)} for i in range(most)]
+
+
+def remote_check(p: Plan, config: Config, env: Mapping[str, str]) -> preflight.RemoteCheck:
+    """What preflight checks on each worker; the program is resolved here (the launcher's
+    filesystem), with the PATH the ranks will get."""
+    program = preflight.program_of(p.argv, p.program_index)
+    path = preflight.ranks_path(env, p.forwarded, p.prefix)
+    expected = None
+    if program:
+        expected = program if program.startswith("/") else \
+            resolve(program, path if path is not None else env.get("PATH"))
+    auto_none = config.exchange == "none" and config.source("exchange").kind == "default"
+    hint = (f"no exchange is set up ({config.exchange_reason}); run `mpi-bootstrap worker` "
+            "in the worker pods with the same settings as the launcher: mount the MPIJob's "
+            "Secret at MPI_BOOTSTRAP_SSH_AUTH_DIR (secret), or set MPI_BOOTSTRAP_TOKEN_FILE "
+            "(net) or MPI_BOOTSTRAP_EXCHANGE_DIR (dir) in every pod") if auto_none else ""
+    return preflight.RemoteCheck(
+        mpi=p.mpi, prefix=p.prefix,
+        want_ld=env.get("LD_LIBRARY_PATH") if config.exchange != "none" else None,
+        program=program, ranks_path=path, expected=expected,
+        refused_patience=NO_EXCHANGE_PATIENCE if auto_none else None, refused_hint=hint)
