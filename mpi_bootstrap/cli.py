@@ -49,7 +49,7 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     try:
         from mpi_bootstrap.system import host
 
-        config = Config.from_env(environ, argv, host.facts())
+        config = Config.from_env(environ, argv, host.machine())
     except ConfigError as exc:
         _fail(exc.message, exc.details)
         if _pod_process(argv, environ):  # the flags could not be read: the variable's path

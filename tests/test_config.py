@@ -7,7 +7,7 @@ import pytest
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import ConfigError
 from mpi_bootstrap.core.settings import Source
-from tests.support.hostfacts import HOST
+from tests.support.machine import HOST
 
 PROG = ["--", "python3", "train.py"]
 

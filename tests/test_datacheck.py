@@ -1,5 +1,5 @@
 """The data-plane check: the workers test the data NIC among themselves before mpirun
-(launcher/datacheck.py driving system/dataprobe.py over ssh), records carry each data
+(launcher/datacheck.py driving dataplane/probe.py over ssh), records carry each data
 NIC, and an RDMA data NIC pins NCCL_IB_HCA. Every fault on the simulated cluster is
 caused for real: a pod without net1, net1 on another bridge, a link down, a firewall
 rejecting TCP, an MTU mismatch and a path that drops jumbo frames."""
@@ -21,17 +21,17 @@ from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import PeerUnavailableError
 from mpi_bootstrap.core.model import Answer, ClientKey
+from mpi_bootstrap.dataplane import probe as dataprobe
 from mpi_bootstrap.launcher import checks, preflight
-from mpi_bootstrap.launcher.plan import Facts, Plan, build_plan
+from mpi_bootstrap.launcher.plan import Gathered, Plan, build_plan
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.ssh import datacheck
 from mpi_bootstrap.ssh.datacheck import mismatch
-from mpi_bootstrap.system import dataprobe
 from tests.conftest import AGENT, REAL_MPIS
 from tests.support import logs
 from tests.support.cluster import Cluster
-from tests.support.hostfacts import HOST, MPIS
 from tests.support.job import Job
+from tests.support.machine import HOST, MPIS
 from tests.support.probes import answers, ask
 from tests.support.wait import wait_until
 
@@ -134,7 +134,7 @@ def plan_with(
         )
         for n, a in ADDRESSES.items()
     }
-    facts = Facts(
+    facts = Gathered(
         environ=environ,
         hostfile=hf.parse(HOSTFILE, "/etc/mpi/hostfile"),
         answers={n: Answer(n, addresses=(a,)) for n, a in ADDRESSES.items()},

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from mpi_bootstrap.core import datanet
+from mpi_bootstrap.dataplane import probe as dataprobe
 from mpi_bootstrap.pid1 import dataserve
 from mpi_bootstrap.ssh import datacheck, sshd
-from mpi_bootstrap.system import dataprobe
 from tests.support import logs
 from tests.support.probes import answers, ask
 from tests.support.wait import wait_until

@@ -19,7 +19,7 @@ from mpi_bootstrap.core import names
 from mpi_bootstrap.core import settings as cfg
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import ConfigError, ExitStatus
-from tests.support.hostfacts import FILE_TOKEN, HOST, TOKEN_FILES
+from tests.support.machine import FILE_TOKEN, HOST, TOKEN_FILES
 from tests.support.strategies import fuzz, outcome, tainted
 
 pytestmark = pytest.mark.timeout(120)

@@ -27,7 +27,7 @@ from mpi_bootstrap.launcher import preflight
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.ssh import netserver
 from mpi_bootstrap.ssh import netx as exchange
-from mpi_bootstrap.system import files, hostfiles, parallel
+from mpi_bootstrap.system import files, hostfile_reader, parallel
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -357,7 +357,7 @@ class TestHostfileRewrittenWhileRead:
         half-written host list."""
         # A larger quiet period than the default 0.1 s: a loaded machine may pause the
         # writer mid-rewrite; the property tested is the same.
-        monkeypatch.setattr(hostfiles, "QUIET_S", 0.4)
+        monkeypatch.setattr(hostfile_reader, "QUIET_S", 0.4)
         path = tmp_path / "hostfile"
         versions = [[f"pi-worker-{i}.pi.default.svc" for i in range(n)] for n in (3, 7)]
         texts = ["".join(f"{h} slots=1\n" for h in v) for v in versions]
@@ -393,7 +393,7 @@ while True:
             deadline = time.monotonic() + 8
             reads = 0
             while time.monotonic() < deadline:
-                hosts = [h.name for h in hostfiles.read(str(path)).hosts]
+                hosts = [h.name for h in hostfile_reader.read(str(path)).hosts]
                 assert hosts in versions, f"a half-written hostfile was parsed: {hosts}"
                 seen.add(len(hosts))
                 reads += 1
@@ -407,8 +407,10 @@ while True:
         """A hostfile that never stops changing gives up after SETTLE_S with exit 65, not a hang."""
         path = tmp_path / "hostfile"
         path.write_text("a slots=1\n")
-        monkeypatch.setattr(hostfiles, "SETTLE_S", 1.0)
-        monkeypatch.setattr(hostfiles, "QUIET_S", 0.5)  # the churn below never pauses that long
+        monkeypatch.setattr(hostfile_reader, "SETTLE_S", 1.0)
+        monkeypatch.setattr(
+            hostfile_reader, "QUIET_S", 0.5
+        )  # the churn below never pauses that long
         stop = threading.Event()
 
         def churn() -> None:
@@ -422,7 +424,7 @@ while True:
         t.start()
         try:
             with pytest.raises(HostfileError, match="kept changing while being read") as exc:
-                hostfiles.read(str(path))
+                hostfile_reader.read(str(path))
             assert exc.value.status == 65
         finally:
             stop.set()
@@ -435,5 +437,5 @@ while True:
         old = time.time() - 60
         os.utime(path, (old, old))
         t0 = time.monotonic()
-        assert [h.slots for h in hostfiles.read(str(path)).hosts] == [2]
+        assert [h.slots for h in hostfile_reader.read(str(path)).hosts] == [2]
         assert time.monotonic() - t0 < 0.05  # no quiet-period wait for a settled file

@@ -9,7 +9,7 @@ from pytest_mock import MockerFixture
 
 from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.errors import HostfileError
-from mpi_bootstrap.system import hostfiles
+from mpi_bootstrap.system import hostfile_reader
 
 
 def names_slots(text: str) -> list[tuple[str, int, int | None]]:
@@ -117,12 +117,12 @@ class TestErrors:
         """A missing hostfile is a HostfileError '<path>: hostfile not found'."""
         path = os.path.join(tmp_path, "nope")
         with pytest.raises(HostfileError, match=f"{path}: hostfile not found"):
-            hostfiles.read(path)
+            hostfile_reader.read(path)
 
     def test_directory(self, tmp_path: os.PathLike[str]) -> None:
         """A hostfile path that is a directory is a HostfileError saying so."""
         with pytest.raises(HostfileError, match="is a directory"):
-            hostfiles.read(str(tmp_path))
+            hostfile_reader.read(str(tmp_path))
 
     def test_unreadable(self, tmp_path: os.PathLike[str], mocker: MockerFixture) -> None:
         """A hostfile that cannot be opened is a 'not readable' HostfileError. Root (as in CI)
@@ -130,7 +130,7 @@ class TestErrors:
         path = os.path.join(tmp_path, "hf")
         mocker.patch("builtins.open", side_effect=PermissionError(13, "Permission denied"))
         with pytest.raises(HostfileError, match="not readable"):
-            hostfiles.read(path)
+            hostfile_reader.read(path)
 
 
 class TestRewrite:

@@ -12,7 +12,7 @@ import pytest
 from mpi_bootstrap.core import nccl
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import ConfigError
-from tests.support.hostfacts import HOST
+from tests.support.machine import HOST
 
 POD = ("lo", "eth0", "net1")  # the test cluster's pods, in NCCL's order
 MULTI = ("lo", "eth0", "docker0", "net1", "net10", "net2", "virbr0")

@@ -114,7 +114,7 @@ class TestOutput:
         failure, a forwarded SIGTERM, and from a leftover killed after the grace period —
         also when PID 1's stderr is read slowly. (Before: up to 64 KiB lost.)"""
         p = subprocess.Popen(
-            agent_argv(PY, CHILD, "flood", str(FLOOD), ending, options=("--explain",)),
+            agent_argv(PY, CHILD, "flood", str(FLOOD), ending, options=("--explain-failure",)),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
@@ -142,7 +142,7 @@ class TestOutput:
         r, w = os.pipe()
         try:
             p = subprocess.Popen(
-                agent_argv(PY, CHILD, "flood-report", str(4 << 20), options=("--explain",)),
+                agent_argv(PY, CHILD, "flood-report", str(4 << 20), options=("--explain-failure",)),
                 stdout=subprocess.PIPE,
                 stderr=w,
                 text=True,
@@ -167,7 +167,7 @@ class TestOutput:
         not) and exits promptly. (Before: 77 s for 128 KiB, SIGTERM unanswered.)"""
         code = "import sys; sys.stderr.write(('orted' + 'x' * 40) * 23301 + '\\n'); sys.exit(1)"
         t0 = time.monotonic()
-        done = run(PY, "-c", code, options=("--explain",))
+        done = run(PY, "-c", code, options=("--explain-failure",))
         assert done.returncode == 1
         assert time.monotonic() - t0 < 5.0
 
@@ -381,7 +381,11 @@ def test_resident_imports_only_the_standard_library(tmp_path: Path) -> None:
     for options, program, code_expected in (
         # mpirun's own code passes through its explanation; a service that keeps dying
         # is given up on as unavailable (the exit-code table)
-        (["--explain"], ["sh", "-c", "echo 'Host key verification failed.' >&2; exit 255"], 255),
+        (
+            ["--explain-failure"],
+            ["sh", "-c", "echo 'Host key verification failed.' >&2; exit 255"],
+            255,
+        ),
         (["--restart", "1/60"], ["sh", "-c", "exit 1"], 69),
         # the data check's FIFO served: a garbage line refused, then the job ends
         (["--data-probe", str(fifo)], ["sh", "-c", f"echo garbage >{fifo}; sleep 0.5"], 0),
@@ -402,5 +406,5 @@ def test_resident_imports_only_the_standard_library(tmp_path: Path) -> None:
             and m.split(".")[0] not in ("mpi_bootstrap", "__main__", "_sitebuiltins")
         ]
         assert foreign == []
-        assert "mpi_bootstrap.core.failures" in modules or options != ["--explain"]
+        assert "mpi_bootstrap.core.failures" in modules or options != ["--explain-failure"]
         assert "mpi_bootstrap.pid1.dataserve" in modules or options[0] != "--data-probe"

@@ -20,11 +20,11 @@ from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import ConfigError, HostfileError
 from mpi_bootstrap.launcher import mpi, render
-from mpi_bootstrap.launcher.plan import Facts, Plan, build_plan
+from mpi_bootstrap.launcher.plan import Gathered, Plan, build_plan
 from mpi_bootstrap.ssh import sshconfig
 from mpi_bootstrap.ssh.sshconfig import UnsafeValue
 from mpi_bootstrap.system.dns import Answer
-from tests.support.hostfacts import HOST, MPIS
+from tests.support.machine import HOST, MPIS
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
@@ -147,7 +147,7 @@ def make_plan(
         name = hf.lookup_name(host.name, rewrite, "cluster.local")
         addr = ADDRESSES.get(host.name, "10.1.0.99")
         answers[name] = Answer(name, addresses=(addr,))
-    facts = Facts(
+    facts = Gathered(
         environ=env,
         hostfile=parsed,
         answers=answers,
@@ -428,7 +428,7 @@ class TestSSHTrust:
             n: records.Record(n.split(".")[0], (a,), 2222, key, "root")
             for n, a in ADDRESSES.items()
         }
-        facts = Facts(
+        facts = Gathered(
             environ=env,
             hostfile=parsed,
             answers=answers,
@@ -591,7 +591,7 @@ def test_ssh_goes_to_the_published_address_when_dns_is_stale() -> None:
         n: records.Record(n.split(".")[0], ("10.1.0.99",) if i == 0 else (a,), 2222, key, "root")
         for i, (n, a) in enumerate(ADDRESSES.items())
     }
-    facts = Facts(
+    facts = Gathered(
         environ=env,
         hostfile=parsed,
         answers=answers,

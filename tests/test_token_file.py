@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mpi_bootstrap.core import tokens
-from mpi_bootstrap.core.config import Config, HostFacts
+from mpi_bootstrap.core.config import Config, Machine
 from mpi_bootstrap.core.errors import ConfigError
 from mpi_bootstrap.system import host
 
@@ -35,8 +35,8 @@ def secret_volume(root: Path, data: bytes, mode: int = 0o400) -> Path:
     return root / "token"
 
 
-def config(env: dict[str, str], argv: list[str], facts: HostFacts | None = None) -> Config:
-    return Config.from_env({"HOME": "/root", **env}, argv, facts or host.facts())
+def config(env: dict[str, str], argv: list[str], facts: Machine | None = None) -> Config:
+    return Config.from_env({"HOME": "/root", **env}, argv, facts or host.machine())
 
 
 def problems(env: dict[str, str], argv: list[str]) -> list[str]:
@@ -94,7 +94,7 @@ class TestRead:
             opened.append(path)
             raise AssertionError("read")
 
-        facts = dataclasses.replace(host.facts(), read_token_file=reader)
+        facts = dataclasses.replace(host.machine(), read_token_file=reader)
         c = config({"MPI_BOOTSTRAP_TOKEN_FILE": "/nonexistent/token"}, [role], facts)
         assert (c.token, c.exchange, opened) == (None, "net", [])
         # `net` set explicitly with no token at all is not their problem either

@@ -3,7 +3,7 @@
 `Config.from_env(environ, argv, host)` is the only reader of the environment and the
 command line. It returns a frozen object, reports every bad setting at once (naming the
 flag or variable), and records where each value came from so `--explain` can show it.
-What it needs to know about the machine (`HostFacts`) is gathered before and passed in.
+What it needs to know about the machine (`Machine`) is gathered before and passed in.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ def _no_reader(path: str) -> tokens.TokenFile:
 
 
 @dataclasses.dataclass(frozen=True)
-class HostFacts:
-    """The machine, as far as the config depends on it (`system.host.facts()`)."""
+class Machine:
+    """The machine, as far as the config depends on it (`system.host.machine()`)."""
 
     euid: int
     exists: Callable[[str], bool]  # is there a file at this path (a mounted key)?
@@ -94,7 +94,7 @@ class Config:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], argv: Sequence[str],
-                 host: HostFacts) -> Config:
+                 host: Machine) -> Config:
         """Parse `argv` (without the program name) over `environ`; raise ConfigError."""
         return _build(environ, list(argv), host)
 
@@ -129,7 +129,7 @@ def _default_state_dir(environ: Mapping[str, str], euid: int) -> str:
     return f"/tmp/mpi-bootstrap-{euid}"  # noqa: S108 - created 0700, per user; no home
 
 
-def _auto_exchange(values: Mapping[str, Any], host: HostFacts) -> tuple[str, str]:
+def _auto_exchange(values: Mapping[str, Any], host: Machine) -> tuple[str, str]:
     """The exchange `auto` picks, and why (shown by --explain and logged at start)."""
     if values["exchange_dir"]:
         return "dir", "auto: MPI_BOOTSTRAP_EXCHANGE_DIR is set"
@@ -228,7 +228,7 @@ def _role(d: _Draft, role_word: str | None, environ: Mapping[str, str]) -> str:
     return role
 
 
-def _token(d: _Draft, role: str, host: HostFacts) -> None:
+def _token(d: _Draft, role: str, host: Machine) -> None:
     """The token: read from MPI_BOOTSTRAP_TOKEN_FILE by the roles that use it (the probe
     and the doctor never need it), or taken from the environment; and who else may read
     it in that form (core/tokens.py)."""
@@ -256,7 +256,7 @@ def _token(d: _Draft, role: str, host: HostFacts) -> None:
         d.token_warnings.append(f"the token file {path} {who}: {tokens.file_advice()}")
 
 
-def _derived(d: _Draft, role: str, environ: Mapping[str, str], host: HostFacts) -> str:
+def _derived(d: _Draft, role: str, environ: Mapping[str, str], host: Machine) -> str:
     """Defaults that depend on other settings or the machine; returns why this exchange."""
     values, sources = d.values, d.sources
     if values["state_dir"] is None:
@@ -300,7 +300,7 @@ def _role_checks(d: _Draft, role: str, program: list[str], ns: argparse.Namespac
                 "(the input is never modified)")
 
 
-def _build(environ: Mapping[str, str], argv: list[str], host: HostFacts) -> Config:
+def _build(environ: Mapping[str, str], argv: list[str], host: Machine) -> Config:
     options, role_word, program = split_role(argv)
     ns = make_parser().parse_args(options)
     d = _Draft()

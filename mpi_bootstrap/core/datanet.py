@@ -1,6 +1,6 @@
 """The data plane: what a worker says about its data NIC (in its record, and when the
 check runs), which pairs of workers test the path between them, and what a failure is
-called. Pure; the check's program is system/dataprobe.py, its driver
+called. Pure; the check's program is dataplane/probe.py, its driver
 ssh/datacheck.py.
 
 Pairs: every worker probes its neighbours in ring order, both ways, and one other
@@ -76,7 +76,7 @@ def data_from(data: Any) -> DataNIC:
     return DataNIC(nic, tuple(addrs), mtu, tuple(rdma))
 
 
-# What a data check's session says (system/dataprobe.py) comes from the worker: a
+# What a data check's session says (dataplane/probe.py) comes from the worker: a
 # compromised one is inside the threat model (SECURITY.md). Its values build the other
 # workers' probe lines and the launcher's messages, so each is checked like a record's
 # field, and anything else refuses that worker (tests/test_attacks.py::

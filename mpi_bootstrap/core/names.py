@@ -42,7 +42,7 @@ def is_ip_literal(text: str) -> bool:
     # An IPv6 zone (`fe80::1%eth0`): ipaddress accepts *any* text after the '%' —
     # newlines, spaces, quotes — so an "address" in a worker's record could carry an ssh
     # option into the launcher's ssh config (`::1%\n  ProxyCommand …`; found by
-    # tests/test_fuzz.py). A zone is an interface name or number.
+    # tests/test_fuzz_names.py). A zone is an interface name or number.
     _, percent, zone = text.partition("%")
     if percent and not is_iface_name(zone):
         return False

@@ -102,7 +102,7 @@ class Spec:
     adopt: int | None = None  # a child already running (it survives the exec)
     stderr_fd: int | None = None  # its stderr pipe's read end
     tty: bool = False  # it holds the terminal
-    explain: bool = False  # tee its stderr and explain a known failure
+    explain_failure: bool = False  # tee its stderr and explain a known failure
     restart: Restart | None = None
     stop: Marker | None = None  # worker: stop when this says so
     done: Marker | None = None  # launcher: write this after a success

@@ -1,5 +1,5 @@
 """The net exchange's token: its two forms, and who else may read it in each. Pure: the
-file is read by system/host.py and handed in through `HostFacts` (core/config.py).
+file is read by system/host.py and handed in through `Machine` (core/config.py).
 
 - `MPI_BOOTSTRAP_TOKEN_FILE` names a file (a key of a Kubernetes Secret volume) that the
   launcher and the worker read once, in the config step; no process ever holds the token

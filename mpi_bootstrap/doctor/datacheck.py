@@ -15,9 +15,10 @@ from mpi_bootstrap.core import datanet, nccl
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import BootstrapError, ConfigError, PeerUnavailableError
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
+from mpi_bootstrap.dataplane import probe as dataprobe
 from mpi_bootstrap.doctor.finding import Finding
 from mpi_bootstrap.ssh import datacheck
-from mpi_bootstrap.system import dataprobe, files, netif
+from mpi_bootstrap.system import files, netif
 
 ADVICE = "fix the data network before the job: NCCL hangs or fails on it"
 
@@ -41,7 +42,7 @@ def local(config: Config) -> list[Finding]:
         return [Finding(own, "data NIC", True, f"{why} (besides {config.control_iface}): "
                         "no data check")]
     nic = nics[0]
-    facts = dataprobe.nic_facts(nic, config.sysfs)
+    facts = dataprobe.nic_report(nic, config.sysfs)
     problem = datanet.listener_problem(own, facts, rule.value)
     if problem is not None:
         return [Finding(own, "data NIC", False, problem, ADVICE)]

@@ -25,7 +25,7 @@ from mpi_bootstrap.doctor.dnscheck import dns_findings, service_finding
 from mpi_bootstrap.doctor.finding import Finding
 from mpi_bootstrap.doctor.sshcheck import reach_jobs, ssh_jobs
 from mpi_bootstrap.system import dns as sysdns
-from mpi_bootstrap.system import hostfiles
+from mpi_bootstrap.system import hostfile_reader
 from mpi_bootstrap.system.parallel import map_within
 
 JSON_VERSION = 1  # of `doctor --json`; bumped when a key changes meaning or goes away
@@ -55,7 +55,7 @@ def run(config: Config, *, deadline_s: float = 10.0, data: bool = True) -> list[
     deadline = time.monotonic() + deadline_s
     conf = sysdns.read_resolv_conf()
     try:
-        hostfile = hostfiles.read(config.hostfile)
+        hostfile = hostfile_reader.read(config.hostfile)
         names = [hf.lookup_name(h.name, config.rewrite, config.cluster_domain)
                  for h in hostfile.hosts]
     except Exception as exc:  # the doctor reports; it does not fail on a bad hostfile

@@ -47,7 +47,7 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> No
     job = checks.Job(p, config, env, log, session)
     spec = Spec(argv=tuple(p.argv), env=dict(env), role=config.role,
                 grace=config.grace_seconds, group=config.signal_group,
-                log_level=config.log_level, log_format=config.log_format, explain=True,
+                log_level=config.log_level, log_format=config.log_format, explain_failure=True,
                 done=Marker(p.done_file, p.done_text) if p.done_file else None,
                 termination=config.termination())
     if p.gate is not None:

@@ -14,12 +14,12 @@ from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.launcher import render
 from mpi_bootstrap.launcher.execute import execute
-from mpi_bootstrap.launcher.facts import gather
-from mpi_bootstrap.launcher.model import Facts, Plan
+from mpi_bootstrap.launcher.gather import gather
+from mpi_bootstrap.launcher.model import Gathered, Plan
 from mpi_bootstrap.launcher.plan import build_plan
 
 
-def plan(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Plan, Facts]:
+def plan(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Plan, Gathered]:
     facts, notes = gather(config, environ, log)
     p = build_plan(config, facts)
     if notes:

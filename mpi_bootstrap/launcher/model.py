@@ -1,4 +1,4 @@
-"""What the launcher's planning works with: the facts it gathered (launcher/facts.py),
+"""What the launcher's planning works with: the facts it gathered (launcher/gather.py),
 the hosts as mpirun will name them, and the Plan that `--explain` renders and the
 executor carries out (launcher/plan.py makes it). Pure: values only."""
 
@@ -25,7 +25,7 @@ class HostEntry:
 
 
 @dataclasses.dataclass(frozen=True)
-class Facts:
+class Gathered:
     """Everything the launcher learned before planning."""
 
     environ: Mapping[str, str]

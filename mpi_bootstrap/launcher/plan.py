@@ -14,11 +14,11 @@ from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.model import Answer, Decision, PlannedFile
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
 from mpi_bootstrap.launcher import dataplan, mpi
-from mpi_bootstrap.launcher.model import Facts, HostEntry, Plan
+from mpi_bootstrap.launcher.model import Gathered, HostEntry, Plan
 from mpi_bootstrap.launcher.sshplan import control_dir, launch_gate, ssh_setup
 
 
-def data_plan(config: Config, facts: Facts) -> dataplan.DataPlan:
+def data_plan(config: Config, facts: Gathered) -> dataplan.DataPlan:
     """What NCCL will use on the launcher and on each worker, and why (core/nccl.py)."""
     names = facts.ifaces or tuple(sorted(facts.interfaces))
     rule = nccl.rule(config.data_iface, facts.environ, names, DATA_IFACE_CANDIDATES)
@@ -29,7 +29,7 @@ def data_plan(config: Config, facts: Facts) -> dataplan.DataPlan:
                          recs=facts.records, own_rdma=facts.rdma)
 
 
-def _base_decisions(config: Config, facts: Facts) -> list[Decision]:
+def _base_decisions(config: Config, facts: Gathered) -> list[Decision]:
     """Role, MPI, hostfile and rewrite: what every plan starts from."""
     return [
         Decision("role", config.role, str(config.source("role")), "launcher runs mpirun"),
@@ -46,7 +46,7 @@ def _base_decisions(config: Config, facts: Facts) -> list[Decision]:
     ]
 
 
-def _control(config: Config, facts: Facts) -> Decision:
+def _control(config: Config, facts: Gathered) -> Decision:
     """Whether the control interface is here."""
     source = str(config.source("control_iface"))
     if config.control_iface not in facts.interfaces:
@@ -57,7 +57,7 @@ def _control(config: Config, facts: Facts) -> Decision:
                     "ssh and MPI control traffic stay on the pod network")
 
 
-def _hostfile(config: Config, facts: Facts, entries: list[HostEntry]
+def _hostfile(config: Config, facts: Gathered, entries: list[HostEntry]
               ) -> tuple[str, Decision]:
     """The hostfile mpirun reads (its names as planned, in its MPI's form), and why."""
     hosts = hf.rename(facts.hostfile, {e.name: e.rewritten_to for e in entries})
@@ -81,7 +81,7 @@ def _data_check(config: Config, data: dataplan.DataPlan, preflight: bool) -> Dec
                     why)
 
 
-def _launch(config: Config, facts: Facts, data: nccl.Rule, ssh_cmd: tuple[str, ...], *,
+def _launch(config: Config, facts: Gathered, data: nccl.Rule, ssh_cmd: tuple[str, ...], *,
             rdma: tuple[tuple[str, str], ...] = (), ssh_gate: str | None = None,
             local: tuple[str, ...] = ()) -> mpi.LaunchSpec:
     return mpi.build(mpi.LaunchFacts(
@@ -96,7 +96,7 @@ def _launch(config: Config, facts: Facts, data: nccl.Rule, ssh_cmd: tuple[str, .
     ))
 
 
-def _run_decisions(config: Config, facts: Facts) -> tuple[bool, list[Decision]]:
+def _run_decisions(config: Config, facts: Gathered) -> tuple[bool, list[Decision]]:
     """How mpirun is supervised, and whether the workers are checked first."""
     how, why = supervision(facts.is_pid1, config.exec)
     if how != "exec":
@@ -114,7 +114,7 @@ def _run_decisions(config: Config, facts: Facts) -> tuple[bool, list[Decision]]:
     ]
 
 
-def build_plan(config: Config, facts: Facts) -> Plan:
+def build_plan(config: Config, facts: Gathered) -> Plan:
     """The Plan: each step below returns its value and the decisions that say why, and
     --explain lists them in the order the steps are taken here."""
     entries = host_entries(config, facts.hostfile, facts.answers)

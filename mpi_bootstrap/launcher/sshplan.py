@@ -12,11 +12,11 @@ from mpi_bootstrap.core import gate
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.model import Decision, PlannedFile
 from mpi_bootstrap.launcher import mpi
-from mpi_bootstrap.launcher.model import Facts, HostEntry
+from mpi_bootstrap.launcher.model import Gathered, HostEntry
 from mpi_bootstrap.ssh import sshconfig
 
 
-def launch_gate(config: Config, facts: Facts, spec: mpi.LaunchSpec, ssh_cmd: tuple[str, ...],
+def launch_gate(config: Config, facts: Gathered, spec: mpi.LaunchSpec, ssh_cmd: tuple[str, ...],
                 preflight: bool) -> tuple[str | None, list[PlannedFile], Decision]:
     """Whether mpirun starts beside the checks (core/gate.py): its mode, the gate
     script, and the decision that says so. The builder chose the mode, or why there is
@@ -46,7 +46,7 @@ def launch_gate(config: Config, facts: Facts, spec: mpi.LaunchSpec, ssh_cmd: tup
         "ends mpirun before any rank starts: exit 69")
 
 
-def control_dir(config: Config, facts: Facts, preflight: bool
+def control_dir(config: Config, facts: Gathered, preflight: bool
                 ) -> tuple[str | None, Decision]:
     """Where ssh keeps preflight's connections for mpirun to reuse (or None), and why."""
     path: str | None = f"{config.state_dir}/cm"
@@ -91,7 +91,7 @@ def kex_decision(config: Config) -> Decision:
                     "per handshake")
 
 
-def ssh_setup(config: Config, facts: Facts, entries: list[HostEntry],
+def ssh_setup(config: Config, facts: Gathered, entries: list[HostEntry],
               control: str | None = None) -> SshSetup:
     """The ssh command mpirun uses, the files behind it, and where each sshd listens."""
     if config.exchange == "none" or facts.client is None:

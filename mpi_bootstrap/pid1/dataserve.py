@@ -3,7 +3,7 @@ started on a worker for it.
 
 The launcher's session (ssh/datacheck.py) finds this worker's request FIFO in the
 variable MPI_BOOTSTRAP_DATA_PROBE (set by sshd's `SetEnv`: ssh/sshd.py) and then, in
-place of starting the worker's Python for system/dataprobe.py:
+place of starting the worker's Python for dataplane/probe.py:
     1. makes two FIFOs beside it, `probe-PID.in` and `probe-PID.out` (PID: its shell's);
     2. writes one line to the request FIFO: `session NIC SECONDS SYSFS PID`;
     3. copies its stdin into `.in`, and `.out` to its stdout, until both end.
@@ -32,11 +32,11 @@ from collections.abc import Callable, MutableMapping
 from mpi_bootstrap.core.datanet import NIC_NAME, PROBE_FIFO, SESSION_SECONDS
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import is_plain_path
-from mpi_bootstrap.proc.spawn import fork_call
 
 # Imported by PID 1 when it serves the check, not by each copy: its C modules cost a
 # copy 7 ms of CPU to load, twice the rest of its work.
-from mpi_bootstrap.system import dataprobe
+from mpi_bootstrap.dataplane import probe as dataprobe
+from mpi_bootstrap.proc.spawn import fork_call
 from mpi_bootstrap.system.files import own_fifo
 
 MAX_LINE = 4096  # a request is one write of at most PIPE_BUF bytes: never interleaved

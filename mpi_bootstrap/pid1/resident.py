@@ -1,7 +1,7 @@
 """The resident process: `python -I -S … mpi_bootstrap.pid1.resident --plan-fd N` (the
 hand-off from the launcher or the worker, a core/spec.py Spec), or, for tests and
 debugging, `python -m mpi_bootstrap.pid1 [--grace S] [--group] [--restart N/SECONDS]
-[--explain] [--data-probe FIFO] -- PROGRAM ARGS…`. Standard library only.
+[--explain-failure] [--data-probe FIFO] -- PROGRAM ARGS…`. Standard library only.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     restart = RestartPolicy(limit=spec.restart.limit, window=spec.restart.window) \
         if spec.restart else None
     sup = Supervisor(Settings(grace=spec.grace, group=spec.group, restart=restart,
-                              explain=spec.explain), log, output)
+                              explain_failure=spec.explain_failure), log, output)
     duties(spec, sup, log)
     sup.install()
     # Set before the hand-off by cli.py (it survives the exec); set here too for
@@ -145,8 +145,8 @@ def _option(spec: specs.Spec, opt: str, args: list[str]) -> specs.Spec | None:
         return dataclasses.replace(spec, group=True)
     if opt == "--data-probe":  # serve the data check's FIFO (pid1/dataserve.py)
         return dataclasses.replace(spec, probe_fifo=args.pop(0))
-    if opt == "--explain":
-        return dataclasses.replace(spec, explain=True)
+    if opt == "--explain-failure":
+        return dataclasses.replace(spec, explain_failure=True)
     if opt == "--restart":  # LIMIT/WINDOW, e.g. 5/60
         limit, _, window = args.pop(0).partition("/")
         return dataclasses.replace(spec, restart=specs.Restart(int(limit),

@@ -28,3 +28,28 @@ class RestartPolicy:
         if len(recent) > self.limit:
             return recent, None
         return recent, min(self.max_delay, self.delay * 2 ** (len(recent) - 1))
+
+
+class Restarts:
+    """A service's deaths and when it starts again: the supervisor's "keep the service
+    alive" step, its own small state."""
+
+    def __init__(self, policy: RestartPolicy) -> None:
+        self.policy = policy
+        self.deaths: tuple[float, ...] = ()
+        self.at: float | None = None  # when it starts again (the step's timer)
+        self.given_up = False
+
+    def died(self, now: float) -> float | None:
+        """It died: the delay before it starts again, or None (given up)."""
+        self.deaths, delay = self.policy.after_death(self.deaths, now)
+        self.at = None if delay is None else now + delay
+        self.given_up = delay is None
+        return delay
+
+    def due(self, now: float) -> bool:
+        """Whether it is time to start it again (once)."""
+        if self.at is None or now < self.at:
+            return False
+        self.at = None
+        return True

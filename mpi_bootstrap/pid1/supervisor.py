@@ -32,9 +32,9 @@ from typing import Any, Protocol
 
 from mpi_bootstrap.core.errors import ExitStatus, printable, signal_exit_status
 from mpi_bootstrap.core.log import Log
-from mpi_bootstrap.pid1 import tree
+from mpi_bootstrap.pid1.leftovers import Leftovers
 from mpi_bootstrap.pid1.output import Output, Tee
-from mpi_bootstrap.pid1.restart import RestartPolicy
+from mpi_bootstrap.pid1.restart import RestartPolicy, Restarts
 from mpi_bootstrap.pid1.verdict import Verdict
 from mpi_bootstrap.proc import signals
 from mpi_bootstrap.proc.spawn import exit_code, start_main
@@ -58,7 +58,7 @@ class Settings:
     grace: float = 10.0  # after the main child: SIGTERM what is left, SIGKILL after this
     group: bool = False  # forward signals to the main child's whole process group
     restart: RestartPolicy | None = None  # a service: restart it when it dies
-    explain: bool = False  # tee the child's stderr and explain a known failure
+    explain_failure: bool = False  # tee the child's stderr, explain a known failure
 
 
 class Supervisor:
@@ -79,17 +79,13 @@ class Supervisor:
         self.stop_signal = 0  # the terminating signal that ends the job, if any
         self.stopping = False
         self.main_status: int | None = None  # the main child's last wait status
-        self.deaths: tuple[float, ...] = ()
-        self.restart_at: float | None = None
-        self.give_up = False
+        self.restarts = Restarts(settings.restart) if settings.restart else None
         self.verdict = Verdict()  # the exit code, and why (the termination message's)
         self.duties: list[Duty] = []
         self.on_exit: list[Callable[[int], None]] = []  # told the main child's exit code
         self.kill_main_at: float | None = None
-        self.none_left = False
-        self.leftovers_deadline: float | None = None
-        self.killed = False
-        self.abandoned = False
+        self.none_left = False  # no child is left to reap
+        self.leftovers = Leftovers(settings.grace, log)
         self.drain_deadline: float | None = None
         self.reaped_others = 0
         self.tee: Tee | None = None  # the main child's stderr (with `explain`)
@@ -113,7 +109,7 @@ class Supervisor:
             early = self.terminated_before_start()
             if early is not None:
                 return early
-            self.start_main()
+            self.start_child()
         else:
             self.adopt(adopt, stderr_fd, tty)
         while not self.finished():
@@ -125,7 +121,7 @@ class Supervisor:
             self.keep_service_alive()
             self.end_leftovers()
         self.drain_child_output()
-        return self.exit_code()
+        return self.final_code()
 
     def terminated_before_start(self) -> int | None:
         """A terminating signal that arrived during the hand-off: do not start the job."""
@@ -144,9 +140,10 @@ class Supervisor:
             self.tee = Tee(stderr_fd, self.output)
         self.log("child adopted", pid=pid, program=self.argv[0])
 
-    def start_main(self, **note: Any) -> None:
+    def start_child(self, **note: Any) -> None:
+        """Start the main child as PID 1 runs it (proc/spawn.py start_main)."""
         self.main, err, self.tty = start_main(self.argv, self.env, group=self.settings.group,
-                                              pipe_stderr=self.settings.explain)
+                                              pipe_stderr=self.settings.explain_failure)
         if err is not None:
             self.tee = Tee(err, self.output)
         self.log("child started", pid=self.main, program=self.argv[0], **note)
@@ -156,14 +153,15 @@ class Supervisor:
     def finished(self) -> bool:
         """The main child has ended for good, no descendant is left (or they survived
         SIGKILL), and its stderr has reached its end (or the drain deadline passed)."""
-        if self.main_status is None or not (self.none_left or self.abandoned) or \
+        if self.main_status is None or not (self.none_left or self.leftovers.abandoned) or \
                 any(d.busy() for d in self.duties):
             return False
         return self.tee is None or not self.tee.open or (
             self.drain_deadline is not None and time.monotonic() >= self.drain_deadline)
 
     def wait_for_event(self) -> None:
-        timers = [t for t in (self.restart_at, self.leftovers_deadline, self.drain_deadline,
+        restart = self.restarts.at if self.restarts else None
+        timers = [t for t in (restart, self.leftovers.deadline, self.drain_deadline,
                               self.kill_main_at, *(d.next_at() for d in self.duties))
                   if t is not None]
         timeout = max(0.0, min(timers) - time.monotonic()) if timers else None
@@ -183,7 +181,7 @@ class Supervisor:
             if signum in signals.TERMINATING:
                 self.stopping = True
                 self.stop_signal = self.stop_signal or signum
-                self.restart_at = None
+                self.cancel_restart()
             if self.main_status is None:
                 self.forward(signum)
 
@@ -225,7 +223,7 @@ class Supervisor:
             return
         self.log("stopping", reason=why)
         self.stopping = True
-        self.restart_at = None
+        self.cancel_restart()
         if self.main_status is None:
             self.forward(signal.SIGTERM)
 
@@ -266,22 +264,18 @@ class Supervisor:
     def main_ended(self, status: int) -> None:
         code = exit_code(status)
         self.log("child exited", pid=self.main, code=code)
-        policy = self.settings.restart
-        if policy is not None and not self.stopping:
-            now = time.monotonic()
-            self.deaths, delay = policy.after_death(self.deaths, now)
+        if self.restarts is not None and not self.stopping:
+            delay = self.restarts.died(time.monotonic())
+            deaths, window = len(self.restarts.deaths), self.restarts.policy.window
             if delay is not None:
-                self.restart_at = now + delay
                 self.log("restarting", program=self.argv[0], in_s=round(delay, 2),
-                         deaths_in_window=len(self.deaths))
+                         deaths_in_window=deaths)
                 return
-            self.give_up = True
             self.log("giving up", level="error", program=self.argv[0],
-                     reason=f"{self.argv[0]} died {len(self.deaths)} times in "
-                            f"{policy.window:g} s; exiting so that Kubernetes restarts "
-                            "the pod")
-            self.verdict.reason = (f"{self.argv[0]} keeps dying ({len(self.deaths)} times in "
-                           f"{policy.window:g} s, last exit {code})")
+                     reason=f"{self.argv[0]} died {deaths} times in {window:g} s; exiting "
+                            "so that Kubernetes restarts the pod")
+            self.verdict.reason = (f"{self.argv[0]} keeps dying ({deaths} times in "
+                                   f"{window:g} s, last exit {code})")
             self.output.write(f"mpi-bootstrap: {printable(self.verdict.reason, lines=False)}; "
                               "giving up so that Kubernetes restarts the pod\n".encode())
         self.main_status = status
@@ -290,34 +284,25 @@ class Supervisor:
         for hook in self.on_exit:
             hook(code)
 
+    def cancel_restart(self) -> None:
+        if self.restarts is not None:
+            self.restarts.at = None
+
     def keep_service_alive(self) -> None:
-        if self.restart_at is not None and time.monotonic() >= self.restart_at:
-            self.restart_at = None
-            self.start_main(restarted=True)
+        if self.restarts is not None and self.restarts.due(time.monotonic()):
+            self.start_child(restarted=True)
 
     def end_leftovers(self) -> None:
-        """After the main child: SIGTERM to what is left, SIGKILL after the grace; once
-        none is left, a last moment for its stderr to reach its end."""
+        """After the main child: what is left ended (leftovers.py); once none is left, a
+        last moment for its stderr to reach its end."""
         if self.main_status is None:
             return
         now = time.monotonic()
-        if self.none_left or self.abandoned:
+        if self.none_left or self.leftovers.abandoned:
             if self.tee is not None and self.tee.open and self.drain_deadline is None:
                 self.drain_deadline = now + DRAIN_SECONDS
             return
-        if self.leftovers_deadline is None:
-            n = self.signal_descendants(signal.SIGTERM)
-            self.log("terminating leftovers", processes=n, grace_s=self.settings.grace)
-            self.leftovers_deadline = now + self.settings.grace
-        elif now >= self.leftovers_deadline:
-            if self.killed:
-                self.log("leftovers survive SIGKILL", level="warning")
-                self.abandoned = True
-                return
-            n = self.signal_descendants(signal.SIGKILL)
-            self.log("killing leftovers", level="warning", processes=n)
-            self.killed = True
-            self.leftovers_deadline = now + 2.0
+        self.leftovers.step(now)
 
     # ------------------------------------------------------------ the end
 
@@ -327,15 +312,16 @@ class Supervisor:
         if self.tee is not None:
             self.tee.drain()
 
-    def exit_code(self) -> int:
+    def final_code(self) -> int:
+        """The agent's exit code: the main child's, or the verdict's (pid1/verdict.py)."""
         if self.reaped_others:
             self.log("reaped others", count=self.reaped_others)
-        if self.settings.restart:
-            return int(ExitStatus.PEER_UNAVAILABLE) if self.give_up else 0
+        if self.restarts is not None:
+            return int(ExitStatus.PEER_UNAVAILABLE) if self.restarts.given_up else 0
         if self.verdict.code is not None and not self.stop_signal:
             return self.verdict.code
         code = exit_code(self.main_status if self.main_status is not None else 0)
-        if self.settings.explain and not self.stop_signal:
+        if self.settings.explain_failure and not self.stop_signal:
             code = self.verdict.read(code, bytes(self.tee.tail) if self.tee else b"",
                                      self.terminating_signal_arrived, self.output, self.log)
         if self.stop_signal and code not in (0, signal_exit_status(self.stop_signal)):
@@ -368,10 +354,6 @@ class Supervisor:
         arrived = self.read_signals()
         self.arrived.extend(arrived)
         return any(s in signals.TERMINATING for s in arrived)
-
-    def signal_descendants(self, signum: int) -> int:
-        """Signal every process below us (the main child is gone: these are leftovers)."""
-        return tree.signal_all(tree.descendants(os.getpid()), signum)
 
 
 def _noop(_signum: int, _frame: object) -> None:

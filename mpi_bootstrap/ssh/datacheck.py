@@ -1,7 +1,7 @@
 """Before mpirun, after preflight (and in `doctor`): the data network, tested by the
 workers themselves.
 
-One session per worker runs system/dataprobe.py's `session`: served by the worker's
+One session per worker runs dataplane/probe.py's `session`: served by the worker's
 resident PID 1 where its sshd names PID 1's FIFO (pid1/dataserve.py: no interpreter
 starts), else by the worker's Python. In the launcher that session is preflight's own
 (its check's script goes on to run it: no second ssh session, no second login); the
@@ -30,8 +30,10 @@ from typing import Any
 from mpi_bootstrap.core import datanet, failures, records
 from mpi_bootstrap.core.errors import PeerUnavailableError, shown, some
 from mpi_bootstrap.core.log import Log
+from mpi_bootstrap.dataplane import port as probeport
+from mpi_bootstrap.dataplane import probe as dataprobe
 from mpi_bootstrap.proc import children
-from mpi_bootstrap.system import dataprobe, parallel, probeport
+from mpi_bootstrap.system import parallel
 
 # A session ends by itself after this, should the launcher vanish. Sessions stay open
 # together (each listens while the others probe); their starts and probes are bounded
@@ -64,7 +66,7 @@ def command(python: str, *args: str) -> str:
 
 # The probe program, as a worker's Python runs it: the text of each module, compiled on
 # its own (each has its own `from __future__`) and run in one namespace named PROGRAM,
-# where dataprobe.py finds probeport.py's names instead of importing the agent.
+# where dataplane/probe.py finds dataplane/port.py's names instead of importing the agent.
 MODULES = (probeport, dataprobe)
 _N = len(MODULES) + 1
 LOADER = (f"import sys; g = {{'__name__': {dataprobe.PROGRAM!r}}}; "
@@ -97,7 +99,7 @@ def mismatch(nic: str, facts: Mapping[str, Mapping[str, Any]]) -> str | None:
 
 
 class _Run:
-    """One ssh session per worker, all at once (system/dataprobe.py says what each does)."""
+    """One ssh session per worker, all at once (dataplane/probe.py says what each does)."""
 
     def __init__(self, ssh: Sequence[str], hosts: Sequence[str], nics: str | Mapping[str, str],
                  *, python: str, sysfs: str, env: Mapping[str, str], deadline: float,

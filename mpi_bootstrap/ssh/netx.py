@@ -84,7 +84,7 @@ def signed(key: bytes, message: dict[str, Any]) -> bytes:
 def valid_mac(key: bytes, message: Mapping[str, Any]) -> bool:
     """Never raises: compare_digest refuses non-ASCII text (TypeError), and a message
     nested just below json's limits cannot be dumped again (RecursionError) — both
-    reachable without the token (found by tests/test_fuzz.py)."""
+    reachable without the token (tests/test_fuzz_exchange_regressions.py)."""
     mac = message.get("mac")
     if not isinstance(mac, str) or not mac.isascii():
         return False

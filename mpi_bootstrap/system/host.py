@@ -1,4 +1,4 @@
-"""Facts about this machine that the config depends on, gathered once before it is built."""
+"""What the config needs to know about this machine, gathered once before it is built."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import os
 import stat
 
 from mpi_bootstrap.core import tokens
-from mpi_bootstrap.core.config import HostFacts
+from mpi_bootstrap.core.config import Machine
 
 
-def facts() -> HostFacts:
-    return HostFacts(euid=os.geteuid(), exists=os.path.exists, read_token_file=read_token_file)
+def machine() -> Machine:
+    return Machine(euid=os.geteuid(), exists=os.path.exists, read_token_file=read_token_file)
 
 
 def read_token_file(path: str) -> tokens.TokenFile:

@@ -1,4 +1,5 @@
-"""Network interfaces present in this pod (psutil), and the data-interface choice."""
+"""Network interfaces present in this pod (psutil): their names, the order NCCL finds
+them in, their addresses. Which of them is the data NIC is core/nccl.py's choice."""
 
 from __future__ import annotations
 

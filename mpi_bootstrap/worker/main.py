@@ -22,11 +22,12 @@ from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import fingerprint
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
 from mpi_bootstrap.core.spec import Marker, NetExchange, Restart, Spec, Watch
+from mpi_bootstrap.dataplane import probe as dataprobe
 from mpi_bootstrap.pid1 import dataserve, restart
 from mpi_bootstrap.pid1.watch import make_fifo as make_control_fifo
 from mpi_bootstrap.proc.handoff import handoff
 from mpi_bootstrap.ssh import dirx, keys, sshd
-from mpi_bootstrap.system import dataprobe, netif
+from mpi_bootstrap.system import netif
 from mpi_bootstrap.system.files import atomic_write, read_regular, state_dir
 
 RECORD_FILE = "record.json"
@@ -176,7 +177,7 @@ def data_nic(config: Config, environ: Mapping[str, str], log: Log
     log("data interfaces", nics=list(nics), rule=why, have=list(names))
     if not data:
         return None, names
-    facts = dataprobe.nic_facts(data[0], config.sysfs)
+    facts = dataprobe.nic_report(data[0], config.sysfs)
     if "error" in facts:
         log("data NIC missing", level="warning", nic=data[0], have=facts.get("have"))
         return None, names

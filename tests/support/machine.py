@@ -4,7 +4,7 @@ files below), and the MPIs it is said to have (each as `launcher/mpi` would dete
 import errno
 import os
 
-from mpi_bootstrap.core.config import HostFacts
+from mpi_bootstrap.core.config import Machine
 from mpi_bootstrap.core.tokens import TokenFile
 from mpi_bootstrap.launcher import mpi
 
@@ -25,7 +25,7 @@ def read_token_file(path: str) -> TokenFile:
     return TOKEN_FILES[path]
 
 
-HOST = HostFacts(euid=0, exists=lambda _path: False, read_token_file=read_token_file)
+HOST = Machine(euid=0, exists=lambda _path: False, read_token_file=read_token_file)
 
 MPIS = {
     "openmpi4": mpi.MPIInfo(

@@ -24,13 +24,14 @@ from mpi_bootstrap.core.errors import (
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.model import Answer, Decision
 from mpi_bootstrap.core.names import is_ip_literal
+from mpi_bootstrap.dataplane import probe as dataprobe
 from mpi_bootstrap.launcher import mpi as mpimod
-from mpi_bootstrap.launcher.model import Facts
+from mpi_bootstrap.launcher.model import Gathered
 from mpi_bootstrap.launcher.plan import host_entries
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.proc.spawn import resolve
 from mpi_bootstrap.ssh import peers
-from mpi_bootstrap.system import dataprobe, dns, hostfiles, netif
+from mpi_bootstrap.system import dns, hostfile_reader, netif
 
 RESOLV_CONF = "/etc/resolv.conf"
 ETC_HOSTS = "/etc/hosts"
@@ -165,7 +166,7 @@ def read_hostfile(config: Config, path: str) -> hf.Hostfile:
     """The hostfile; a missing default one says where it comes from and how to name
     another."""
     try:
-        return hostfiles.read(path)
+        return hostfile_reader.read(path)
     except HostfileError as exc:
         if config.source("hostfile").kind == "default" and exc.message.endswith("not found"):
             exc.message += (" (the default path, where MPI Operator mounts the job's "
@@ -189,7 +190,7 @@ def dns_decision(config: Config, answers: Mapping[str, Answer]) -> Decision:
         "is planned as if they stay unresolved")
 
 
-def gather(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Facts, list[Decision]]:
+def gather(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Gathered, list[Decision]]:
     # One deadline for DNS, the workers' records, sshd readiness and preflight.
     deadline = time.monotonic() + config.dns_wait_seconds
     log("exchange", mode=config.exchange, reason=config.exchange_reason)
@@ -217,7 +218,7 @@ def gather(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Facts,
     interfaces = netif.present()
     rdma = {nic: tuple(devs) for nic in interfaces
             if (devs := dataprobe.rdma_devices(nic, config.sysfs))}
-    facts = Facts(environ=env, hostfile=hostfile, answers=answers, mpi=info,
+    facts = Gathered(environ=env, hostfile=hostfile, answers=answers, mpi=info,
                   interfaces=interfaces, rdma=rdma, is_root=os.geteuid() == 0,
                   is_pid1=os.getpid() == 1, client=client,
                   records=records, remote=tuple(new for _, new, _ in remote),

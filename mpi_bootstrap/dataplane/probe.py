@@ -1,6 +1,6 @@
 """The data-plane check's program on a worker: standard library only, and no import of
 the agent, because the launcher runs it over ssh with the worker's Python: the text of
-probeport.py, then this file's, in one namespace (`python -I -S -c LOADER …`:
+dataplane/port.py, then this file's, in one namespace (`python -I -S -c LOADER …`:
 ssh/datacheck.py). Nothing on the worker needs to be installed but an interpreter.
 
     session NIC SECONDS SYSFS
@@ -8,14 +8,14 @@ ssh/datacheck.py). Nothing on the worker needs to be installed but an interprete
          locked-memory limit) and the port it opened on its data address, TCP and UDP;
       2. reads one line on stdin, `from=ADDR,… NAME=ADDR:PORT:MTU …`: the addresses its
          probers come from, and the peers it probes;
-      3. answers probes from those addresses only (probeport.py: no peer can block it);
+      3. answers probes from those addresses only (dataplane/port.py: no peer can block it);
       4. probes each peer from its data address: a TCP connect and echo, then a datagram
          of the path's full MTU that may not fragment (and, if it is lost, the largest
          size that passes); one JSON line per peer, then `{"done": N}`;
       5. ends when stdin closes (the launcher has every answer) or SECONDS pass — then at
          the latest: an alarm ends the process a few seconds later whatever it is doing.
 
-The worker's agent also imports `nic_facts` for its record (worker/main.py), and its
+The worker's agent also imports `nic_report` for its record (worker/main.py), and its
 resident PID 1 runs `session` in a forked copy of itself where it serves the check
 (pid1/dataserve.py): then no interpreter starts at all.
 
@@ -42,11 +42,11 @@ import time
 TYPE_CHECKING = False  # the typing module alone would add 3 ms to every start
 if TYPE_CHECKING:
     from typing import Any
-# Sent to a worker, this file's text runs after probeport.py's, in the same namespace
+# Sent to a worker, this file's text runs after dataplane/port.py's, in the same namespace
 # (PROGRAM: ssh/datacheck.py); imported, it imports it.
 PROGRAM = "mpi_bootstrap_dataprobe"
 if __name__ != PROGRAM:
-    from mpi_bootstrap.system.probeport import PROBE_SECONDS, Server
+    from mpi_bootstrap.dataplane.port import PROBE_SECONDS, Server
 
 SIOCGIFADDR, SIOCGIFMTU = 0x8915, 0x8921
 IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2  # <linux/in.h>
@@ -97,7 +97,7 @@ def memlock() -> int:
     return -1 if soft == resource.RLIM_INFINITY else soft
 
 
-def nic_facts(nic: str, sysfs: str = "/sys") -> dict[str, Any]:
+def nic_report(nic: str, sysfs: str = "/sys") -> dict[str, Any]:
     """What a pod says about its data NIC; `{"nic", "error": "missing", "have"}` if absent."""
     try:
         _socket.if_nametoindex(nic)
@@ -138,7 +138,7 @@ def session(nic: str, seconds: float, sysfs: str) -> int:
     reader of its output does."""
     _signal.signal(_signal.SIGALRM, _signal.SIG_DFL)
     _signal.alarm(int(seconds) + ALARM_SLACK)
-    facts = nic_facts(nic, sysfs)
+    facts = nic_report(nic, sysfs)
     addrs = facts.get("addresses") or []
     if "error" in facts or not addrs:
         facts.setdefault("error", "no address")

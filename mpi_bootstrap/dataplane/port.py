@@ -1,5 +1,5 @@
 """The data check's port on a worker: one TCP listener and one UDP socket on one port of
-its data address, served by system/dataprobe.py's session from one poll() loop that
+its data address, served by dataplane/probe.py's session from one poll() loop that
 never blocks (select() fails once a descriptor's number reaches 1024).
 
 The port answers only the workers the launcher names in the session's line (`from=`):
@@ -14,7 +14,7 @@ So a stranger holding a connection open, sending and never reading, costs the ch
 nothing (tests/test_attacks_round2.py::TestDataCheckPort).
 
 Standard library only, and no import of the agent: the launcher sends this file's text
-to a worker's Python with dataprobe.py's (ssh/datacheck.py).
+to a worker's Python with dataplane/probe.py's (ssh/datacheck.py).
 """
 
 from __future__ import annotations
