@@ -189,20 +189,20 @@ def _size(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
-def listener_problem(host: str, facts: Mapping[str, Any], value: str | None = None
+def listener_problem(host: str, report: Mapping[str, Any], value: str | None = None
                      ) -> str | None:
     """Why `host` cannot take part (its data NIC as the check found it), or None.
     `value`: the NCCL_SOCKET_IFNAME the ranks get, which chose that NIC."""
-    nic = facts.get("nic", "?")
-    error = facts.get("error")
+    nic = report.get("nic", "?")
+    error = report.get("error")
     if error == "missing":
-        have = ", ".join(facts.get("have") or [])
+        have = ", ".join(report.get("have") or [])
         chose = f"NCCL_SOCKET_IFNAME={value if value is not None else nic}"
         return (f"{host} has no {nic} (it has {have or 'no interface'}): {chose} fails "
                 "there; attach the data network to it")
     if error:
         return f"{host}: {nic}: {error}"
-    rdma, lock = facts.get("rdma") or [], facts.get("memlock", -1)
+    rdma, lock = report.get("rdma") or [], report.get("memlock", -1)
     if rdma and lock != -1 and lock < MIN_MEMLOCK:
         return (f"{host}: locked-memory limit is {_size(lock)} but {nic} is RDMA device "
                 f"{','.join(rdma)}: NCCL's IB transport needs it unlimited (give the "

@@ -138,19 +138,19 @@ def session(nic: str, seconds: float, sysfs: str) -> int:
     reader of its output does."""
     _signal.signal(_signal.SIGALRM, _signal.SIG_DFL)
     _signal.alarm(int(seconds) + ALARM_SLACK)
-    facts = nic_report(nic, sysfs)
-    addrs = facts.get("addresses") or []
-    if "error" in facts or not addrs:
-        facts.setdefault("error", "no address")
-        _say(facts)
+    report = nic_report(nic, sysfs)
+    addrs = report.get("addresses") or []
+    if "error" in report or not addrs:
+        report.setdefault("error", "no address")
+        _say(report)
         return 0
     try:
         tcp, udp, port = _open(str(addrs[0]))
     except OSError as exc:
-        _say({**facts, "error": f"cannot listen: {exc.strerror}"})
+        _say({**report, "error": f"cannot listen: {exc.strerror}"})
         return 0
-    _say({**facts, "port": port})
-    Server(tcp, udp, lambda words: probe(facts, words)).run(time.monotonic() + seconds)
+    _say({**report, "port": port})
+    Server(tcp, udp, lambda words: probe(report, words)).run(time.monotonic() + seconds)
     # No probe thread's line after this: one still inside stdout's write would hold the
     # buffer's own lock when the interpreter shuts down, which aborts it (SIGABRT, seen
     # once in test_datacheck); held here, a late thread waits on `_out` instead.
@@ -250,10 +250,10 @@ def probe_one(src: str, mtu: int, target: str, seconds: float) -> dict[str, obje
     return out
 
 
-def probe(facts: dict[str, Any], targets: list[str]) -> None:
+def probe(report: dict[str, Any], targets: list[str]) -> None:
     """Probe every target at once, each in its own thread (this returns at once): one
     line per target as it is known, then `{"done": n}` after the last."""
-    addrs = [str(a) for a in facts.get("addresses") or []]
+    addrs = [str(a) for a in report.get("addresses") or []]
     left = [len(targets)]
 
     def one(target: str) -> None:
@@ -263,9 +263,9 @@ def probe(facts: dict[str, Any], targets: list[str]) -> None:
             v6 = ":" in rest.rsplit(":", 2)[0]
             src = next((a for a in addrs if (":" in a) == v6), None)
             if src is None:
-                result["kind"] = f"no {'IPv6' if v6 else 'IPv4'} address on {facts['nic']}"
+                result["kind"] = f"no {'IPv6' if v6 else 'IPv4'} address on {report['nic']}"
             else:
-                result = probe_one(src, int(facts["mtu"]), target, PROBE_SECONDS)
+                result = probe_one(src, int(report["mtu"]), target, PROBE_SECONDS)
         except Exception as exc:  # said as the pair's failure: a lost thread would hang it
             result["kind"] = f"error: {exc!r}"
         with _out:

@@ -42,15 +42,15 @@ def local(config: Config) -> list[Finding]:
         return [Finding(own, "data NIC", True, f"{why} (besides {config.control_iface}): "
                         "no data check")]
     nic = nics[0]
-    facts = dataprobe.nic_report(nic, config.sysfs)
-    problem = datanet.listener_problem(own, facts, rule.value)
+    report = dataprobe.nic_report(nic, config.sysfs)
+    problem = datanet.listener_problem(own, report, rule.value)
     if problem is not None:
         return [Finding(own, "data NIC", False, problem, ADVICE)]
-    lock = facts["memlock"]
-    rdma = ",".join(facts["rdma"]) or "none"
+    lock = report["memlock"]
+    rdma = ",".join(report["rdma"]) or "none"
     return [Finding(own, "data NIC", True,
-                    f"{why}; {nic} {' '.join(facts['addresses']) or '(no address)'} MTU "
-                    f"{facts['mtu']}, RDMA {rdma}, locked memory "
+                    f"{why}; {nic} {' '.join(report['addresses']) or '(no address)'} MTU "
+                    f"{report['mtu']}, RDMA {rdma}, locked memory "
                     f"{'unlimited' if lock == -1 else f'{lock} bytes'}")]
 
 

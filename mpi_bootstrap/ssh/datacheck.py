@@ -86,14 +86,14 @@ def _program(python: str, args: Sequence[str]) -> str:
             f"exec \"$P\" {shlex.join(program(*args))}")
 
 
-def mismatch(nic: str, facts: Mapping[str, Mapping[str, Any]]) -> str | None:
+def mismatch(nic: str, reports: Mapping[str, Mapping[str, Any]]) -> str | None:
     """Workers whose data NIC's MTU differs from the most common one (`nic`: their NIC's
     name, or the names joined where they differ)."""
-    mtus = Counter(f["mtu"] for f in facts.values())
+    mtus = Counter(f["mtu"] for f in reports.values())
     if len(mtus) < 2:
         return None
     usual = mtus.most_common(1)[0][0]
-    odd = [f"{h} ({f['mtu']})" for h, f in facts.items() if f["mtu"] != usual]
+    odd = [f"{h} ({f['mtu']})" for h, f in reports.items() if f["mtu"] != usual]
     return (f"MTU mismatch: {nic} has MTU {usual} on {mtus[usual]} workers but not on "
             f"{some(odd, shown=3)}: jumbo frames must be on every node or none")
 
@@ -167,12 +167,12 @@ def report(host: str, line: str, nic: str, published: datanet.DataNIC | None,
            value: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """A session's first line: (its data NIC and port, why `host` cannot take part)."""
     try:
-        facts = datanet.session_report(json.loads(line), nic)
-        if (why := datanet.disagrees(facts, published)) is not None:
+        reports = datanet.session_report(json.loads(line), nic)
+        if (why := datanet.disagrees(reports, published)) is not None:
             raise ValueError(why)  # a worker changed since it started, or one that lies
     except (ValueError, RecursionError) as exc:
         return None, refused(host, "report", exc, line)
-    return facts, datanet.listener_problem(host, facts, value)
+    return reports, datanet.listener_problem(host, reports, value)
 
 
 def probe_result(host: str, line: str, peers: frozenset[str]
@@ -189,18 +189,18 @@ def refused(host: str, what: str, exc: BaseException, line: str) -> str:
             f"({shown(str(exc), 160)}): {shown(line, 160)}")
 
 
-def requests(facts: Mapping[str, Mapping[str, Any]], seed: int) -> dict[str, list[str]]:
+def requests(reports: Mapping[str, Mapping[str, Any]], seed: int) -> dict[str, list[str]]:
     """Each worker's line, by host: `from=` the addresses of the workers that probe it
     (its port answers no one else), then `NAME=ADDR:PORT:MTU` for each peer it probes.
     Every value was validated (datanet.session_report)."""
-    ready = list(facts)
+    ready = list(reports)
     targets: dict[str, list[str]] = {h: [] for h in ready}
     sources: dict[str, set[str]] = {h: set() for h in ready}
     for i, j in datanet.pairs(len(ready), seed):
-        peer = facts[ready[j]]
+        peer = reports[ready[j]]
         targets[ready[i]].append(f"{ready[j]}={peer['addresses'][0]}:{peer['port']}:"
                                  f"{peer['mtu']}")
-        sources[ready[j]].update(facts[ready[i]]["addresses"])
+        sources[ready[j]].update(reports[ready[i]]["addresses"])
     return {h: [f"from={','.join(sorted(sources[h]))}", *targets[h]]
             for h in ready if targets[h]}
 
@@ -227,13 +227,13 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], nics: str | Mapping[st
         found = parallel.map_all(r.start, list(hosts), parallel.SSH_AT_ONCE)
         problems = [why for _, why in found if why]
         at = next((h for h, (_, why) in zip(hosts, found, strict=True) if why), None)
-        facts = {h: f for h, (f, why) in zip(hosts, found, strict=True) if f and not why}
-        for host, f in facts.items():
+        reports = {h: f for h, (f, why) in zip(hosts, found, strict=True) if f and not why}
+        for host, f in reports.items():
             log("data NIC", level="debug", host=host, nic=r.nics[host], mtu=f["mtu"],
                 addresses=f["addresses"], rdma=f["rdma"])
-        if (odd := mismatch(r.label, facts)) is not None:
+        if (odd := mismatch(r.label, reports)) is not None:
             problems.append(odd)
-        lines = requests(facts, seed)
+        lines = requests(reports, seed)
         for host, words in lines.items():  # every line first: a port answers its probers
             r.send(host, " ".join(words))  # only once its own line has come
         listened = time.monotonic()
@@ -260,8 +260,8 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], nics: str | Mapping[st
                                    phase="data check", host=at)
     log("data check ok", workers=len(hosts), nic=r.label,
         probes=sum(len(words) - 1 for words in lines.values()),
-        mtu=sorted({f["mtu"] for f in facts.values()}),
+        mtu=sorted({f["mtu"] for f in reports.values()}),
         listen_s=round(listened - started, 3), probe_s=round(probed - listened, 3),
         elapsed_s=round(time.monotonic() - started, 3),
         cpu_s=round(time.process_time() - cpu, 3))  # this process's, its threads' included
-    return facts
+    return reports

@@ -177,14 +177,14 @@ def data_nic(config: Config, environ: Mapping[str, str], log: Log
     log("data interfaces", nics=list(nics), rule=why, have=list(names))
     if not data:
         return None, names
-    facts = dataprobe.nic_report(data[0], config.sysfs)
-    if "error" in facts:
-        log("data NIC missing", level="warning", nic=data[0], have=facts.get("have"))
+    report = dataprobe.nic_report(data[0], config.sysfs)
+    if "error" in report:
+        log("data NIC missing", level="warning", nic=data[0], have=report.get("have"))
         return None, names
-    found = datanet.DataNIC(data[0], tuple(facts["addresses"])[:16], int(facts["mtu"]),
-                            tuple(facts["rdma"])[:16])
+    found = datanet.DataNIC(data[0], tuple(report["addresses"])[:16], int(report["mtu"]),
+                            tuple(report["rdma"])[:16])
     log("data NIC", nic=data[0], mtu=found.mtu, addresses=list(found.addresses),
-        rdma=list(found.rdma), memlock=facts["memlock"])
+        rdma=list(found.rdma), memlock=report["memlock"])
     return found, names
 
 
