@@ -28,7 +28,7 @@ class TestDetect:
         """Each real mpirun --version capture is identified as its vendor, version and runtime."""
         text = (VERSIONS / fixture).read_text()
         info = mpi.identify(text, "/x/mpirun", "auto", "default", prefix="/x")
-        assert (info.vendor, info.version, info.runtime) == (vendor, version, runtime)
+        assert (info.vendor, info.version, info.runtime.name) == (vendor, version, runtime)
         assert info.source == "detected"
 
     def test_unknown_output_is_a_clear_error(self) -> None:
@@ -43,9 +43,9 @@ class TestDetect:
     def test_choice_when_output_unknown(self) -> None:
         """An explicit MPI choice is used when the version output is unrecognised."""
         info = mpi.identify("???", "/x/mpirun", "openmpi5", "env MPI_BOOTSTRAP_MPI", prefix="/x")
-        assert (info.vendor, info.version, info.runtime) == ("openmpi", "unknown", "prrte")
+        assert (info.vendor, info.version, info.runtime) == ("openmpi", "unknown", mpi.PRRTE)
         info = mpi.identify("???", "/x/mpirun", "intel", "env MPI_BOOTSTRAP_MPI", prefix="/x")
-        assert (info.vendor, info.runtime) == ("intel", "hydra")
+        assert (info.vendor, info.runtime) == ("intel", mpi.INTEL)
 
     def test_openmpi_choice_needs_a_major_version(self) -> None:
         """A bare 'openmpi' choice takes its runtime from the output; without one it asks for
@@ -53,7 +53,7 @@ class TestDetect:
         with pytest.raises(ConfigError, match="use openmpi4 or openmpi5"):
             mpi.identify("???", "/x/mpirun", "openmpi", "env MPI_BOOTSTRAP_MPI", prefix="/x")
         text = (VERSIONS / "openmpi-5.0.11.txt").read_text()
-        assert mpi.identify(text, "/x/mpirun", "openmpi", "env", prefix="/x").runtime == "prrte"
+        assert mpi.identify(text, "/x/mpirun", "openmpi", "env", prefix="/x").runtime is mpi.PRRTE
 
 
 class TestUserCommand:
@@ -88,7 +88,7 @@ class TestUserCommand:
         """A hydra command is split at its program, and its options are read from mpirun's part
         only, not from the program's own -n."""
         argv = ["mpiexec", "-n", "4", "-genv", "A", "1", "-iface", "ib0", "./a.out", "-n", "9"]
-        user = mpi.scan_user_command(argv, mpi.HYDRA)
+        user = mpi.scan_user_command(argv, mpi.MPICH)
         assert user.program_index == 8
         assert user.has("iface") == "-iface"
         assert user.values("n") == ["4"]

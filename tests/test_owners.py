@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mpi_bootstrap.core import config, failures, remote
+from mpi_bootstrap.core import config, failures, runtimes
 from mpi_bootstrap.core.settings import SECRET_SSHD_PORT
 from mpi_bootstrap.launcher import preflight
 from mpi_bootstrap.pid1.restart import RestartPolicy
@@ -19,10 +19,10 @@ PACKAGE = Path(__file__).parent.parent / "mpi_bootstrap"
 OWNERS = {
     # literal: the one module that may write it
     "K_MPI_JOB_ROLE": "core/config.py",  # the role word's variables (ROLE_ENVS)
-    "orted": "core/remote.py",  # the MPI daemons' names
-    "prted": "core/remote.py",
-    "hydra_pmi_proxy": "core/remote.py",
-    "hydra_bstrap_proxy": "core/remote.py",
+    "orted": "core/runtimes/openmpi.py",  # the MPI daemons' names: their runtimes'
+    "prted": "core/runtimes/openmpi.py",
+    "hydra_pmi_proxy": "core/runtimes/hydra.py",
+    "hydra_bstrap_proxy": "core/runtimes/hydra.py",
     2222: "core/settings.py",  # the secret exchange's sshd port
     "kex_exchange_identification": "core/failures.py",  # ssh's failure words
     "connection refused": "core/failures.py",
@@ -49,7 +49,7 @@ def test_one_owner(literal: object) -> None:
 
 def test_names_are_the_owners() -> None:
     """What the other modules use is the owner's: the same values, one list of each."""
-    assert failures.DAEMONS is remote.ALL_DAEMONS
+    assert failures.DAEMONS is runtimes.DAEMONS
     assert "K_MPI_JOB_ROLE" in config.ROLE_ENVS and SECRET_SSHD_PORT == 2222
     assert (RestartPolicy().limit, RestartPolicy().window) == (5, 60.0)
 

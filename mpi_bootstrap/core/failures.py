@@ -21,12 +21,12 @@ import dataclasses
 import re
 from collections.abc import Callable, Iterator
 
-from mpi_bootstrap.core import remote
+from mpi_bootstrap.core import runtimes
 from mpi_bootstrap.core.errors import printable
 
 MAX_SCAN = 256 * 1024  # the tail of mpirun's stderr the supervisor keeps
 MAX_LINE = 1024  # ssh's and the MPIs' messages are far shorter
-DAEMONS = remote.ALL_DAEMONS
+DAEMONS = runtimes.DAEMONS
 
 Fields = dict[str, str]
 

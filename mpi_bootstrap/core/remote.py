@@ -21,11 +21,6 @@ import dataclasses
 import shlex
 from collections.abc import Sequence
 
-# The programs mpirun starts on every worker over ssh (the one list of their names:
-# preflight looks for them, core/failures.py reads them in ssh's and the shell's words).
-ORTED, PRTED, HYDRA_PMI, HYDRA_BSTRAP = "orted", "prted", "hydra_pmi_proxy", "hydra_bstrap_proxy"
-ALL_DAEMONS = (ORTED, PRTED, HYDRA_PMI, HYDRA_BSTRAP)
-
 
 def script(daemons: Sequence[str], dirs: Sequence[str], program: str | None = None,
            ranks_path: str | None = None) -> str:

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from mpi_bootstrap.core import runtimes
 from mpi_bootstrap.core import values as v
 from mpi_bootstrap.core.termination import DEFAULT_PATH as DEFAULT_TERMINATION_LOG
 
@@ -22,7 +23,7 @@ DATA_IFACE_CANDIDATES = ("net1", "dranet0")
 SECRET_SSHD_PORT = 2222
 REWRITE_MODES = ("none", "fqdn", "ip")
 EXCHANGE_MODES = ("auto", "secret", "dir", "net", "none")
-MPI_CHOICES = ("auto", "openmpi", "openmpi4", "openmpi5", "mpich", "intel")
+MPI_CHOICES = ("auto", *runtimes.CHOICES)  # auto, openmpi, openmpi4, openmpi5, mpich, intel
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 

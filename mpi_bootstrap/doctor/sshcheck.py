@@ -12,7 +12,7 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 
-from mpi_bootstrap.core import failures, records, remote
+from mpi_bootstrap.core import failures, records, remote, runtimes
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import BootstrapError
 from mpi_bootstrap.doctor.finding import Finding
@@ -64,7 +64,7 @@ def ssh_finding(name: str, target: str, port: int, *, user: str, private_key: st
         client.connect(target, port=port, username=user, pkey=pkey,
                        timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
                        allow_agent=False, look_for_keys=False)
-        _, out, _ = client.exec_command(remote.script(remote.ALL_DAEMONS, ()),
+        _, out, _ = client.exec_command(remote.script(runtimes.DAEMONS, ()),
                                         timeout=timeout)
         report = remote.parse(out.read().decode(errors="replace"))
         return Finding(name, "ssh", True,

@@ -68,11 +68,9 @@ def find_mpi(config: Config, environ: Mapping[str, str]) -> tuple[
     if code != 0 and info.source == "detected":
         notes.append(Decision("mpi", info.vendor, "detected",
                               f"`{path} --version` exited {code} but named its MPI"))
-    if config.mpi != "auto":
-        found = mpimod.parse_version(text)
-        if found and found[0] != info.vendor:
-            notes.append(Decision("mpi", info.vendor, str(config.source("mpi")),
-                                  f"overrides the detected {found[0]} {found[1]}"))
+    if config.mpi != "auto" and (found := mpimod.overridden(text, info)):
+        notes.append(Decision("mpi", info.vendor, str(config.source("mpi")),
+                              f"overrides the detected {found[0]} {found[1]}"))
     return info, env, notes
 
 

@@ -61,7 +61,7 @@ def _hostfile(config: Config, facts: Gathered, entries: list[HostEntry]
               ) -> tuple[str, Decision]:
     """The hostfile mpirun reads (its names as planned, in its MPI's form), and why."""
     hosts = hf.rename(facts.hostfile, {e.name: e.rewritten_to for e in entries})
-    form = hf.HYDRA if facts.mpi.runtime == mpi.HYDRA else hf.OPENMPI
+    form = facts.mpi.runtime.hostfile_form
     return hf.render(hosts, form), Decision("hostfile form", form, "detected",
                                             f"the form {facts.mpi.vendor} reads")
 

@@ -14,21 +14,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from mpi_bootstrap.core import failures, liveness, remote
 from mpi_bootstrap.core.errors import NotSetUpError, PeerUnavailableError, shown, some
 from mpi_bootstrap.core.log import Log
-from mpi_bootstrap.launcher.mpi import HYDRA, INTEL, ORTE, MPIInfo
+from mpi_bootstrap.launcher.mpi import MPIInfo
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.ssh import sshd
 from mpi_bootstrap.system import parallel
 from mpi_bootstrap.system.retry import PEER, retry_until
-
-
-def daemon_names(mpi: MPIInfo) -> tuple[str, ...]:
-    """The program mpirun starts on every worker over ssh."""
-    if mpi.runtime == ORTE:
-        return (remote.ORTED,)
-    if mpi.runtime == HYDRA:
-        return (remote.HYDRA_BSTRAP, remote.HYDRA_PMI) if mpi.vendor == INTEL else (
-            remote.HYDRA_PMI,)
-    return (remote.PRTED,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +50,7 @@ class RemoteCheck:
         bindir = os.path.join(self.mpi.prefix, "bin")  # where mpirun really is
         dirs = [d for d in dict.fromkeys([f"{self.prefix}/bin" if self.prefix else "",
                                           bindir]) if d]
-        check = remote.script(daemon_names(self.mpi), dirs, self.program, self.ranks_path)
+        check = remote.script(self.mpi.runtime.daemons, dirs, self.program, self.ranks_path)
         if self.claim:
             check = f"{remote.claim()}; {check}"
         return f"{check}; echo {END}; {self.then}" if self.then else check

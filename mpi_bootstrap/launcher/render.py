@@ -16,7 +16,7 @@ def as_dict(plan: Plan) -> dict[str, Any]:
     return {
         "version": JSON_VERSION,
         "mpi": {"vendor": plan.mpi.vendor, "version": plan.mpi.version,
-                "runtime": plan.mpi.runtime, "mpirun": plan.mpi.mpirun,
+                "runtime": plan.mpi.runtime.name, "mpirun": plan.mpi.mpirun,
                 "source": plan.mpi.source},
         "hosts": [{"name": h.name, "address": h.address, "slots": h.slots,
                    "rewritten_to": h.rewritten_to, "line": h.line} for h in plan.hosts],
@@ -60,7 +60,7 @@ def as_text(plan: Plan) -> str:
     add = out.append
     add("mpi-bootstrap launcher plan (--explain: nothing was written or started)")
     add("")
-    add(f"MPI:       {plan.mpi.vendor} {plan.mpi.version} ({plan.mpi.runtime}), "
+    add(f"MPI:       {plan.mpi.vendor} {plan.mpi.version} ({plan.mpi.runtime.name}), "
         f"{plan.mpi.mpirun} [{plan.mpi.source}]")
     mode = "wrapping the user's own mpirun command" if plan.wrap else "agent builds mpirun"
     add(f"Mode:      {mode}")

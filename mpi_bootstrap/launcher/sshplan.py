@@ -19,7 +19,7 @@ from mpi_bootstrap.ssh import sshconfig
 def launch_gate(config: Config, facts: Gathered, spec: mpi.LaunchSpec, ssh_cmd: tuple[str, ...],
                 preflight: bool) -> tuple[str | None, list[PlannedFile], Decision]:
     """Whether mpirun starts beside the checks (core/gate.py): its mode, the gate
-    script, and the decision that says so. The builder chose the mode, or why there is
+    script, and the decision that says so. The runtime's rows chose the mode, or why there is
     none (launcher/mpi/gating.py)."""
     source = str(config.source("preflight"))
     if spec.gate is None:

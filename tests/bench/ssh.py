@@ -117,10 +117,10 @@ def preflight_16() -> dict[str, Any]:
                 parallel += [e["elapsed_s"] for e in logs.named(done.stderr, "preflight ok")]
             # One by one, the same ssh command and remote check the agent uses.
             from mpi_bootstrap.launcher import preflight
-            from mpi_bootstrap.launcher.mpi import MPIInfo
+            from mpi_bootstrap.launcher.mpi import ORTE, MPIInfo
 
             script = preflight.RemoteCheck(
-                MPIInfo("openmpi", "4.1.4", "orte", "/usr/bin/mpirun", "", "detected", "/usr"),
+                MPIInfo(ORTE, "4.1.4", "/usr/bin/mpirun", "", "detected", "/usr"),
                 prefix=None,
                 want_ld=None,
             ).script()

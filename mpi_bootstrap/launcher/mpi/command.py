@@ -5,35 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from mpi_bootstrap.launcher.mpi.detect import HYDRA
-
-# Options of each runtime that take arguments (wrap mode must know where the program
-# starts, so that a `--mca` inside the user's program arguments is not mistaken for one).
-_OMPI_ARITY = {
-    **dict.fromkeys(["mca", "gmca", "prtemca", "pmixmca", "omca", "am", "tune"], 2),
-    **dict.fromkeys([
-        "np", "n", "c", "H", "host", "hostfile", "machinefile", "default-hostfile", "x",
-        "bind-to", "map-by", "rank-by", "prefix", "wdir", "wd", "path", "timeout",
-        "output-filename", "output", "npernode", "N", "npersocket", "ppr", "cpus-per-proc",
-        "cpus-per-rank", "launch-agent", "report-uri", "app", "rankfile", "cpu-set",
-        "preload-files", "s", "stdin", "xterm", "personality", "runtime-options", "hnp",
-        "set-cwd-to-session-dir", "mapby", "rankby", "bindto", "display", "dvm", "pmixam",
-        "forward-signals", "report-pid", "add-hostfile", "add-host", "max-vm-size",
-    ], 1),
-}
-_HYDRA_ARITY = {
-    **dict.fromkeys(["genv", "env"], 2),
-    **dict.fromkeys([
-        "n", "np", "f", "hostfile", "machinefile", "machine", "host", "hosts", "ppn",
-        "perhost", "rr", "genvlist", "envlist", "launcher", "launcher-exec", "bootstrap",
-        "bootstrap-exec", "iface", "wdir", "configfile", "rmk", "demux", "binding",
-        "bind-to", "map-by", "topolib", "profile", "errfile-pattern", "outfile-pattern",
-        "prepend-pattern", "gpus-per-proc", "gdb", "ilp64", "tune", "umask", "nameserver",
-        "localhost", "usize", "hosts-group", "ranks-per-proc", "membind", "gtool", "tmpdir",
-        "hostlist", "machines", "machinelist",
-    ], 1),
-}
-
+from mpi_bootstrap.core.runtimes import Runtime
 
 MCA_OPTIONS = ("mca", "gmca", "prtemca", "pmixmca", "omca")  # each takes NAME VALUE
 
@@ -70,8 +42,11 @@ class UserCommand:
         return [v[0] for n, _, v in self.options if n == name and v]
 
 
-def scan_user_command(argv: Sequence[str], runtime: str) -> UserCommand:
-    arity = _HYDRA_ARITY if runtime == HYDRA else _OMPI_ARITY
+def scan_user_command(argv: Sequence[str], runtime: Runtime) -> UserCommand:
+    """The user's options (their values counted by `runtime.options`: wrap mode must know
+    where the program starts, so that a `--mca` among the program's own arguments is not
+    mistaken for one)."""
+    arity = runtime.options
     options: list[tuple[str, int, tuple[str, ...]]] = []
     i = 1
     while i < len(argv):

@@ -1,4 +1,6 @@
-"""Which MPI this is, from the real `mpirun --version`, and what runtime launches it.
+"""Which MPI this is, from the real `mpirun --version`: one of the runtime descriptors
+(core/runtimes/), or a ConfigError (64) naming what mpirun said. Nothing after this
+module tells runtimes apart by name: it asks the descriptor.
 
 Pure: the launcher runs `mpirun --version` and resolves mpirun's install prefix, then
 passes the text and the prefix in.
@@ -12,9 +14,7 @@ import re
 from collections.abc import Sequence
 
 from mpi_bootstrap.core.errors import ConfigError
-
-OPENMPI, MPICH, INTEL = "openmpi", "mpich", "intel"
-ORTE, PRRTE, HYDRA = "orte", "prrte", "hydra"
+from mpi_bootstrap.core.runtimes import RUNTIMES, Runtime
 
 # argv[0] basenames that make the user's command a launcher we wrap (wrap mode).
 LAUNCHER_NAMES = frozenset({
@@ -22,72 +22,83 @@ LAUNCHER_NAMES = frozenset({
     "mpiexec.openmpi", "mpirun.mpich", "mpiexec.mpich",
 })
 
-_OMPI_RE = re.compile(r"\((?:Open MPI|OpenRTE)\)\s+(\d+\.\d+(?:\.\d+)?\S*)")
-_HYDRA_RE = re.compile(r"HYDRA build details:.*?Version:\s+(\S+)", re.S)
-_INTEL_RE = re.compile(r"Intel\(R\) MPI Library.*?Version\s+(\S+)")
 _DEVICE_RE = re.compile(r"--with-device=ch\d:([\w,]+)")
 
 
 @dataclasses.dataclass(frozen=True)
 class MPIInfo:
-    vendor: str  # openmpi | mpich | intel
+    runtime: Runtime
     version: str  # "4.1.4", "2021.18.1", or "unknown"
-    runtime: str  # orte | prrte | hydra
     mpirun: str  # the path that was asked
     version_line: str  # the first line that identified it
     source: str  # "detected" or "env MPI_BOOTSTRAP_MPI"
     prefix: str  # install prefix: mpirun's real path, two levels up (`/usr`, `/opt/ompi`)
     devices: tuple[str, ...] = ()  # MPICH: the ch4 netmods it was built with ("ucx", "ofi")
 
+    @property
+    def vendor(self) -> str:  # openmpi | mpich | intel
+        return self.runtime.vendor
 
-def parse_version(text: str) -> tuple[str, str] | None:
-    """(vendor, version) from `mpirun --version` output, or None if unknown."""
-    if m := _INTEL_RE.search(text):
-        return INTEL, m.group(1).rstrip(",")
-    if m := _OMPI_RE.search(text):
-        return OPENMPI, m.group(1)
-    if m := _HYDRA_RE.search(text):
-        return MPICH, m.group(1)
+
+def _detect(text: str, runtimes: Sequence[Runtime]) -> tuple[Runtime, str] | None:
+    """The runtime whose pattern finds a version it launches in the output, and the
+    version."""
+    for rt in sorted(runtimes, key=lambda r: not r.detected_first):
+        if (m := rt.version.search(text)) and rt.versions(m.group(1)):
+            return rt, m.group(1)
     return None
 
 
-def _runtime(vendor: str, version: str) -> str:
-    if vendor == OPENMPI:
-        major = version.split(".", 1)[0]
-        return PRRTE if major.isdigit() and int(major) >= 5 else ORTE
-    return HYDRA
+def parse_version(text: str, runtimes: Sequence[Runtime] = RUNTIMES
+                  ) -> tuple[str, str] | None:
+    """(vendor, version) from `mpirun --version` output, or None if unknown."""
+    found = _detect(text, runtimes)
+    return None if found is None else (found[0].vendor, found[1])
 
 
-def identify(text: str, mpirun: str, choice: str, choice_source: str, *, prefix: str
-             ) -> MPIInfo:
+def _own(runtimes: Sequence[Runtime]) -> list[str]:
+    """Each runtime's choice that chooses it alone (`openmpi4`, not `openmpi`)."""
+    every = [c for r in runtimes for c in r.choices]
+    own = (next((c for c in r.choices if every.count(c) == 1), None) for r in runtimes)
+    return [c for c in own if c is not None]
+
+
+def _either(words: Sequence[str]) -> str:
+    return f"{', '.join(words[:-1])} or {words[-1]}" if len(words) > 1 else words[0]
+
+
+def identify(text: str, mpirun: str, choice: str, choice_source: str, *, prefix: str,
+             runtimes: Sequence[Runtime] = RUNTIMES) -> MPIInfo:
     """Decide the MPI from the version output and the MPI_BOOTSTRAP_MPI setting."""
-    found = parse_version(text)
+    found = _detect(text, runtimes)
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     if choice == "auto":
         if found is None:
             raise ConfigError([
                 f"cannot tell which MPI {mpirun} is from `mpirun --version` "
-                f"(said {first[:120]!r}); set MPI_BOOTSTRAP_MPI to openmpi4, openmpi5, "
-                "mpich or intel"])
-        vendor, version = found
-        return MPIInfo(vendor, version, _runtime(vendor, version), mpirun, first, "detected",
-                       prefix, _devices(text))
-    vendor = OPENMPI if choice.startswith(OPENMPI) else choice
-    version = found[1] if found and found[0] == vendor else "unknown"
-    if choice == "openmpi4":
-        runtime = ORTE
-    elif choice == "openmpi5":
-        runtime = PRRTE
-    elif vendor == OPENMPI:
-        if version == "unknown":
-            raise ConfigError([
-                f"{choice_source}: 'openmpi' but {mpirun} --version does not say which "
-                "major version; use openmpi4 or openmpi5"])
-        runtime = _runtime(vendor, version)
-    else:
-        runtime = HYDRA
-    return MPIInfo(vendor, version, runtime, mpirun, first, choice_source, prefix,
-                   _devices(text))
+                f"(said {first[:120]!r}); set MPI_BOOTSTRAP_MPI to "
+                f"{_either(_own(runtimes))}"])
+        return MPIInfo(found[0], found[1], mpirun, first, "detected", prefix, _devices(text))
+    chosen = [r for r in runtimes if choice in r.choices]
+    if not chosen:
+        raise ConfigError([f"{choice_source}: no MPI runtime is chosen by {choice!r}"])
+    vendor = chosen[0].vendor
+    version = found[1] if found and found[0].vendor == vendor else "unknown"
+    if len(chosen) > 1 and version == "unknown":
+        raise ConfigError([
+            f"{choice_source}: {choice!r} but {mpirun} --version does not say which "
+            f"major version; use {_either(_own(chosen))}"])
+    runtime = chosen[0] if len(chosen) == 1 else next(
+        (r for r in chosen if r.versions(version)), None)
+    if runtime is None:
+        raise ConfigError([f"{choice_source}: {choice!r} launches no version {version}"])
+    return MPIInfo(runtime, version, mpirun, first, choice_source, prefix, _devices(text))
+
+
+def overridden(text: str, info: MPIInfo) -> tuple[str, str] | None:
+    """What `mpirun --version` named, where MPI_BOOTSTRAP_MPI chose another vendor's MPI."""
+    found = parse_version(text)
+    return found if found and found[0] != info.vendor else None
 
 
 def _devices(text: str) -> tuple[str, ...]:

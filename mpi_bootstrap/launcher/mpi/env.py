@@ -1,4 +1,5 @@
-"""Which variables reach every rank: the forwarding policy, by name, never by value."""
+"""Which variables reach every rank: the forwarding policy, by name, never by value,
+and how each runtime's mpirun is told (its `forward`: core/runtimes/schema.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from collections.abc import Mapping, Sequence
 
 from mpi_bootstrap.core.model import Decision
 from mpi_bootstrap.core.names import is_env_name
+from mpi_bootstrap.core.runtimes.schema import EachName, Forward
+from mpi_bootstrap.launcher.mpi.userwins import Context, Part, decision, join
 
 # Always forwarded when set; prefixes are forwarded by name (`-x NAME`, value-less).
 FORWARD_NAMES = ("LD_LIBRARY_PATH", "PATH")
@@ -42,3 +45,34 @@ def forwarded_names(environ: Mapping[str, str], extra: Sequence[str]) -> tuple[
         decisions.append(Decision(f"forward {name}", "no", "MPI_BOOTSTRAP_FORWARD_ENV",
                                   "asked for but not set in the environment"))
     return names, decisions
+
+
+ENV_END = "MPI_BOOTSTRAP_ENV_END"  # sentinel that ends mpirun's environment (MPICH)
+
+
+def forward(how: Forward, c: Context, env_set: Mapping[str, str]) -> tuple[Part, list[str]]:
+    """The forwarded names as the runtime's mpirun takes them, and the names it gets."""
+    names, decisions = forwarded_names({**c.facts.environ, **env_set},
+                                       c.facts.forward_patterns)
+    said = Part(decisions=tuple(decisions))
+    if isinstance(how, EachName):
+        user = {v.split("=", 1)[0] for v in c.user.values(how.flag.lstrip("-"))} \
+            if c.user else set()
+        parts = [decision(f"{how.flag} {n}", "(user's)", f"user flag {how.flag} {n}",
+                          "user wins") if n in user else Part((how.flag, n)) for n in names]
+        return join(said, *parts), [n for n in names if n not in user]
+    spelled = c.user.has(*how.modes) if c.user else None
+    if spelled or (how.mode_env and how.mode_env in c.facts.environ):
+        return join(said, decision(
+            how.flag, "(user's)", f"user flag {spelled}" if spelled else f"env {how.mode_env}",
+            "user wins: hydra accepts one environment setting; the agent's list is not "
+            "added")), []
+    if not names:
+        return said, names
+    listed = join(said, Part((how.flag, ",".join(names))), decision(
+        how.flag, f"{len(names)} names", "agent default",
+        "forward NCCL_*, UCX_*, LD_LIBRARY_PATH, PATH and FORWARD_ENV by name"))
+    if how.last:
+        listed = join(listed, Part(env=((ENV_END, "1"),)),
+                      decision(f"env {ENV_END}", "1", "agent default", how.last))
+    return listed, names
