@@ -5,6 +5,7 @@ drift apart."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,62 @@ def test_one_definition() -> None:
     assert defs["unreached"] == ["core/failures.py"]
     assert preflight.transient is failures.transient  # core/model.py's is DNS's, not ssh's
     assert defs["SSH_AT_ONCE"] == ["system/parallel.py"] and "MAX_PARALLEL" not in defs
+
+
+# Runtimes are told apart by name only where one is chosen (detection) and where each is
+# described (its descriptor); everything else asks the descriptor's fields.
+MAY_NAME_RUNTIMES = ("launcher/mpi/detect.py", "core/runtimes/")
+# core/hostfile.py compares hostfile forms (`host:N`, `host slots=N`), which a runtime's
+# `hostfile_form` names: spelled `hydra` and `openmpi`, they are not runtimes.
+FORMS = "core/hostfile.py"
+RUNTIME_WORDS = {w for r in runtimes.RUNTIMES for w in (r.name, r.vendor, *r.choices)}
+# Their constants (`ORTE`, `mpi.HYDRA`, `ORTE_ROW`) and the fields that hold them.
+RUNTIME_NAMES = re.compile(r"(?:ORTE|PRRTE|MPICH|INTEL|OPENMPI|HYDRA)(?:_\w+)?|runtime|vendor")
+
+
+def _names_a_runtime(node: ast.AST) -> bool:
+    """A runtime's or vendor's name as a word (`"hydra"`), a constant (`ORTE`, `mpi.HYDRA`)
+    or a field (`info.runtime`, `mpi.vendor`)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value.lower() in RUNTIME_WORDS
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        name = node.id if isinstance(node, ast.Name) else node.attr
+        return RUNTIME_NAMES.fullmatch(name) is not None
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_names_a_runtime(e) for e in node.elts)
+    return False
+
+
+def _comparisons(tree: ast.AST) -> list[ast.AST]:
+    """Where a runtime or vendor is compared by name: `==`, `in`, `is`, `startswith`,
+    or a table keyed by the names."""
+    hits: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("startswith", "endswith")
+        ):
+            operands = list(node.args)
+        elif isinstance(node, ast.Dict):
+            operands = [k for k in node.keys if k is not None]
+        else:
+            continue
+        if any(_names_a_runtime(o) for o in operands):
+            hits.append(node)
+    return hits
+
+
+def test_runtimes_are_told_apart_only_by_detection_and_their_descriptors() -> None:
+    """Nothing after detection compares a runtime or vendor by name: it asks the runtime's
+    descriptor (core/runtimes/), so a fifth runtime is one descriptor more."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = str(path.relative_to(PACKAGE))
+        if name.startswith(MAY_NAME_RUNTIMES) or name == FORMS:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found += [f"{name}:{n.lineno}: {ast.unparse(n)[:80]}" for n in _comparisons(tree)]
+    assert not found, "\n".join(found)

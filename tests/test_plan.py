@@ -9,17 +9,33 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
+import typing
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
 
-from mpi_bootstrap.core import gate, records
+from mpi_bootstrap.core import failures, gate, records
 from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import ConfigError, HostfileError
-from mpi_bootstrap.launcher import mpi, render
+from mpi_bootstrap.core.runtimes.schema import (
+    Default,
+    EnvDefault,
+    Gate,
+    Hostfile,
+    LaunchExec,
+    NameList,
+    Ranks,
+    Row,
+    Runtime,
+)
+from mpi_bootstrap.core.settings import MPI_CHOICES
+from mpi_bootstrap.launcher import mpi, preflight, render
+from mpi_bootstrap.launcher.mpi.resolve import READERS
 from mpi_bootstrap.launcher.plan import Gathered, Plan, build_plan
 from mpi_bootstrap.ssh import sshconfig
 from mpi_bootstrap.ssh.sshconfig import UnsafeValue
@@ -955,3 +971,156 @@ class TestLocalRule:
 
         own = frozenset({"127.0.0.1", "::1", "10.1.0.5"})
         assert is_local(name, address, "launcher-0", own) is local
+
+
+# A fifth runtime, defined here alone: a hydra-like MPI that takes its hostfile as
+# `host:N`, starts `acme_proxy` over ssh through one launcher path, and forwards variables
+# as one list.
+ACME = Runtime(
+    name="acmerte",
+    vendor="acme",
+    version=re.compile(r"Acme MPI (\d\S*)"),
+    choices=("acme",),
+    daemons=("acme_proxy",),
+    hostfile_form=hf.HYDRA,
+    options=MappingProxyType({"n": 1, "f": 1, "hosts": 1, "launch-exec": 1, "nic": 1, "env": 1}),
+    rows=(
+        Ranks("-n", ("n",)),
+        Hostfile("-f", ("f",), ("hosts",), ("ACME_HOSTFILE",)),
+        LaunchExec("-launch-exec", "ACME_LAUNCH_EXEC", ("launch-exec",), ()),
+        Default(
+            "-nic",
+            ("-nic", "{control_iface}"),
+            "proxies wire up on the pod network",
+            flags=("nic",),
+            env=("ACME_NIC",),
+        ),
+        EnvDefault("ACME_AS_ROOT", "1", "running as root", when=lambda f: f.is_root),
+    ),
+    gate=Gate(
+        host_lists=Default("", (), "", flags=("hosts",)),
+        each=False,
+        why="an acme proxy starts its ranks as soon as it connects",
+        local="{local} in the hostfile is this pod: acme starts its ranks without ssh",
+    ),
+    forward=NameList("-envlist", ("envlist", "envall")),
+)
+ACME_VERSION = "Acme MPI 7.1 (build 3)\n"
+
+
+class TestAFifthRuntime:
+    """A runtime is one descriptor (core/runtimes/): one defined in this file alone is
+    detected from its `mpirun --version` and planned by the real planner."""
+
+    @staticmethod
+    def info(choice: str = "auto") -> mpi.MPIInfo:
+        return mpi.identify(
+            ACME_VERSION,
+            "/opt/acme/bin/mpirun",
+            choice,
+            "default" if choice == "auto" else "env MPI_BOOTSTRAP_MPI",
+            prefix="/opt/acme",
+            runtimes=(*mpi.RUNTIMES, ACME),
+        )
+
+    def test_detected(self) -> None:
+        """Its version line picks it (or its MPI_BOOTSTRAP_MPI word does); without its row
+        the same output is a ConfigError naming what mpirun said."""
+        info = self.info()
+        assert (info.runtime, info.vendor, info.version) == (ACME, "acme", "7.1")
+        assert self.info("acme").runtime is ACME
+        with pytest.raises(ConfigError, match=r"said 'Acme MPI 7\.1 \(build 3\)'"):
+            mpi.identify(ACME_VERSION, "/opt/acme/bin/mpirun", "auto", "default", prefix="/x")
+
+    def test_planned(self) -> None:
+        """Its rows make the argv, in order, with the facts filled in; its hostfile form,
+        forwarding and the agent's ssh wrapper come from its fields."""
+        # make_plan's kind picks only the user overrides, none here: mpi_info is the MPI.
+        plan = make_plan("mpich", "none", "none", mpi_info=self.info())
+        assert list(plan.argv) == [
+            "/opt/acme/bin/mpirun",
+            "-n",
+            "4",
+            "-f",
+            "/run/mpi-bootstrap/hostfile",
+            "-launch-exec",
+            "/run/mpi-bootstrap/ssh-launcher",
+            "-nic",
+            "eth0",
+            "-envlist",
+            "LD_LIBRARY_PATH,NCCL_DEBUG,NCCL_IB_DISABLE,NCCL_SOCKET_IFNAME,PATH,UCX_TLS",
+            "python3",
+            "train.py",
+        ]
+        assert plan.hostfile_text == "pi-worker-0.pi.default.svc:2\npi-worker-1.pi.default.svc:2\n"
+        assert plan.env_set["ACME_AS_ROOT"] == "1"
+        assert any(f.path == "/run/mpi-bootstrap/ssh-launcher" for f in plan.files)
+        said = {d.setting: (d.value, d.source) for d in plan.decisions}
+        assert said["mpi"] == ("acme 7.1", "detected")
+        assert said["-nic"] == ("eth0", "agent default")
+        assert (
+            "ACME_AS_ROOT"
+            not in make_plan("mpich", "none", "none", mpi_info=self.info(), is_root=False).env_set
+        )
+
+    def test_the_user_wins(self) -> None:
+        """Its options are read from the user's own command by its arities, and the user's
+        setting wins over its default."""
+        program = ["mpirun", "-nic", "eth1", "-env", "X", "./a.out", "-nic", "inner"]
+        plan = make_plan("mpich", "none", "none", mpi_info=self.info(), program=program)
+        assert plan.argv[plan.program_index :] == ("./a.out", "-nic", "inner")
+        assert plan.argv.count("eth0") == 0
+        nic = next(d for d in plan.decisions if d.setting == "-nic")
+        assert (nic.value, nic.source) == ("(user's)", "user flag -nic")
+
+    def test_gated_and_checked(self) -> None:
+        """Its gate holds every rank (a proxy starts its ranks as soon as it connects),
+        and preflight looks for its daemon on every worker."""
+        plan = make_plan("mpich", "none", "none", mpi_info=self.info(), remote=True)
+        assert plan.gate == gate.EVERY
+        assert "/run/mpi-bootstrap/ssh-gate" in plan.argv
+        why = next(d.reason for d in plan.decisions if d.setting == "launch gate")
+        assert "an acme proxy starts its ranks as soon as it connects" in why
+        # A host of the hostfile that is this pod: its proxy would start without ssh.
+        config = Config.from_env(BASE_ENV, ["launcher", "--", "a.out"], host=HOST)
+        parsed = hf.parse(f"launcher-0:1\n{HOSTFILE}", "/etc/mpi/hostfile")
+        answers = {h.name: Answer(h.name, addresses=("10.1.0.9",)) for h in parsed.hosts}
+        facts = Gathered(
+            environ=BASE_ENV,
+            hostfile=parsed,
+            answers=answers,
+            mpi=self.info(),
+            interfaces=frozenset({"lo", "eth0"}),
+            is_root=True,
+            is_pid1=True,
+            remote=tuple(ADDRESSES),
+        )
+        local = build_plan(config, facts)
+        why = next(d.reason for d in local.decisions if d.setting == "launch gate")
+        assert local.gate is None and "launcher-0 in the hostfile is this pod: acme" in why
+        script = preflight.RemoteCheck(self.info(), prefix=None, want_ld=None).script()
+        assert "DAEMON acme_proxy" in script
+
+
+class TestDescriptors:
+    """What every runtime descriptor must hold for detection and resolving to read it."""
+
+    def test_every_kind_of_row_is_read(self) -> None:
+        """launcher/mpi/resolve.py has a reader for each kind of row."""
+        assert set(READERS) == set(typing.get_args(Row))
+
+    @pytest.mark.parametrize("runtime", mpi.RUNTIMES, ids=repr)
+    def test_chosen_alone_by_a_word_of_its_own(self, runtime: Runtime) -> None:
+        """A runtime has an MPI_BOOTSTRAP_MPI word that chooses it alone, and a word it
+        shares (`openmpi`) is shared with runtimes of its own vendor only."""
+        others = [r for r in mpi.RUNTIMES if r is not runtime]
+        assert any(all(c not in r.choices for r in others) for c in runtime.choices)
+        for r in others:
+            if set(r.choices) & set(runtime.choices):
+                assert r.vendor == runtime.vendor
+
+    def test_the_lists_drawn_from_them(self) -> None:
+        """The settings' choices and the daemons' names are the descriptors', in the order
+        --help and the explainer have always had."""
+        assert MPI_CHOICES == ("auto", "openmpi", "openmpi4", "openmpi5", "mpich", "intel")
+        assert failures.DAEMONS == ("orted", "prted", "hydra_pmi_proxy", "hydra_bstrap_proxy")
