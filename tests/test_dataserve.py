@@ -209,7 +209,7 @@ class TestSshdVersion:
         """Debian's sshd says its version to `-V` and is new enough."""
         found = sshd.version("/usr/sbin/sshd")
         assert found is not None and found >= (9, 0)
-        assert sshd.takes_setenv("/usr/sbin/sshd")
+        assert sshd.takes_setenv(found)
 
     @pytest.mark.parametrize(
         ("says", "takes"),
@@ -226,4 +226,4 @@ class TestSshdVersion:
         fake = tmp_path / "sshd"
         fake.write_text(f"#!/bin/sh\nprintf '%s\\n' '{says}' >&2\nexit 1\n")
         fake.chmod(0o755)
-        assert sshd.takes_setenv(str(fake)) is takes
+        assert sshd.takes_setenv(sshd.version(str(fake))) is takes

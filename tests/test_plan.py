@@ -416,9 +416,12 @@ class TestSSHTrust:
         program: tuple[str, ...] = ("python3", "train.py"),
         env_extra: dict[str, str] | None = None,
         local: str | None = None,
+        own_kex: tuple[str, ...] = (),
+        openssh: str | None = None,
     ) -> Plan:
         """The two workers' plan; `local`: a host of the hostfile, first, that is this pod
-        (mpirun runs its ranks without ssh: no record, no check)."""
+        (mpirun runs its ranks without ssh: no record, no check); `own_kex`: what the
+        launcher's ssh takes (`ssh -Q kex`); `openssh`: worker 1's sshd's version."""
         from mpi_bootstrap.core.model import ClientKey, PlannedFile
 
         env = {
@@ -441,7 +444,9 @@ class TestSSHTrust:
         )
         client = ClientKey("/run/mpi-bootstrap/id_job", key, file)
         recs = {
-            n: records.Record(n.split(".")[0], (a,), 2222, key, "root")
+            n: records.Record(
+                n.split(".")[0], (a,), 2222, key, "root", openssh=openssh if "-1." in n else None
+            )
             for n, a in ADDRESSES.items()
         }
         facts = Gathered(
@@ -455,6 +460,7 @@ class TestSSHTrust:
             client=client,
             records=recs,
             remote=tuple(ADDRESSES),
+            ssh_kex=own_kex,
         )
         return build_plan(config, facts)
 
@@ -532,14 +538,57 @@ class TestSSHTrust:
         decision = next(d for d in plan.decisions if d.setting == "ssh reuse")
         assert decision.value == "off" and why in decision.reason
 
+    NEW_SSH = ("curve25519-sha256", "sntrup761x25519-sha512", "mlkem768x25519-sha256")
+    OLD_SSH = ("curve25519-sha256", "sntrup761x25519-sha512@openssh.com", "ecdh-sha2-nistp256")
+
+    @pytest.mark.parametrize(
+        ("own", "openssh", "offered", "worker_1"),
+        [
+            # post-quantum and cheap where both ends take it; an older sshd gets its own
+            (NEW_SSH, "9.9", "mlkem768x25519-sha256,curve25519-sha256", None),
+            (NEW_SSH, "9.2", "mlkem768x25519-sha256,curve25519-sha256", "curve25519-sha256"),
+            (NEW_SSH, None, "mlkem768x25519-sha256,curve25519-sha256", None),  # unknown
+            # a launcher's ssh before 9.9 offers no name it does not know (ssh would refuse
+            # its own config)
+            (OLD_SSH, "9.9", "curve25519-sha256", None),
+        ],
+    )
+    def test_kex_the_agents_choice(
+        self,
+        tmp_path: Path,
+        own: tuple[str, ...],
+        openssh: str | None,
+        offered: str,
+        worker_1: str | None,
+    ) -> None:
+        """Unset, the agent offers mlkem768x25519-sha256 where both ends take it, else
+        curve25519-sha256 — never sntrup761x25519 (six times the CPU per handshake) — and
+        --explain says why; a worker whose record names an older sshd is offered only what
+        it takes, in its own block. Real ssh reads the config back (`ssh -G`)."""
+        plan = self.plan("openmpi4", "dir", own_kex=own, openssh=openssh)
+        decision = next(d for d in plan.decisions if d.setting == "ssh key exchange")
+        assert (decision.value, decision.source) == (offered, "agent default")
+        assert "sntrup761x25519" in decision.reason and "SECURITY.md" in decision.reason
+        cfg = next(f for f in plan.files if f.path.endswith("/ssh_config")).text
+        assert f"KexAlgorithms {offered}" in cfg
+        assert (f"KexAlgorithms {worker_1}" in cfg) is (worker_1 is not None)
+        if "mlkem" not in "".join(own):  # this machine's ssh (9.2) reads only its names
+            for shown in ssh_settings(plan, tmp_path):
+                assert f"kexalgorithms {offered}" in shown
+
     def test_kex_default_is_ssh_own(self) -> None:
-        """Without MPI_BOOTSTRAP_SSH_KEX the config names no key exchange (ssh's own choice,
-        post-quantum in OpenSSH 9) and --explain says so and how to trade it for speed."""
-        plan = self.plan("openmpi4", "dir")
+        """MPI_BOOTSTRAP_SSH_KEX=default keeps ssh's own choice: no KexAlgorithms line; and
+        a launcher whose ssh takes none of the agent's (or was not asked) writes none."""
+        plan = self.plan("openmpi4", "dir", "--ssh-kex", "default", own_kex=self.NEW_SSH)
         cfg = next(f for f in plan.files if f.path.endswith("/ssh_config")).text
         assert "KexAlgorithms" not in cfg
         decision = next(d for d in plan.decisions if d.setting == "ssh key exchange")
-        assert decision.value == "ssh's default" and "curve25519-sha256" in decision.reason
+        assert decision.value == "ssh's default" and "sntrup761x25519" in decision.reason
+        plan = self.plan("openmpi4", "dir", own_kex=("diffie-hellman-group14-sha256",))
+        assert (
+            "KexAlgorithms"
+            not in next(f for f in plan.files if f.path.endswith("/ssh_config")).text
+        )
 
     def test_kex_set(self, tmp_path: Path) -> None:
         """--ssh-kex applies to every host of the config as real ssh reads it back (ssh -G

@@ -211,6 +211,28 @@ class TestNetExchange:
         assert self.TOKEN not in logs
         assert "PRIVATE KEY" not in logs
 
+    def test_key_exchange_is_the_agents_choice(self, cluster: Cluster, tmp_path: Path) -> None:
+        """A worker's record names its sshd's OpenSSH version, and the launcher's real ssh,
+        through the config the agent wrote, agrees on the cheap key exchange with the real
+        sshd (OpenSSH 9.2 here: curve25519-sha256, not its default sntrup761)."""
+        procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_TOKEN=self.TOKEN)
+        version = sshd.version("/usr/sbin/sshd")
+        assert version is not None
+        assert record_of(tmp_path, cluster.pods[1])["openssh"] == f"{version[0]}.{version[1]}"
+        done = launch(cluster, tmp_path, ["true"], MPI_BOOTSTRAP_TOKEN=self.TOKEN)
+        assert done.returncode == 0, done.stderr
+        config = tmp_path / "job-launcher" / "state" / "ssh_config"
+        assert "KexAlgorithms curve25519-sha256" in config.read_text()
+        said = cluster.pods[0].run(  # the workers stay up: a handshake of our own
+            ["ssh", "-F", str(config), "-o", "ControlPath=none", "-v", WORKERS[0], "true"],
+            {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "job-launcher")},
+        )
+        assert said.returncode == 0, said.stderr
+        assert "kex: algorithm: curve25519-sha256" in said.stderr
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+            p.communicate(timeout=15)
+
     def test_bad_token_and_replay_change_nothing(self, cluster: Cluster, tmp_path: Path) -> None:
         """No token, a wrong token, a replayed hello and a hello for a challenge the worker never
         sent are each denied, leave authorized_keys unchanged and are logged with their

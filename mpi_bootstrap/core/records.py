@@ -3,8 +3,9 @@ thing every exchange carries (`secret` makes it up, `dir` files it, `net` sends 
 `{"v": 1, "host", "addresses", "port", "host_key", "user"}`, `"data"` (the data NIC:
 core/datanet.py) when the worker has one, and `"ifaces"` (the interfaces NCCL could use
 there, in NCCL's order: the launcher applies the ranks' NCCL_SOCKET_IFNAME to them,
-core/nccl.py) when the worker listed them. Both are optional: a record without them
-(an older worker's) still reads. Nothing in it is secret.
+core/nccl.py) when the worker listed them, and `"openssh"` (its sshd's version, `9.2`:
+which key exchanges the launcher may offer it, core/kex.py). All are optional: a record
+without them (an older worker's) still reads. Nothing in it is secret.
 
 Also what the `dir` exchange's own files say (ssh/dirx.py reads and writes them): a
 job is identified by its key, and `job-done` names the key of the job that ended.
@@ -18,6 +19,7 @@ import json
 from typing import Any
 
 from mpi_bootstrap.core.datanet import DataNIC, data_from, ifaces_from
+from mpi_bootstrap.core.kex import version_of
 from mpi_bootstrap.core.names import is_dns_name, is_ip_literal, is_public_key, is_user_name
 
 VERSION = 1  # of a record
@@ -47,6 +49,7 @@ class Record:
     user: str
     data: DataNIC | None = None  # the data NIC, when the worker has one
     ifaces: tuple[str, ...] | None = None  # the interfaces NCCL could use, in its order
+    openssh: str | None = None  # its sshd's OpenSSH version ("9.2"), where known
 
     def to_dict(self) -> dict[str, Any]:
         out = {"v": VERSION, "host": self.host, "addresses": list(self.addresses),
@@ -55,6 +58,8 @@ class Record:
             out["data"] = self.data.to_dict()
         if self.ifaces is not None:
             out["ifaces"] = list(self.ifaces)
+        if self.openssh is not None:
+            out["openssh"] = self.openssh
         return out
 
 
@@ -63,7 +68,7 @@ def record_from(data: Any) -> Record:
     if not isinstance(data, dict):
         raise RecordError("not a JSON object")
     expected, optional = {"v", "host", "addresses", "port", "host_key", "user"}, \
-        {"data", "ifaces"}
+        {"data", "ifaces", "openssh"}
     if set(data) - optional != expected:
         raise RecordError(f"fields {sorted((set(data) - optional) ^ expected)} unexpected "
                           "or missing")
@@ -82,12 +87,23 @@ def record_from(data: Any) -> Record:
     if not isinstance(addrs, list) or len(addrs) > 16 or not all(
             isinstance(a, str) and is_ip_literal(a) for a in addrs):
         raise RecordError("addresses is not a list of IP addresses")
+    nic, ifaces, openssh = _optional(data)
+    return Record(host, tuple(addrs), port, key, user, nic, ifaces, openssh)
+
+
+def _optional(data: dict[str, Any]) -> tuple[DataNIC | None, tuple[str, ...] | None,
+                                             str | None]:
+    """A record's optional fields, validated: its data NIC, NCCL's interfaces, OpenSSH's
+    version."""
+    openssh = data.get("openssh")
+    if openssh is not None and (not isinstance(openssh, str) or version_of(openssh) is None):
+        raise RecordError("openssh is not a version (9.2)")
     try:
         nic = data_from(data["data"]) if "data" in data else None
         ifaces = ifaces_from(data["ifaces"]) if "ifaces" in data else None
     except ValueError as exc:
         raise RecordError(str(exc)) from None
-    return Record(host, tuple(addrs), port, key, user, nic, ifaces)
+    return nic, ifaces, openssh
 
 
 def decode(text: str | bytes, where: str) -> Record:

@@ -134,9 +134,10 @@ SETTINGS: tuple[Setting, ...] = (
             "keep preflight's ssh connection to each worker open (ControlMaster, socket in "
             "the state dir) so mpirun's ssh reuses it instead of connecting again"),
     Setting("ssh_kex", "--ssh-kex", ("MPI_BOOTSTRAP_SSH_KEX",), None, v.kex,
-            "key exchange of the launcher's ssh (OpenSSH KexAlgorithms; default: ssh's own, "
-            "post-quantum sntrup761x25519 since OpenSSH 9.0); curve25519-sha256 takes a "
-            "third of the CPU per handshake"),
+            "key exchange of the launcher's ssh (OpenSSH KexAlgorithms; default: the "
+            "agent's choice, mlkem768x25519-sha256 where both ends take it, else "
+            "curve25519-sha256; `default`: ssh's own, sntrup761x25519 in OpenSSH 9.0-9.8, "
+            "six times the CPU per handshake)"),
     Setting("data_check", "--data-check", ("MPI_BOOTSTRAP_DATA_CHECK",), True, v.boolean,
             "before mpirun, test the data network between workers (ring and random pairs: "
             "TCP, and full-MTU packets that may not fragment); on when a data NIC is planned"),

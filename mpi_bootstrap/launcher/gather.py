@@ -220,5 +220,14 @@ def gather(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Gather
                   interfaces=interfaces, rdma=rdma, is_root=os.geteuid() == 0,
                   is_pid1=os.getpid() == 1, client=client,
                   records=records, remote=tuple(new for _, new, _ in remote),
-                  deadline=deadline)
+                  deadline=deadline, ssh_kex=ssh_kex(config, env, bool(remote)))
     return facts, notes
+
+
+def ssh_kex(config: Config, env: Mapping[str, str], remote: bool) -> tuple[str, ...]:
+    """The key exchanges this pod's ssh takes, where the agent chooses one (core/kex.py):
+    a name ssh does not know in its config fails every connection."""
+    if config.ssh_kex is not None or config.exchange == "none" or not remote:
+        return ()
+    code, out = children.capture(["ssh", "-Q", "kex"], env=env, timeout=5.0)
+    return tuple(out.split()) if code == 0 else ()

@@ -45,6 +45,9 @@ class Gathered:
     # The interfaces NCCL could use here, in its order (system/netif.py nccl_order);
     # empty: `interfaces`, sorted.
     ifaces: tuple[str, ...] = ()
+    # The key exchanges the launcher's ssh takes (`ssh -Q kex`), for the agent's choice
+    # (core/kex.py); empty where it was not asked.
+    ssh_kex: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

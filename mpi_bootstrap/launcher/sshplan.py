@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from mpi_bootstrap.core import gate
+from mpi_bootstrap.core import gate, kex
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.model import Decision, PlannedFile
 from mpi_bootstrap.launcher import mpi
@@ -79,18 +79,6 @@ class SshSetup:
     decisions: tuple[Decision, ...]
 
 
-def kex_decision(config: Config) -> Decision:
-    """The key exchange of the generated ssh config: the one choice that sets each
-    handshake's CPU cost (preflight's, and mpirun's when connections are not reused)."""
-    if config.ssh_kex:
-        return Decision("ssh key exchange", config.ssh_kex, str(config.source("ssh_kex")),
-                        "KexAlgorithms in the ssh config")
-    return Decision("ssh key exchange", "ssh's default", str(config.source("ssh_kex")),
-                    "OpenSSH 9 picks post-quantum sntrup761x25519-sha512; "
-                    "MPI_BOOTSTRAP_SSH_KEX=curve25519-sha256 costs a third of its CPU "
-                    "per handshake")
-
-
 def ssh_setup(config: Config, facts: Gathered, entries: list[HostEntry],
               control: str | None = None) -> SshSetup:
     """The ssh command mpirun uses, the files behind it, and where each sshd listens."""
@@ -106,10 +94,17 @@ def ssh_setup(config: Config, facts: Gathered, entries: list[HostEntry],
         n for n in (new, e.name, e.address) if n)) for new, e in by_new.items()}
     ps = sshconfig.peers({n: r for n, r in facts.records.items() if n in names}, names,
                      config.ssh_user)
+    kex_all, kex_said = kex.decision(
+        config.ssh_kex, str(config.source("ssh_kex")), facts.ssh_kex,
+        [(n, kex.version_of(r.openssh)) for n, r in facts.records.items() if n in names])
+    if kex_all and config.ssh_kex is None:  # the agent's choice: an older sshd, its own
+        ps = [dataclasses.replace(p, kex=",".join(
+            kex.offer(facts.ssh_kex, kex.version_of(facts.records[p.names[0]].openssh))))
+            if p.names[0] in facts.records else p for p in ps]
     text = sshconfig.client_config(ps, identity=facts.client.path, known_hosts=kh_path,
                                    connect_timeout=config.ssh_connect_timeout,
-                                   control_dir=control, kex=config.ssh_kex)
-    decisions = [kex_decision(config)]
+                                   control_dir=control, kex=kex_all)
+    decisions = [kex_said]
     files = [PlannedFile(cfg_path, text, 0o600, "ssh client config: pinned host keys",
                          shown=True),
              PlannedFile(kh_path, sshconfig.known_hosts(ps), 0o644,

@@ -33,6 +33,7 @@ class Peer:
     port: int
     user: str
     host_key: str
+    kex: str = ""  # its own KexAlgorithms, where it differs from every worker's (core/kex.py)
 
 
 class UnsafeValue(ValueError):
@@ -122,6 +123,8 @@ def client_config(peers: Sequence[Peer], *, identity: str, known_hosts: str,
         out.append(f"  User {p.user}")
         # One known_hosts entry per worker, whatever name or address mpirun uses.
         out.append(f"  HostKeyAlias {p.names[0]}")
+        if p.kex and p.kex != kex:  # an older sshd's own (core/kex.py); else Host *'s
+            out.append(f"  KexAlgorithms {_kex(p.kex)}")
     # What every worker shares, once, for every host: ssh takes each option from the
     # first block that matches and sets it, and the blocks above set none of these. Not
     # repeated per worker: every ssh reads the whole file (mpirun's, one per worker, too),

@@ -91,9 +91,9 @@ def version(sshd: str) -> tuple[int, int] | None:
     return (int(found[1]), int(found[2])) if found else None
 
 
-def takes_setenv(sshd: str) -> bool:
-    found = version(sshd)
-    return found is not None and found >= SETENV_SINCE
+def takes_setenv(openssh: tuple[int, int] | None) -> bool:
+    """Does an sshd of OpenSSH `openssh` (`version`) take sshd_config's SetEnv?"""
+    return openssh is not None and openssh >= SETENV_SINCE
 
 
 def free_port(address: str) -> int:

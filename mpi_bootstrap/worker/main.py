@@ -188,12 +188,14 @@ def data_nic(config: Config, environ: Mapping[str, str], log: Log
     return found, names
 
 
-def fifos(config: Config, nic: datanet.DataNIC | None, log: Log) -> tuple[str | None, str | None]:
-    """The FIFOs through which PID 1 serves ssh sessions, when its sshd can name them to
-    the sessions (`SetEnv`): the data check's requests (pid1/dataserve.py), for a worker
-    with a data NIC, else each session starts this worker's Python for the check; and
-    the claims of launchers (pid1/watch.py), else this worker has no liveness."""
-    if not sshd.takes_setenv(config.sshd):
+def fifos(config: Config, nic: datanet.DataNIC | None, openssh: tuple[int, int] | None,
+          log: Log) -> tuple[str | None, str | None]:
+    """The FIFOs through which PID 1 serves ssh sessions, when its sshd (OpenSSH
+    `openssh`) can name them to the sessions (`SetEnv`): the data check's requests
+    (pid1/dataserve.py), for a worker with a data NIC, else each session starts this
+    worker's Python for the check; and the claims of launchers (pid1/watch.py), else
+    this worker has no liveness."""
+    if not sshd.takes_setenv(openssh):
         log("no SetEnv", level="warning", sshd=config.sshd,
             reason=f"sshd older than OpenSSH {'.'.join(map(str, sshd.SETENV_SINCE))} has no "
             "SetEnv: the data check starts Python, and no launcher can claim this worker "
@@ -217,7 +219,8 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # OpenSSH's privsep directory
     config_path = os.path.join(state, "sshd_config")
     nic, ifaces = data_nic(config, environ, log)
-    probe_fifo, control_fifo = fifos(config, nic, log)
+    openssh = sshd.version(config.sshd)
+    probe_fifo, control_fifo = fifos(config, nic, openssh, log)
 
     def argv_for(port: int) -> list[str]:
         text = sshd.config_text(port=port, listen=listen, host_key=ident.host_key_path,
@@ -237,7 +240,8 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
                                  probe_address=probe_addr, bind_address=bind_addr, log=log)
     record = records.Record(host=short, addresses=tuple(listen), port=port,
                             host_key=ident.host_key_public, user=account.pw_name, data=nic,
-                            ifaces=ifaces)
+                            ifaces=ifaces,
+                            openssh=".".join(map(str, openssh)) if openssh else None)
     duties = _publish(config, record, ident, bind_addr, authorized_path=authorized_path,
                       log=log)
     watch = Watch(control_fifo, probe_addr if listen else bind_addr, port,
