@@ -1,4 +1,4 @@
-"""Fuzz target: the configuration (core/config.py, core/settings.py). Any environment and
+"""Fuzz target: the configuration (core/config.py, core/settings/). Any environment and
 argv give a well-typed frozen Config or a ConfigError (64). The rule every fuzz target
 follows, and the shared strategies: tests/support/strategies.py."""
 

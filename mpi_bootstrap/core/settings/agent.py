@@ -1,0 +1,228 @@
+"""The settings table's second half: how the agent runs — supervision, liveness, the
+exchange and ssh, the data check, its own files and logs. Pure."""
+
+from __future__ import annotations
+
+from mpi_bootstrap.core import values as v
+from mpi_bootstrap.core.settings.base import (
+    EXCHANGE_MODES,
+    LOG_FORMATS,
+    LOG_LEVELS,
+    SECRET_SSHD_PORT,
+    Setting,
+)
+from mpi_bootstrap.core.termination import DEFAULT_PATH as DEFAULT_TERMINATION_LOG
+
+ROWS: tuple[Setting, ...] = (
+    Setting(
+        "exec",
+        "--exec",
+        ("MPI_BOOTSTRAP_EXEC",),
+        False,
+        v.boolean,
+        "replace the agent by mpirun instead of supervising it (images that run tini)",
+    ),
+    Setting(
+        "grace_seconds",
+        "--grace-seconds",
+        ("MPI_BOOTSTRAP_GRACE_SECONDS",),
+        10.0,
+        v.seconds,
+        "after mpirun exits: SIGTERM what is left, SIGKILL after this long",
+    ),
+    Setting(
+        "signal_group",
+        "--signal-group",
+        ("MPI_BOOTSTRAP_SIGNAL_GROUP",),
+        False,
+        v.boolean,
+        "forward signals to mpirun's whole process group, not only mpirun",
+    ),
+    Setting(
+        "liveness_seconds",
+        "--liveness-seconds",
+        ("MPI_BOOTSTRAP_LIVENESS_SECONDS",),
+        30.0,
+        v.bound,
+        "while ranks run, a worker (or, seen from a worker, its launcher) silent this "
+        "long is lost: the launcher ends the job (exit 75) naming the pod; 0 = off",
+    ),
+    Setting(
+        "launcher_grace_seconds",
+        "--launcher-grace-seconds",
+        ("MPI_BOOTSTRAP_LAUNCHER_GRACE_SECONDS",),
+        30.0,
+        v.seconds,
+        "worker: after its launcher is lost, wait this long (a restarted launcher may "
+        "take over), then end what the launch started on it (daemons, ranks)",
+    ),
+    Setting(
+        "exit_on_launcher_loss",
+        "--exit-on-launcher-loss",
+        ("MPI_BOOTSTRAP_EXIT_ON_LAUNCHER_LOSS",),
+        False,
+        v.boolean,
+        "worker: exit (75) once its launcher is lost and the launch ended, instead of "
+        "staying up for the next launcher",
+    ),
+    Setting(
+        "exchange",
+        "--exchange",
+        ("MPI_BOOTSTRAP_EXCHANGE",),
+        "auto",
+        v.choice(EXCHANGE_MODES),
+        "how peers learn each other's sshd: secret, dir, net, none, or auto (dir if "
+        "EXCHANGE_DIR is set, else net if TOKEN_FILE or TOKEN is set, else secret if a "
+        "key is mounted)",
+    ),
+    Setting(
+        "exchange_dir",
+        "--exchange-dir",
+        ("MPI_BOOTSTRAP_EXCHANGE_DIR",),
+        None,
+        v.plain_dir,
+        "shared directory for the dir exchange",
+    ),
+    Setting(
+        "exchange_port",
+        "--exchange-port",
+        ("MPI_BOOTSTRAP_EXCHANGE_PORT",),
+        2223,
+        v.port,
+        "TCP port of the workers' net exchange",
+    ),
+    Setting(
+        "token_file",
+        "--token-file",
+        ("MPI_BOOTSTRAP_TOKEN_FILE",),
+        None,
+        v.path,
+        "file holding the net exchange's shared secret (a key of a Secret volume, "
+        "mode 0400): read once by the launcher and the worker, never put in any "
+        "process's environment; the probe and the doctor do not read it",
+    ),
+    Setting(
+        "token",
+        None,
+        ("MPI_BOOTSTRAP_TOKEN",),
+        None,
+        v.token,
+        "the same secret in the environment (never logged), kept for compatibility: "
+        "every process the container starts, the readiness probe included, then holds "
+        "it in its environment; use MPI_BOOTSTRAP_TOKEN_FILE",
+    ),
+    Setting(
+        "ssh_auth_dir",
+        "--ssh-auth-dir",
+        ("MPI_BOOTSTRAP_SSH_AUTH_DIR",),
+        None,
+        v.path,
+        "where the job's key Secret is mounted (MPI Operator's sshAuthMountPath; default ~/.ssh)",
+    ),
+    Setting(
+        "sshd_port",
+        "--sshd-port",
+        ("MPI_BOOTSTRAP_SSHD_PORT",),
+        None,
+        v.port,
+        f"worker sshd port: a number, or 0 for a free one (default {SECRET_SSHD_PORT} "
+        "with the secret exchange, else 0)",
+    ),
+    Setting(
+        "sshd",
+        "--sshd",
+        ("MPI_BOOTSTRAP_SSHD",),
+        "/usr/sbin/sshd",
+        v.path,
+        "the OpenSSH sshd binary",
+    ),
+    Setting(
+        "ssh_user",
+        "--ssh-user",
+        ("MPI_BOOTSTRAP_SSH_USER",),
+        None,
+        v.user,
+        "user the launcher logs in as (default: from each worker's record, or the "
+        "launcher's own user)",
+    ),
+    Setting(
+        "preflight",
+        "--preflight",
+        ("MPI_BOOTSTRAP_PREFLIGHT",),
+        True,
+        v.boolean,
+        "check every worker over ssh before starting mpirun",
+    ),
+    Setting(
+        "ssh_reuse",
+        "--ssh-reuse",
+        ("MPI_BOOTSTRAP_SSH_REUSE",),
+        True,
+        v.boolean,
+        "keep preflight's ssh connection to each worker open (ControlMaster, socket in "
+        "the state dir) so mpirun's ssh reuses it instead of connecting again",
+    ),
+    Setting(
+        "ssh_kex",
+        "--ssh-kex",
+        ("MPI_BOOTSTRAP_SSH_KEX",),
+        None,
+        v.kex,
+        "key exchange of the launcher's ssh (OpenSSH KexAlgorithms; default: the "
+        "agent's choice, mlkem768x25519-sha256 where both ends take it, else "
+        "curve25519-sha256; `default`: ssh's own, sntrup761x25519 in OpenSSH 9.0-9.8, "
+        "six times the CPU per handshake)",
+    ),
+    Setting(
+        "data_check",
+        "--data-check",
+        ("MPI_BOOTSTRAP_DATA_CHECK",),
+        True,
+        v.boolean,
+        "before mpirun, test the data network between workers (ring and random pairs: "
+        "TCP, and full-MTU packets that may not fragment); on when a data NIC is planned",
+    ),
+    Setting(
+        "sysfs",
+        "--sysfs",
+        ("MPI_BOOTSTRAP_SYSFS",),
+        "/sys",
+        v.path,
+        "where sysfs is mounted (a data NIC's RDMA device is read from it)",
+    ),
+    Setting(
+        "state_dir",
+        "--state-dir",
+        ("MPI_BOOTSTRAP_STATE_DIR",),
+        None,
+        v.plain_dir,
+        "private directory for generated files (default /run/mpi-bootstrap as root)",
+    ),
+    Setting(
+        "termination_log",
+        "--termination-log",
+        ("MPI_BOOTSTRAP_TERMINATION_LOG",),
+        DEFAULT_TERMINATION_LOG,
+        v.path_or_off,
+        "on a non-zero exit of the launcher or worker, the reason (phase, host, exit "
+        "code, fix; at most 4 KiB) is written here, where Kubernetes shows it (`kubectl "
+        "describe pod`); the default only if it exists, a path you set is created; "
+        "empty: off",
+    ),
+    Setting(
+        "log_format",
+        "--log-format",
+        ("MPI_BOOTSTRAP_LOG_FORMAT",),
+        "auto",
+        v.choice(LOG_FORMATS),
+        "json, console, or auto (console on a TTY)",
+    ),
+    Setting(
+        "log_level",
+        "--log-level",
+        ("MPI_BOOTSTRAP_LOG_LEVEL",),
+        "info",
+        v.choice(LOG_LEVELS),
+        "debug, info, warning, error",
+    ),
+)
