@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import os
 import select
 import signal
@@ -36,6 +35,7 @@ from mpi_bootstrap.pid1.leftovers import Leftovers
 from mpi_bootstrap.pid1.output import Output, Tee
 from mpi_bootstrap.pid1.restart import RestartPolicy, Restarts
 from mpi_bootstrap.pid1.verdict import Verdict
+from mpi_bootstrap.pid1.wakeup import Wakeup
 from mpi_bootstrap.proc import signals
 from mpi_bootstrap.proc.spawn import exit_code, start_main
 
@@ -62,14 +62,19 @@ class Settings:
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, log: Log, output: Output,
-                 readers: Mapping[int, Callable[[], None]] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        log: Log,
+        output: Output,
+        readers: Mapping[int, Callable[[], None]] | None = None,
+    ) -> None:
         self.settings = settings
         self.log = log
         self.output = output
         # Extra file descriptors served in the same loop (the worker's net exchange).
         self.readers = dict(readers or {})
-        self._wakeup_r, self._wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.wakeup = Wakeup()
         self.argv: Sequence[str] = ()
         self.env: Mapping[str, str] = {}
         self.main = 0  # PID of the main child
@@ -93,14 +98,17 @@ class Supervisor:
     # ------------------------------------------------------------ set-up
 
     def install(self) -> None:
-        """Handlers first, then let in any signal blocked across the exec."""
-        signal.set_wakeup_fd(self._wakeup_w, warn_on_full_buffer=False)
-        for s in signals.HANDLED:
-            signal.signal(s, _noop)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.HANDLED)
+        self.wakeup.install()
 
-    def run(self, argv: Sequence[str], env: Mapping[str, str], adopt: int | None = None,
-            *, stderr_fd: int | None = None, tty: bool = False) -> int:
+    def run(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        adopt: int | None = None,
+        *,
+        stderr_fd: int | None = None,
+        tty: bool = False,
+    ) -> int:
         """Run argv (or adopt `adopt`, a child already started: the worker's sshd, the
         launcher's mpirun, whose stderr pipe is `stderr_fd` and which holds the terminal
         if `tty`) until it and every descendant are gone; return the exit code."""
@@ -125,7 +133,7 @@ class Supervisor:
 
     def terminated_before_start(self) -> int | None:
         """A terminating signal that arrived during the hand-off: do not start the job."""
-        for signum in self.read_signals():
+        for signum in self.wakeup.read():
             if signum in signals.TERMINATING:
                 self.log("signal before start", signal=signals.name(signum))
                 return 0 if self.settings.restart else signal_exit_status(signum)
@@ -142,8 +150,12 @@ class Supervisor:
 
     def start_child(self, **note: Any) -> None:
         """Start the main child as PID 1 runs it (proc/spawn.py start_main)."""
-        self.main, err, self.tty = start_main(self.argv, self.env, group=self.settings.group,
-                                              pipe_stderr=self.settings.explain_failure)
+        self.main, err, self.tty = start_main(
+            self.argv,
+            self.env,
+            group=self.settings.group,
+            pipe_stderr=self.settings.explain_failure,
+        )
         if err is not None:
             self.tee = Tee(err, self.output)
         self.log("child started", pid=self.main, program=self.argv[0], **note)
@@ -153,26 +165,40 @@ class Supervisor:
     def finished(self) -> bool:
         """The main child has ended for good, no descendant is left (or they survived
         SIGKILL), and its stderr has reached its end (or the drain deadline passed)."""
-        if self.main_status is None or not (self.none_left or self.leftovers.abandoned) or \
-                any(d.busy() for d in self.duties):
+        if (
+            self.main_status is None
+            or not (self.none_left or self.leftovers.abandoned)
+            or any(d.busy() for d in self.duties)
+        ):
             return False
-        return self.tee is None or not self.tee.open or (
-            self.drain_deadline is not None and time.monotonic() >= self.drain_deadline)
+        return (
+            self.tee is None
+            or not self.tee.open
+            or (self.drain_deadline is not None and time.monotonic() >= self.drain_deadline)
+        )
 
     def wait_for_event(self) -> None:
         restart = self.restarts.at if self.restarts else None
-        timers = [t for t in (restart, self.leftovers.deadline, self.drain_deadline,
-                              self.kill_main_at, *(d.next_at() for d in self.duties))
-                  if t is not None]
+        timers = [
+            t
+            for t in (
+                restart,
+                self.leftovers.deadline,
+                self.drain_deadline,
+                self.kill_main_at,
+                *(d.next_at() for d in self.duties),
+            )
+            if t is not None
+        ]
         timeout = max(0.0, min(timers) - time.monotonic()) if timers else None
         tee = [self.tee.fd] if self.tee is not None and self.tee.open else []
-        fds = [self._wakeup_r, *self.readers, *tee]
+        fds = [self.wakeup.fd, *self.readers, *tee]
         try:
             ready, _, _ = select.select(fds, [], [], timeout)
         except InterruptedError:
             ready = []
         self.ready = ready
-        self.arrived = self.read_signals() if self._wakeup_r in ready else []
+        self.arrived = self.wakeup.read() if self.wakeup.fd in ready else []
 
     def forward_signals(self) -> None:
         for signum in self.arrived:
@@ -193,8 +219,12 @@ class Supervisor:
                 os.kill(self.main, signum)
         except ProcessLookupError:
             return
-        self.log("signal forwarded", signal=signals.name(signum), pid=self.main,
-                 group=self.settings.group)
+        self.log(
+            "signal forwarded",
+            signal=signals.name(signum),
+            pid=self.main,
+            group=self.settings.group,
+        )
 
     def serve_readers(self) -> None:
         for fd in self.ready:
@@ -268,16 +298,27 @@ class Supervisor:
             delay = self.restarts.died(time.monotonic())
             deaths, window = len(self.restarts.deaths), self.restarts.policy.window
             if delay is not None:
-                self.log("restarting", program=self.argv[0], in_s=round(delay, 2),
-                         deaths_in_window=deaths)
+                self.log(
+                    "restarting",
+                    program=self.argv[0],
+                    in_s=round(delay, 2),
+                    deaths_in_window=deaths,
+                )
                 return
-            self.log("giving up", level="error", program=self.argv[0],
-                     reason=f"{self.argv[0]} died {deaths} times in {window:g} s; exiting "
-                            "so that Kubernetes restarts the pod")
-            self.verdict.reason = (f"{self.argv[0]} keeps dying ({deaths} times in "
-                                   f"{window:g} s, last exit {code})")
-            self.output.write(f"mpi-bootstrap: {printable(self.verdict.reason, lines=False)}; "
-                              "giving up so that Kubernetes restarts the pod\n".encode())
+            self.log(
+                "giving up",
+                level="error",
+                program=self.argv[0],
+                reason=f"{self.argv[0]} died {deaths} times in {window:g} s; exiting "
+                "so that Kubernetes restarts the pod",
+            )
+            self.verdict.reason = (
+                f"{self.argv[0]} keeps dying ({deaths} times in {window:g} s, last exit {code})"
+            )
+            self.output.write(
+                f"mpi-bootstrap: {printable(self.verdict.reason, lines=False)}; "
+                "giving up so that Kubernetes restarts the pod\n".encode()
+            )
         self.main_status = status
         self.verdict.signaled = os.WIFSIGNALED(status)
         self.kill_main_at = None
@@ -322,39 +363,29 @@ class Supervisor:
             return self.verdict.code
         code = exit_code(self.main_status if self.main_status is not None else 0)
         if self.settings.explain_failure and not self.stop_signal:
-            code = self.verdict.read(code, bytes(self.tee.tail) if self.tee else b"",
-                                     self.terminating_signal_arrived, self.output, self.log)
+            code = self.verdict.read(
+                code,
+                bytes(self.tee.tail) if self.tee else b"",
+                self.terminating_signal_arrived,
+                self.output,
+                self.log,
+            )
         if self.stop_signal and code not in (0, signal_exit_status(self.stop_signal)):
             # mpirun chose its own code (MPICH: 255) for a job we were told to end; the
             # orchestrator must see that it was ended by the signal: 128+N, like tini.
-            self.log("stopped by signal", signal=signals.name(self.stop_signal),
-                     child_code=code, code=signal_exit_status(self.stop_signal))
+            self.log(
+                "stopped by signal",
+                signal=signals.name(self.stop_signal),
+                child_code=code,
+                code=signal_exit_status(self.stop_signal),
+            )
             return signal_exit_status(self.stop_signal)
         return code
 
     # ------------------------------------------------------------ helpers
 
-    def read_signals(self) -> list[int]:
-        out: list[int] = []
-        while True:
-            try:
-                data = os.read(self._wakeup_r, 512)
-            except BlockingIOError:
-                return out
-            except OSError as exc:
-                if exc.errno == errno.EINTR:
-                    continue
-                raise
-            if not data:
-                return out
-            out.extend(data)
-
     def terminating_signal_arrived(self) -> bool:
         """For the explainer, between chunks of its work: has TERM/INT/HUP/QUIT come?"""
-        arrived = self.read_signals()
+        arrived = self.wakeup.read()
         self.arrived.extend(arrived)
         return any(s in signals.TERMINATING for s in arrived)
-
-
-def _noop(_signum: int, _frame: object) -> None:
-    """A handler must exist for set_wakeup_fd to see the signal; the loop does the work."""
