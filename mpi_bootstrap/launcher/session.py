@@ -1,0 +1,187 @@
+"""One worker's preflight: its ssh session, tried again until the check passes, fails for
+good, or time is up (launcher/preflight.py runs one per worker, all at once). Also the
+wait for an sshd's banner, where a worker's record says it listens."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+
+from mpi_bootstrap.core import failures, liveness, remote
+from mpi_bootstrap.core.errors import shown
+from mpi_bootstrap.core.log import Log
+from mpi_bootstrap.launcher.remotecheck import END, RemoteCheck, check_output
+from mpi_bootstrap.proc import children
+from mpi_bootstrap.ssh import sshd
+from mpi_bootstrap.system.retry import PEER, retry_until
+
+RETRY_DELAY = 0.3
+# ssh's words for its failures are core/failures.py's (the one table of them).
+transient, unreached = failures.transient, failures.unreached
+
+
+# How long one try to reach a worker's sshd may take (its banner; preflight's first ssh
+# to a worker with a record, as ConnectTimeout): a gone pod's SYNs are never answered.
+BANNER_S = 2
+
+
+def banner(name: str, target: tuple[str, int], deadline: float) -> str | None:
+    """None once the worker's sshd answers with an SSH banner, else why not by `deadline`."""
+    address, port = target
+
+    def answers() -> bool | None:
+        left = deadline - time.monotonic()
+        return sshd.answers(address, port, timeout=min(BANNER_S, max(0.1, left))) or None
+
+    if retry_until(deadline, answers, every=PEER):
+        return None
+    return f"{name}: no sshd answers on {address}:{port}"
+
+
+class Session:
+    """One worker's preflight: ssh until the check passes, fails for good, or time is up.
+    A refused connection is retried (a worker's supervisor restarts a dead sshd within a
+    second), with backoff, unless refusals are all there has been for too long."""
+
+    def __init__(
+        self,
+        host: str,
+        argv: list[str],
+        check: RemoteCheck,
+        env: Mapping[str, str],
+        log: Log,
+        *,
+        expect_sshd: bool = False,
+    ) -> None:
+        self.host, self.argv, self.check, self.env, self.log = host, argv, check, env, log
+        self.refused_since: float | None = None
+        self.reason: str | None = None  # the last failure, when the deadline ends the wait
+        self.final: str | None = None  # a failure no retry cures
+        self.not_set_up = False  # only refusals, for longer than check.refused_patience
+        self.tries = 0
+        self.unreached = False  # the last try found no SSH server (`unreached`)
+        # A record says its sshd listens: the first ssh is given BANNER_S to reach it,
+        # then its banner is waited for (`awaited`) before ssh is tried again.
+        self.expect_sshd = expect_sshd
+        self.awaited = False
+        self.kept: children.Lines | None = None  # the session running `check.then`, once it passed
+        self.claimed: liveness.Claimed | None = None  # the worker's answer to the claim
+        self.unreachable: str | None = None  # its sshd never answered: why
+
+    def session(self, deadline: float) -> tuple[int, str]:
+        """One ssh session: (exit code, what it printed). With `check.then`, the session
+        is kept once the check has reported (code 0) rather than awaited."""
+        quick = (
+            ["-o", f"ConnectTimeout={BANNER_S}", "-o", "ConnectionAttempts=1"]
+            if self.expect_sshd and not self.awaited
+            else []
+        )
+        argv = [*self.argv, *quick, self.host, self.check.script()]
+        timeout = max(1.0, deadline - time.monotonic())
+        if not self.check.then:
+            return children.capture(argv, env=self.env, timeout=timeout, stdin=self.check.stdin())
+        child = children.open_piped(argv, self.env)
+        with contextlib.suppress(OSError):  # a session that ended at once: said below
+            child.stdin.write(self.check.stdin())  # type: ignore[union-attr]
+            child.stdin.flush()  # type: ignore[union-attr]
+        lines = children.Lines(child)
+        report: list[str] = []
+        end = time.monotonic() + timeout  # for the whole report, as capture's timeout
+        while (line := lines.next(end)) is not None:
+            if line == END:
+                self.kept = lines
+                return 0, "\n".join(report)
+            report.append(line)
+        timed_out = not lines.eof
+        code, err = children.close_piped(child, 1.0)
+        output = "\n".join([*report, lines.rest(), err])
+        return (124, f"{output}\n(timed out after {timeout:g} s)") if timed_out else (code, output)
+
+    def release(self) -> None:
+        """End the kept session, if any."""
+        if self.kept is not None:
+            children.close_piped(self.kept.child, 1.0)
+            self.kept = None
+
+    def until_done(
+        self,
+        deadline: float,
+        endpoint: tuple[str, int] | None,
+        passed: Callable[[str], None] | None,
+    ) -> str | None:
+        """Try until it passes (then `passed(host)`: the launch gate may let mpirun's ssh
+        through), fails for good, or the deadline comes; None, or why not. A host whose
+        first ssh finds no SSH server (`unreached`) has its sshd awaited (its banner, at
+        `endpoint`) once, then is tried again: "no sshd answers on ADDRESS:PORT" if never."""
+
+        def attempt() -> bool | None:
+            done = self.attempt(deadline)
+            if endpoint is None or self.awaited or not self.unreached:
+                return done
+            self.awaited = True  # once: after that, ssh's own retries take it from here
+            self.unreachable = banner(self.host, endpoint, deadline)
+            if self.unreachable is not None:
+                return True
+            self.final, self.not_set_up = None, False  # it answers now: history
+            return None
+
+        done = retry_until(deadline, attempt, every=RETRY_DELAY, backoff=2.0, most=2.0)
+        if self.unreachable is not None:
+            return self.unreachable
+        if done and self.final is None and passed is not None:
+            passed(self.host)
+        return self.final if done else self.reason
+
+    def attempt(self, deadline: float) -> bool | None:
+        """True when done (passed, or `final` says why not); None to try again."""
+        code, output = self.session(deadline)
+        if code == 0:
+            self.final = check_output(self.host, output, self.check)
+            if self.final is not None:
+                self.release()
+            elif self.check.claim:
+                self.claimed = claimed(self.host, remote.parse(output).claim, self.log)
+            return True
+        self.reason = failures.explain_ssh(self.host, output, code)
+        self.unreached = unreached(code, output)
+        now = time.monotonic()
+        if not failures.refused(output):
+            self.refused_since = None
+        else:
+            self.refused_since = self.refused_since or now
+            if (
+                self.check.refused_patience is not None
+                and now - self.refused_since >= self.check.refused_patience
+            ):
+                self.final = (
+                    f"{self.reason} (port {failures.refused_port(output)}); "
+                    f"{self.check.refused_hint}"
+                )
+                self.not_set_up = True
+                return True
+        if not transient(code, output):
+            self.final = self.reason
+            return True
+        self.tries += 1
+        if self.tries == 1:  # said once per host
+            self.log("preflight retry", level="warning", host=self.host, reason=self.reason)
+        return None
+
+
+def claimed(host: str, said: str | None, log: Log) -> liveness.Claimed | None:
+    """The worker's answer to the claim, logged: what an earlier launch had left there."""
+    answer = liveness.parse_claimed(said or "none")
+    if isinstance(answer, str):
+        log(
+            "not claimed",
+            level="warning" if answer != "none" else "debug",
+            host=host,
+            said=shown(answer),
+            reason="no liveness for this worker (its agent does not "
+            "serve claims: `mpi-bootstrap worker` with an sshd of OpenSSH 8.7 or later)",
+        )
+        return None
+    if answer.ended:
+        log("earlier launch cleared", host=host, processes=answer.ended, names=list(answer.names))
+    return answer
