@@ -125,7 +125,9 @@ WORKER_STATE = {
     "sshd_config": 0o600,
     "sshd.pid": 0o644,  # written by sshd itself
     "record.json": 0o644,
+    "control": 0o600,  # the watch's control FIFO: claims from the launcher's sessions
 }
+WORKER_FIFOS = frozenset({"control"})
 LAUNCHER_STATE = {
     ".": 0o700,
     "ssh_config": 0o600,
@@ -196,7 +198,9 @@ class TestFileModes:
         worker_req, launcher_req, exchange_req = REQUIRED[mode]
         problems = []
         for w in WORKERS:
-            problems += mode_problems(tmp_path / w / "state", WORKER_STATE, worker_req)
+            problems += mode_problems(
+                tmp_path / w / "state", WORKER_STATE, worker_req, WORKER_FIFOS
+            )
         problems += mode_problems(tmp_path / "job-launcher" / "state", LAUNCHER_STATE, launcher_req)
         if mode == "dir":
             problems += mode_problems(tmp_path / "exchange", EXCHANGE_DIR, exchange_req)

@@ -24,11 +24,13 @@ def walk(root: Path, *, itself: bool) -> dict[str, os.stat_result]:
     return found
 
 
-def mode_problems(root: Path, table: Mapping[str, int], required: set[str]) -> list[str]:
+def mode_problems(
+    root: Path, table: Mapping[str, int], required: set[str], fifos: frozenset[str] = frozenset()
+) -> list[str]:
     """What is wrong under `root`: a `required` path missing, a temporary file left, a
-    path that is not a plain file or directory, owned by another uid, writable by group or
-    others, a private key not 0600, or a mode other than `table` gives (patterns → mode;
-    `.` is root itself, checked only when the table lists it)."""
+    path that is not a plain file or directory (or one of the named `fifos`), owned by
+    another uid, writable by group or others, a private key not 0600, or a mode other than
+    `table` gives (patterns → mode; `.` is root itself, checked only when the table lists it)."""
     problems = []
     entries = walk(root, itself="." in table)  # the exchange dir itself is the operator's
     for missing in sorted(required - set(entries)):
@@ -38,7 +40,10 @@ def mode_problems(root: Path, table: Mapping[str, int], required: set[str]) -> l
         if _TEMP.match(os.path.basename(rel)):
             problems.append(f"{where}: temporary file left behind")
             continue
-        if stat.S_ISLNK(st.st_mode) or not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        fifo = stat.S_ISFIFO(st.st_mode) and rel in fifos
+        if stat.S_ISLNK(st.st_mode) or not (
+            stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) or fifo
+        ):
             problems.append(f"{where}: not a plain file or directory")
             continue
         if st.st_uid != os.geteuid():
