@@ -89,7 +89,7 @@ test-fast: install
 # PID 1 loads only the standard library, the layers (docs/architecture.md).
 lint: install
 	$(VENV)/bin/ruff check mpi_bootstrap tests
-	$(VENV)/bin/ruff format --check tests
+	$(VENV)/bin/ruff format --check mpi_bootstrap tests
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

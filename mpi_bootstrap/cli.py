@@ -35,36 +35,12 @@ def _fail(message: str, details: str = "") -> None:
 
 def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     """Run the agent with `argv` (without the program name); return the exit status."""
-    if argv and argv[0] in ("-h", "--help", "--help-all"):
-        from mpi_bootstrap.core import helptext
-
-        sys.stdout.write(helptext.full() if argv[0] == "--help-all" else helptext.short())
-        return 0
-    if argv and argv[0] == "--version":
-        from mpi_bootstrap import __version__
-
-        print(f"mpi-bootstrap {__version__}")
-        return 0
+    if argv and argv[0] in ("-h", "--help", "--help-all", "--version"):
+        return _say(argv[0])
     children.install_early_handlers()  # before any slow step
-    try:
-        from mpi_bootstrap.system import host
-
-        config = Config.from_env(environ, argv, host.machine())
-    except ConfigError as exc:
-        _fail(exc.message, exc.details)
-        if _pod_process(argv, environ):  # the flags could not be read: the variable's path
-            path = environ.get(TERMINATION_VAR, DEFAULT_PATH)
-            _terminated(path if path.startswith("/") else "", TERMINATION_VAR in environ,
-                        role_of(argv, environ), int(exc.status), phase=exc.phase,
-                        error=exc.message, host=None)
-        return int(exc.status)
-    finally:
-        # The token now lives in `config` only: out of the environment (and of
-        # /proc/self/environ) before anything is started or exec'd (system/environ.py).
-        from mpi_bootstrap.system.environ import scrub_process
-
-        scrub_process()
-
+    config = _config(argv, environ)
+    if isinstance(config, int):
+        return config
     from mpi_bootstrap.system import log
 
     log.configure(config.log_format, config.log_level, role=config.role)
@@ -90,8 +66,52 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
             logger("stopped children", count=stopped)
         if main_role and code != 0:
             where = config.termination()
-            _terminated(where.path, where.create, config.role, code,
-                        phase=phase or f"after {logger.last or 'start'}", error=error, host=at)
+            phase = phase or f"after {logger.last or 'start'}"
+            _terminated(
+                where.path, where.create, config.role, code, phase=phase, error=error, host=at
+            )
+
+
+def _say(word: str) -> int:
+    """--help, --help-all, --version: said on stdout, exit 0."""
+    if word == "--version":
+        from mpi_bootstrap import __version__
+
+        print(f"mpi-bootstrap {__version__}")
+        return 0
+    from mpi_bootstrap.core import helptext
+
+    sys.stdout.write(helptext.full() if word == "--help-all" else helptext.short())
+    return 0
+
+
+def _config(argv: Sequence[str], environ: Mapping[str, str]) -> Config | int:
+    """The configuration, read once; else its exit status, said (and, for a pod's main
+    process, written where Kubernetes shows it)."""
+    try:
+        from mpi_bootstrap.system import host
+
+        return Config.from_env(environ, argv, host.machine())
+    except ConfigError as exc:
+        _fail(exc.message, exc.details)
+        if _pod_process(argv, environ):  # the flags could not be read: the variable's path
+            path = environ.get(TERMINATION_VAR, DEFAULT_PATH)
+            _terminated(
+                path if path.startswith("/") else "",
+                TERMINATION_VAR in environ,
+                role_of(argv, environ),
+                int(exc.status),
+                phase=exc.phase,
+                error=exc.message,
+                host=None,
+            )
+        return int(exc.status)
+    finally:
+        # The token now lives in `config` only: out of the environment (and of
+        # /proc/self/environ) before anything is started or exec'd (system/environ.py).
+        from mpi_bootstrap.system.environ import scrub_process
+
+        scrub_process()
 
 
 def _dispatch(config: Config, environ: Mapping[str, str], logger: Log) -> int:
@@ -113,8 +133,9 @@ def _dispatch(config: Config, environ: Mapping[str, str], logger: Log) -> int:
     return worker.start(config, environ, logger)
 
 
-def _role(config: Config, environ: Mapping[str, str], logger: Log
-          ) -> tuple[int, str, str, str | None]:
+def _role(
+    config: Config, environ: Mapping[str, str], logger: Log
+) -> tuple[int, str, str, str | None]:
     """Run the role; every failure becomes its exit status (core/errors.py's table).
     Returns (status, phase, error, host at fault) for the termination message."""
     try:
@@ -128,10 +149,16 @@ def _role(config: Config, environ: Mapping[str, str], logger: Log
         logger("interrupted", level="warning", signal=str(exc), exit_code=code)
         return code, "", f"ended by {exc}", None
     except Exception as exc:
-        logger("internal error", level="error", error=repr(exc),
-               exit_code=int(ExitStatus.INTERNAL), traceback=traceback.format_exc())
-        _fail(f"internal error: {exc!r} (a bug in mpi-bootstrap; please report it with the "
-              "log above)")
+        logger(
+            "internal error",
+            level="error",
+            error=repr(exc),
+            exit_code=int(ExitStatus.INTERNAL),
+            traceback=traceback.format_exc(),
+        )
+        _fail(
+            f"internal error: {exc!r} (a bug in mpi-bootstrap; please report it with the log above)"
+        )
         return int(ExitStatus.INTERNAL), "", f"internal error: {exc!r}", None
 
 
@@ -152,14 +179,18 @@ def _pod_process(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
     return "--explain" not in argv and role_of(argv, environ) in ("launcher", "worker")
 
 
-def _terminated(path: str, create: bool, role: str, code: int, *, phase: str, error: str,
-                host: str | None) -> None:
+def _terminated(
+    path: str, create: bool, role: str, code: int, *, phase: str, error: str, host: str | None
+) -> None:
     """The reason, where Kubernetes shows it (core/termination.py); never fails."""
     from mpi_bootstrap.core import termination
     from mpi_bootstrap.system import termlog
 
-    termlog.write(path, termination.text(role=role, code=code, phase=phase, error=error,
-                                         host=host), create=create)
+    termlog.write(
+        path,
+        termination.text(role=role, code=code, phase=phase, error=error, host=host),
+        create=create,
+    )
 
 
 def main() -> int:

@@ -13,8 +13,9 @@ import signal
 
 
 def main() -> int:
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
-                                              signal.SIGQUIT})
+    signal.pthread_sigmask(
+        signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
+    )
     from mpi_bootstrap.proc import signals
 
     signals.remember_inherited()  # before the agent ignores anything itself

@@ -1,4 +1,4 @@
-"""The command line's grammar, generated from the settings table (core/settings.py):
+"""The command line's grammar, generated from the settings table (core/settings/):
 the parser `Config.from_env` reads flags with, and where the agent's options end and the
 user's program begins. Its help is core/helptext.py's. Pure."""
 
@@ -23,7 +23,7 @@ class _Parser(argparse.ArgumentParser):
         prefix = "unrecognized arguments: "
         if message.startswith(prefix):  # one problem per unknown flag, with a near one
             known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
-            raise ConfigError([_unknown(word, known) for word in message[len(prefix):].split()])
+            raise ConfigError([_unknown(word, known) for word in message[len(prefix) :].split()])
         raise ConfigError([message])
 
 
@@ -48,8 +48,9 @@ def make_parser() -> argparse.ArgumentParser:
         if s.flag is None:
             continue
         if s.default is False:  # a switch: the flag alone turns it on
-            parser.add_argument(s.flag, dest=s.name, default=None, action="store_const",
-                                const="true")
+            parser.add_argument(
+                s.flag, dest=s.name, default=None, action="store_const", const="true"
+            )
         else:
             parser.add_argument(s.flag, dest=s.name, default=None)
     parser.add_argument("role", nargs="?")
@@ -72,7 +73,7 @@ def split_role(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
     while i < len(argv):
         tok = argv[i]
         if tok == "--":
-            return options, role, argv[i + 1:]
+            return options, role, argv[i + 1 :]
         if tok.startswith("-") and tok != "-":
             options.append(tok)
             if tok in takes_value and "=" not in tok:

@@ -93,8 +93,7 @@ class Config:
     token_warnings: tuple[str, ...] = ()
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str], argv: Sequence[str],
-                 host: Machine) -> Config:
+    def from_env(cls, environ: Mapping[str, str], argv: Sequence[str], host: Machine) -> Config:
         """Parse `argv` (without the program name) over `environ`; raise ConfigError."""
         return _build(environ, list(argv), host)
 
@@ -104,17 +103,18 @@ class Config:
     def token_decision(self) -> Decision | None:
         """--explain's line on the token (core/tokens.py)."""
         if self.token_file:
-            return tokens.decision(self.token_file, str(self.source("token_file")),
-                                   self.token_warnings)
+            return tokens.decision(
+                self.token_file, str(self.source("token_file")), self.token_warnings
+            )
         source = self.source("token")
-        return tokens.decision(None, str(source) if self.token is not None else "default",
-                               self.token_warnings)
+        return tokens.decision(
+            None, str(source) if self.token is not None else "default", self.token_warnings
+        )
 
     def termination(self) -> Termination:
         """Where the termination message goes (system/termlog.py): the path, and whether
         to create it (only a path that was set; the default only where it exists)."""
-        return Termination(self.termination_log,
-                           self.sources["termination_log"].kind != "default")
+        return Termination(self.termination_log, self.sources["termination_log"].kind != "default")
 
 
 def _default_state_dir(environ: Mapping[str, str], euid: int) -> str:
@@ -140,9 +140,11 @@ def _auto_exchange(values: Mapping[str, Any], host: Machine) -> tuple[str, str]:
     key = os.path.join(values["ssh_auth_dir"], "id_rsa")
     if host.exists(key):
         return "secret", f"auto: a key is mounted at {key}"
-    return "none", (f"auto: no key at {key}, no MPI_BOOTSTRAP_EXCHANGE_DIR and no "
-                    "MPI_BOOTSTRAP_TOKEN_FILE, so the agent sets up no ssh trust and mpirun "
-                    "relies on the image's own sshd and keys")
+    return "none", (
+        f"auto: no key at {key}, no MPI_BOOTSTRAP_EXCHANGE_DIR and no "
+        "MPI_BOOTSTRAP_TOKEN_FILE, so the agent sets up no ssh trust and mpirun "
+        "relies on the image's own sshd and keys"
+    )
 
 
 @dataclasses.dataclass
@@ -188,8 +190,10 @@ def _legacy_rewrite(d: _Draft) -> None:
         values["rewrite"] = "fqdn"
         sources["rewrite"] = Source("env", "REWRITE_MPI_HOSTFILE_FQDN")
     elif sources["rewrite_fqdn_legacy"].kind != "default" and sources["rewrite"].kind != "default":
-        d.notes.append(f"REWRITE_MPI_HOSTFILE_FQDN ignored: {sources['rewrite']} "
-                       f"sets rewrite={values['rewrite']}")
+        d.notes.append(
+            f"REWRITE_MPI_HOSTFILE_FQDN ignored: {sources['rewrite']} "
+            f"sets rewrite={values['rewrite']}"
+        )
     sources.pop("rewrite_fqdn_legacy")
 
 
@@ -223,8 +227,9 @@ def _role(d: _Draft, role_word: str | None, environ: Mapping[str, str]) -> str:
     role, source = found
     d.sources["role"] = source
     if source.kind == "env" and role not in ROLES:
-        d.problems.append(f"{source.name}: {environ[source.name]!r} is not one of "
-                          f"{', '.join(ROLES)}")
+        d.problems.append(
+            f"{source.name}: {environ[source.name]!r} is not one of {', '.join(ROLES)}"
+        )
     return role
 
 
@@ -235,8 +240,10 @@ def _token(d: _Draft, role: str, host: Machine) -> None:
     values, sources = d.values, d.sources
     path, file_src, env_src = values["token_file"], sources["token_file"], sources["token"]
     if path and values["token"]:
-        d.problems.append(f"{file_src.name}: set this or {env_src.name}, not both (in the "
-                          "environment, the token is in every process the container starts)")
+        d.problems.append(
+            f"{file_src.name}: set this or {env_src.name}, not both (in the "
+            "environment, the token is in every process the container starts)"
+        )
         return
     if values["token"]:
         d.token_warnings.append(tokens.ENV_EXPOSED)
@@ -270,15 +277,23 @@ def _derived(d: _Draft, role: str, environ: Mapping[str, str], host: Machine) ->
         values["exchange"], exchange_reason = _auto_exchange(values, host)
     if values["exchange"] == "dir" and not values["exchange_dir"]:
         d.problems.append("MPI_BOOTSTRAP_EXCHANGE: 'dir' needs MPI_BOOTSTRAP_EXCHANGE_DIR")
-    if values["exchange"] == "net" and not values["token"] and not values["token_file"] \
-            and role in ("launcher", "worker"):
-        d.problems.append("MPI_BOOTSTRAP_EXCHANGE: 'net' needs MPI_BOOTSTRAP_TOKEN_FILE "
-                          "(a key of a Kubernetes Secret volume)")
+    if (
+        values["exchange"] == "net"
+        and not values["token"]
+        and not values["token_file"]
+        and role in ("launcher", "worker")
+    ):
+        d.problems.append(
+            "MPI_BOOTSTRAP_EXCHANGE: 'net' needs MPI_BOOTSTRAP_TOKEN_FILE "
+            "(a key of a Kubernetes Secret volume)"
+        )
     if values["sshd_port"] is None:
         values["sshd_port"] = SECRET_SSHD_PORT if values["exchange"] == "secret" else 0
     elif values["exchange"] == "secret" and values["sshd_port"] == 0:
-        d.problems.append(f"{sources['sshd_port'].name}: the secret exchange needs a fixed "
-                          "port (no exchange tells the launcher a free one)")
+        d.problems.append(
+            f"{sources['sshd_port'].name}: the secret exchange needs a fixed "
+            "port (no exchange tells the launcher a free one)"
+        )
     return exchange_reason
 
 
@@ -291,13 +306,15 @@ def _role_checks(d: _Draft, role: str, program: list[str], ns: argparse.Namespac
         d.notes.append(f"worker command {program[0]!r} ignored: the agent runs its own sshd")
     if role == "launcher":
         if not program:
-            d.problems.append("launcher: no program given "
-                              "(mpi-bootstrap launcher -- PROGRAM ARGS…)")
+            d.problems.append(
+                "launcher: no program given (mpi-bootstrap launcher -- PROGRAM ARGS…)"
+            )
         if os.path.normpath(values["hostfile"]) == os.path.normpath(values["output_hostfile"]):
             d.problems.append(
                 f"{d.sources['output_hostfile'].name or 'MPI_BOOTSTRAP_OUTPUT_HOSTFILE'}: "
                 f"must differ from the input hostfile {values['hostfile']} "
-                "(the input is never modified)")
+                "(the input is never modified)"
+            )
 
 
 def _build(environ: Mapping[str, str], argv: list[str], host: Machine) -> Config:
@@ -315,7 +332,14 @@ def _build(environ: Mapping[str, str], argv: list[str], host: Machine) -> Config
     d.problems.extend(nccl.problems(environ))
     if d.problems:
         raise ConfigError(d.problems)
-    return Config(role=role, program=tuple(program), explain=bool(ns.explain),
-                  json=bool(ns.json), sources=d.sources, notes=tuple(d.notes),
-                  exchange_reason=exchange_reason,
-                  token_warnings=tuple(d.token_warnings), **d.values)
+    return Config(
+        role=role,
+        program=tuple(program),
+        explain=bool(ns.explain),
+        json=bool(ns.json),
+        sources=d.sources,
+        notes=tuple(d.notes),
+        exchange_reason=exchange_reason,
+        token_warnings=tuple(d.token_warnings),
+        **d.values,
+    )

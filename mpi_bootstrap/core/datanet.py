@@ -42,8 +42,12 @@ class DataNIC:
     rdma: tuple[str, ...] = ()  # RDMA devices behind the NIC (sysfs)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"nic": self.nic, "addresses": list(self.addresses), "mtu": self.mtu,
-                "rdma": list(self.rdma)}
+        return {
+            "nic": self.nic,
+            "addresses": list(self.addresses),
+            "mtu": self.mtu,
+            "rdma": list(self.rdma),
+        }
 
     def summary(self) -> str:
         rdma = f", RDMA {','.join(self.rdma)}" if self.rdma else ""
@@ -52,8 +56,12 @@ class DataNIC:
 
 def ifaces_from(data: Any) -> tuple[str, ...]:
     """Validate a record's `ifaces`: interface names, each once, at most MAX_IFACES."""
-    if not isinstance(data, list) or len(data) > MAX_IFACES or len(set(map(str, data))) != \
-            len(data) or not all(isinstance(n, str) and NIC_NAME.fullmatch(n) for n in data):
+    if (
+        not isinstance(data, list)
+        or len(data) > MAX_IFACES
+        or len(set(map(str, data))) != len(data)
+        or not all(isinstance(n, str) and NIC_NAME.fullmatch(n) for n in data)
+    ):
         raise ValueError("ifaces is not a list of interface names")
     return tuple(data)
 
@@ -65,13 +73,19 @@ def data_from(data: Any) -> DataNIC:
     nic, addrs, mtu, rdma = data["nic"], data["addresses"], data["mtu"], data["rdma"]
     if not isinstance(nic, str) or not NIC_NAME.fullmatch(nic):
         raise ValueError("data.nic is not an interface name")
-    if not isinstance(addrs, list) or len(addrs) > 16 or not all(
-            isinstance(a, str) and is_ip_literal(a) for a in addrs):
+    if (
+        not isinstance(addrs, list)
+        or len(addrs) > 16
+        or not all(isinstance(a, str) and is_ip_literal(a) for a in addrs)
+    ):
         raise ValueError("data.addresses is not a list of IP addresses")
     if type(mtu) is not int or not 68 <= mtu <= 65536:
         raise ValueError("data.mtu is not 68..65536")
-    if not isinstance(rdma, list) or len(rdma) > 16 or not all(
-            isinstance(r, str) and RDMA_NAME.fullmatch(r) for r in rdma):
+    if (
+        not isinstance(rdma, list)
+        or len(rdma) > 16
+        or not all(isinstance(r, str) and RDMA_NAME.fullmatch(r) for r in rdma)
+    ):
         raise ValueError("data.rdma is not a list of device names")
     return DataNIC(nic, tuple(addrs), mtu, tuple(rdma))
 
@@ -104,18 +118,23 @@ def session_report(data: Any, nic: str) -> dict[str, Any]:
         error, have = data["error"], data.get("have", [])
         if not isinstance(error, str) or not error or not set(data) <= _REPORT | {"error", "have"}:
             raise ValueError("not an error report")
-        if not isinstance(have, list) or len(have) > 64 or not all(
-                isinstance(n, str) and NIC_NAME.fullmatch(n) for n in have):
+        if (
+            not isinstance(have, list)
+            or len(have) > 64
+            or not all(isinstance(n, str) and NIC_NAME.fullmatch(n) for n in have)
+        ):
             raise ValueError("have is not a list of interface names")
         return {"nic": nic, "error": shown(error), "have": list(have)}
     if set(data) != _REPORT:
-        raise ValueError(f"fields {sorted(set(map(str, data)) ^ _REPORT)} unexpected or "
-                         "missing")
+        raise ValueError(f"fields {sorted(set(map(str, data)) ^ _REPORT)} unexpected or missing")
     found = data_from({k: data[k] for k in ("nic", "addresses", "mtu", "rdma")})
     if not found.addresses:
         raise ValueError("addresses is empty")
-    return {**found.to_dict(), "memlock": _int(data["memlock"], -1, 1 << 62, "memlock"),
-            "port": _int(data["port"], 1, 65535, "port")}
+    return {
+        **found.to_dict(),
+        "memlock": _int(data["memlock"], -1, 1 << 62, "memlock"),
+        "port": _int(data["port"], 1, 65535, "port"),
+    }
 
 
 def disagrees(report: Mapping[str, Any], published: DataNIC | None) -> str | None:
@@ -126,8 +145,10 @@ def disagrees(report: Mapping[str, Any], published: DataNIC | None) -> str | Non
         return None
     address, mtu = report["addresses"][0], report["mtu"]
     if (published.addresses and address not in published.addresses) or mtu != published.mtu:
-        return (f"it reports {report['nic']} at {address} MTU {mtu}, but its record says "
-                f"{published.summary()}")
+        return (
+            f"it reports {report['nic']} at {address} MTU {mtu}, but its record says "
+            f"{published.summary()}"
+        )
     return None
 
 
@@ -141,8 +162,11 @@ def probe_line(data: Any, peers: frozenset[str]) -> dict[str, Any]:
         return {"done": _int(data["done"], 0, 1 << 20, "done")}
     if not {"peer", "ok"} <= set(data) <= _RESULT:
         raise ValueError("not a probe result")
-    if not isinstance(data["peer"], str) or data["peer"] not in peers \
-            or not isinstance(data["ok"], bool):
+    if (
+        not isinstance(data["peer"], str)
+        or data["peer"] not in peers
+        or not isinstance(data["ok"], bool)
+    ):
         raise ValueError("not a result for a peer it was given")
     out: dict[str, Any] = {"peer": data["peer"], "ok": data["ok"]}
     for key, check in _RESULT_FIELDS.items():
@@ -164,7 +188,8 @@ def _address(value: Any) -> str:
 
 
 _RESULT_FIELDS: dict[str, Callable[[Any], Any]] = {
-    "kind": _text, "address": _address,
+    "kind": _text,
+    "address": _address,
     "port": lambda v: _int(v, 1, 65535, "port"),
     "mtu": lambda v: _int(v, 68, 65536, "mtu"),
     "reaches": lambda v: _int(v, 0, 65536, "reaches"),
@@ -189,8 +214,7 @@ def _size(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
-def listener_problem(host: str, report: Mapping[str, Any], value: str | None = None
-                     ) -> str | None:
+def listener_problem(host: str, report: Mapping[str, Any], value: str | None = None) -> str | None:
     """Why `host` cannot take part (its data NIC as the check found it), or None.
     `value`: the NCCL_SOCKET_IFNAME the ranks get, which chose that NIC."""
     nic = report.get("nic", "?")
@@ -198,15 +222,19 @@ def listener_problem(host: str, report: Mapping[str, Any], value: str | None = N
     if error == "missing":
         have = ", ".join(report.get("have") or [])
         chose = f"NCCL_SOCKET_IFNAME={value if value is not None else nic}"
-        return (f"{host} has no {nic} (it has {have or 'no interface'}): {chose} fails "
-                "there; attach the data network to it")
+        return (
+            f"{host} has no {nic} (it has {have or 'no interface'}): {chose} fails "
+            "there; attach the data network to it"
+        )
     if error:
         return f"{host}: {nic}: {error}"
     rdma, lock = report.get("rdma") or [], report.get("memlock", -1)
     if rdma and lock != -1 and lock < MIN_MEMLOCK:
-        return (f"{host}: locked-memory limit is {_size(lock)} but {nic} is RDMA device "
-                f"{','.join(rdma)}: NCCL's IB transport needs it unlimited (give the "
-                "container IPC_LOCK, or `ulimit -l unlimited`)")
+        return (
+            f"{host}: locked-memory limit is {_size(lock)} but {nic} is RDMA device "
+            f"{','.join(rdma)}: NCCL's IB transport needs it unlimited (give the "
+            "container IPC_LOCK, or `ulimit -l unlimited`)"
+        )
     return None
 
 
@@ -218,10 +246,14 @@ def probe_problem(nic: str, host: str, result: Mapping[str, Any]) -> str | None:
     address = str(result.get("address", "?"))
     where = f"{f'[{address}]' if ':' in address else address}:{result.get('port', '?')}"
     if kind == "mtu":
-        return (f"{nic} on {host} reaches {peer} ({where}) only up to "
-                f"{result.get('reaches')} bytes: the MTU is {result.get('mtu')} (a "
-                "smaller MTU somewhere on the path; jumbo frames not on every node?)")
+        return (
+            f"{nic} on {host} reaches {peer} ({where}) only up to "
+            f"{result.get('reaches')} bytes: the MTU is {result.get('mtu')} (a "
+            "smaller MTU somewhere on the path; jumbo frames not on every node?)"
+        )
     if kind == "udp":
-        return (f"{nic} on {host} connects to {peer} ({where}) over TCP, but no UDP "
-                "datagram gets an answer at any size (a firewall dropping UDP?)")
+        return (
+            f"{nic} on {host} connects to {peer} ({where}) over TCP, but no UDP "
+            "datagram gets an answer at any size (a firewall dropping UDP?)"
+        )
     return f"{nic} on {host} cannot reach {peer} ({where}): {kind}"

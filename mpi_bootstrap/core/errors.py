@@ -34,51 +34,63 @@ class ExitStatus(enum.IntEnum):
 # Each code's meaning and its one-line fix: the termination message (core/termination.py)
 # and docs/troubleshooting.md say the same. mpirun's own code and 128+N: termination.py.
 MEANINGS: dict[int, tuple[str, str]] = {
-    ExitStatus.PROBLEMS_FOUND: (
-        "doctor: a check failed", "each finding above says what to do"),
+    ExitStatus.PROBLEMS_FOUND: ("doctor: a check failed", "each finding above says what to do"),
     ExitStatus.CONFIG: (
         "bad configuration",
         "correct the flag or variable named (mpi-bootstrap --help lists them); "
-        "`mpi-bootstrap --explain` checks a configuration without running anything"),
+        "`mpi-bootstrap --explain` checks a configuration without running anything",
+    ),
     ExitStatus.HOSTFILE: (
         "the hostfile cannot be used",
         "fix the hostfile at the file:line named (MPI Operator writes it from the "
-        "MPIJob's worker replicas)"),
+        "MPIJob's worker replicas)",
+    ),
     ExitStatus.DNS_TIMEOUT: (
         "a host did not resolve",
         "check that the worker pods run and that the job's headless Service exists "
         "(MPI_BOOTSTRAP_CLUSTER_DOMAIN if the cluster's is not cluster.local); "
-        "`mpi-bootstrap doctor` asks each nameserver"),
+        "`mpi-bootstrap doctor` asks each nameserver",
+    ),
     ExitStatus.PEER_UNAVAILABLE: (
         "a worker is unavailable",
         "look at the named worker: its pod's log (is `mpi-bootstrap worker` its "
         "entrypoint, with the launcher's exchange settings?), its sshd and MPI install; "
-        "`mpi-bootstrap doctor` in the launcher pod checks each; no rank started"),
+        "`mpi-bootstrap doctor` in the launcher pod checks each; no rank started",
+    ),
     ExitStatus.INTERNAL: (
-        "internal error", "a bug in mpi-bootstrap: please report it with the pod's log"),
+        "internal error",
+        "a bug in mpi-bootstrap: please report it with the pod's log",
+    ),
     ExitStatus.WORKER_LOST: (
         "a worker was lost while the job ran",
         "look at the named pod and its node (kubectl describe pod: evicted, OOM-killed, "
         "node not ready); the job ended so its GPUs are free: run it again (a "
-        "podFailurePolicy can retry exit 75 without counting it as the program's failure)"),
+        "podFailurePolicy can retry exit 75 without counting it as the program's failure)",
+    ),
     ExitStatus.CANT_CREATE: (
         "a file or directory cannot be written",
         "give the agent a writable directory with free space (an emptyDir) at the path "
-        "named: MPI_BOOTSTRAP_STATE_DIR, or the exchange volume"),
+        "named: MPI_BOOTSTRAP_STATE_DIR, or the exchange volume",
+    ),
     ExitStatus.NOT_EXECUTABLE: (
-        "the program is not executable", "make it executable (chmod +x) or fix its path"),
+        "the program is not executable",
+        "make it executable (chmod +x) or fix its path",
+    ),
     ExitStatus.NOT_FOUND: (
         "the program was not found",
-        "install mpirun in the image or put it on PATH (or MPI_BOOTSTRAP_MPIRUN)"),
+        "install mpirun in the image or put it on PATH (or MPI_BOOTSTRAP_MPIRUN)",
+    ),
 }
-# The worker's 69: its own sshd, not a peer's.
+# The worker's own: its 69 is its own sshd's, not a peer's; its 75, its launcher lost.
 WORKER_FIXES: dict[int, str] = {
-    ExitStatus.PEER_UNAVAILABLE:
+    ExitStatus.PEER_UNAVAILABLE: (
         "the worker's log has sshd's own messages: check the image's sshd "
-        "(MPI_BOOTSTRAP_SSHD), the state directory and the port (MPI_BOOTSTRAP_SSHD_PORT)",
-    ExitStatus.WORKER_LOST:
+        "(MPI_BOOTSTRAP_SSHD), the state directory and the port (MPI_BOOTSTRAP_SSHD_PORT)"
+    ),
+    ExitStatus.WORKER_LOST: (
         "its launcher was lost and MPI_BOOTSTRAP_EXIT_ON_LAUNCHER_LOSS is set: look at the "
-        "launcher pod; what the launch started here was ended",
+        "launcher pod; what the launch started here was ended"
+    ),
 }
 
 
@@ -90,8 +102,9 @@ class BootstrapError(Exception):
     status: ExitStatus = ExitStatus.INTERNAL
     phase: str = "agent"
 
-    def __init__(self, message: str, *, details: str = "", phase: str | None = None,
-                 host: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, details: str = "", phase: str | None = None, host: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         # Multi-line context (e.g. the DNS dump) printed after the one-line message.
@@ -113,8 +126,10 @@ class ConfigError(BootstrapError):
             message = f"bad configuration: {self.problems[0]}"
         else:
             message = f"bad configuration ({len(self.problems)} problems)"
-        super().__init__(message, details="\n".join(f"  - {p}" for p in self.problems)
-                         if len(self.problems) > 1 else "")
+        super().__init__(
+            message,
+            details="\n".join(f"  - {p}" for p in self.problems) if len(self.problems) > 1 else "",
+        )
 
 
 class HostfileError(BootstrapError):
@@ -152,8 +167,10 @@ class WriteError(BootstrapError, OSError):
 
     @classmethod
     def of(cls, path: str, exc: OSError) -> WriteError:
-        return cls(f"cannot write {path}: {exc.strerror or exc} (the directory must be "
-                   "writable, ours, and have free space)")
+        return cls(
+            f"cannot write {path}: {exc.strerror or exc} (the directory must be "
+            "writable, ours, and have free space)"
+        )
 
 
 class ExecError(BootstrapError):

@@ -73,7 +73,7 @@ def script(state: str, ssh_command: Sequence[str], mode: str, last: str | None) 
         "h=; s=\n"
         "for a do\n"
         '  if [ -n "$s" ]; then s=; continue; fi\n'
-        f'  case $a in -[{SSH_VALUE_OPTIONS}]) s=1 ;; -*) ;; *) h=$a; break ;; esac\n'
+        f"  case $a in -[{SSH_VALUE_OPTIONS}]) s=1 ;; -*) ;; *) h=$a; break ;; esac\n"
         "done\n"
         'case $h in ""|*/*|.*) echo "mpi-bootstrap gate: no host in: $*" >&2; exit 255 ;; '
         "esac\n"

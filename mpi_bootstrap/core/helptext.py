@@ -27,26 +27,71 @@ Roles (or MPI_BOOTSTRAP_ROLE, else MPI Operator's K_MPI_JOB_ROLE):
 COMMON = ("hostfile", "rewrite", "dns_wait_seconds", "data_iface", "exchange")
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("The job (launcher)", ("hostfile", "output_hostfile", "rewrite", "rewrite_fqdn_legacy",
-                            "cluster_domain", "mpi", "mpirun", "np", "forward_env",
-                            "startup_timeout")),
+    (
+        "The job (launcher)",
+        (
+            "hostfile",
+            "output_hostfile",
+            "rewrite",
+            "rewrite_fqdn_legacy",
+            "cluster_domain",
+            "mpi",
+            "mpirun",
+            "np",
+            "forward_env",
+            "startup_timeout",
+        ),
+    ),
     ("Waiting for DNS", ("dns_wait_seconds", "dns_wait_interval", "dns_concurrency")),
     ("Networks", ("control_iface", "data_iface", "data_check", "sysfs")),
-    ("Trust: the exchange and ssh", ("exchange", "exchange_dir", "exchange_port", "token_file",
-                                     "token", "ssh_auth_dir", "sshd", "sshd_port", "ssh_user",
-                                     "preflight", "ssh_reuse", "ssh_kex",
-                                     "ssh_connect_timeout")),
-    ("PID 1 and the agent", ("exec", "grace_seconds", "signal_group", "state_dir",
-                             "termination_log", "log_format", "log_level")),
-    ("While ranks run", ("liveness_seconds", "launcher_grace_seconds",
-                         "exit_on_launcher_loss")),
+    (
+        "Trust: the exchange and ssh",
+        (
+            "exchange",
+            "exchange_dir",
+            "exchange_port",
+            "token_file",
+            "token",
+            "ssh_auth_dir",
+            "sshd",
+            "sshd_port",
+            "ssh_user",
+            "preflight",
+            "ssh_reuse",
+            "ssh_kex",
+            "ssh_connect_timeout",
+        ),
+    ),
+    (
+        "PID 1 and the agent",
+        (
+            "exec",
+            "grace_seconds",
+            "signal_group",
+            "state_dir",
+            "termination_log",
+            "log_format",
+            "log_level",
+        ),
+    ),
+    ("While ranks run", ("liveness_seconds", "launcher_grace_seconds", "exit_on_launcher_loss")),
 )
 
 FORMS = {
-    "path": "PATH", "plain_dir": "DIR", "path_or_off": "PATH",
-    "seconds": "SECONDS", "positive_seconds": "SECONDS", "bound": "SECONDS",
-    "positive_int": "N", "boolean": "true|false", "port": "PORT", "token": "TOKEN",
-    "user": "USER", "kex": "ALGORITHMS", "iface": "NIC", "patterns": "PATTERNS",
+    "path": "PATH",
+    "plain_dir": "DIR",
+    "path_or_off": "PATH",
+    "seconds": "SECONDS",
+    "positive_seconds": "SECONDS",
+    "bound": "SECONDS",
+    "positive_int": "N",
+    "boolean": "true|false",
+    "port": "PORT",
+    "token": "TOKEN",
+    "user": "USER",
+    "kex": "ALGORITHMS",
+    "iface": "NIC",
+    "patterns": "PATTERNS",
     "domain": "DOMAIN",
 }
 
@@ -73,25 +118,29 @@ def default_of(setting: s.Setting) -> str:
 def _line(setting: s.Setting) -> str:
     flag = f"{setting.flag} {form(setting)}" if setting.flag else f"(variable) {form(setting)}"
     head = f"  {flag:<34} {', '.join(setting.envs)} [default: {default_of(setting)}]"
-    return head + "\n" + textwrap.fill(setting.help, 88, initial_indent=" " * 6,
-                                       subsequent_indent=" " * 6)
+    return (
+        head
+        + "\n"
+        + textwrap.fill(setting.help, 88, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    )
 
 
 def exit_codes() -> str:
     rows = ["Exit codes:", "  0    success (--explain: the plan was printed)"]
     rows += [f"  {code:<4} {what}" for code, (what, _) in sorted(MEANINGS.items())]
-    rows += ["  N    mpirun's own exit code, passed through",
-             "  128+N  ended by signal N"]
+    rows += ["  N    mpirun's own exit code, passed through", "  128+N  ended by signal N"]
     return "\n".join(rows) + "\n"
 
 
 def short() -> str:
     by_name = {x.name: x for x in s.SETTINGS}
     common = "\n".join(_line(by_name[n]) for n in COMMON)
-    return (f"{USAGE}\nThe settings people change most (each also a variable; the flag "
-            f"wins):\n{common}\n  --explain [--json]                 show the plan and "
-            "every decision; run nothing\n\n--help-all lists every setting, grouped.\n\n"
-            f"{exit_codes()}")
+    return (
+        f"{USAGE}\nThe settings people change most (each also a variable; the flag "
+        f"wins):\n{common}\n  --explain [--json]                 show the plan and "
+        "every decision; run nothing\n\n--help-all lists every setting, grouped.\n\n"
+        f"{exit_codes()}"
+    )
 
 
 def full() -> str:
@@ -99,8 +148,10 @@ def full() -> str:
     parts = [USAGE]
     for title, names in GROUPS:
         parts.append(f"{title}:\n" + "\n".join(_line(by_name[n]) for n in names) + "\n")
-    parts.append("Other:\n  --explain                          show the plan and every "
-                 "decision; run nothing\n  --json                             with "
-                 "--explain: one JSON object\n")
+    parts.append(
+        "Other:\n  --explain                          show the plan and every "
+        "decision; run nothing\n  --json                             with "
+        "--explain: one JSON object\n"
+    )
     parts.append(exit_codes())
     return "\n".join(parts)

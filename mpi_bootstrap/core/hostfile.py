@@ -58,8 +58,9 @@ def _decode(data: bytes, path: str) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise HostfileError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x})"
-                            ) from None
+        raise HostfileError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x})"
+        ) from None
     return text
 
 
@@ -80,8 +81,9 @@ def parse(data: bytes | str, path: str = "<hostfile>") -> Hostfile:
             host = _parse_line(line, path, lineno)
         key = host.name.lower().rstrip(".")
         if key in first_seen:
-            raise HostfileError(f"{path}:{lineno}: duplicate host {host.name!r} "
-                                f"(first at line {first_seen[key]})")
+            raise HostfileError(
+                f"{path}:{lineno}: duplicate host {host.name!r} (first at line {first_seen[key]})"
+            )
         first_seen[key] = lineno
         hosts.append(host)
     if not hosts:
@@ -100,8 +102,10 @@ def _parse_line(line: str, path: str, lineno: int) -> Host:
     if slots_text is not None:
         slots = _count(slots_text, where, "slots")
         if options:
-            raise HostfileError(f"{where}: unexpected {options[0]!r} after {first!r} "
-                                "(use `host:N` or `host slots=N`, not both)")
+            raise HostfileError(
+                f"{where}: unexpected {options[0]!r} after {first!r} "
+                "(use `host:N` or `host slots=N`, not both)"
+            )
     for opt in options:
         key, sep, value = opt.partition("=")
         if not sep:
@@ -112,8 +116,7 @@ def _parse_line(line: str, path: str, lineno: int) -> Host:
         elif key in _MAX_KEYS:
             max_slots = _count(value, where, key)
         else:
-            raise HostfileError(f"{where}: unknown option {key!r}; expected slots=N or "
-                                "max_slots=N")
+            raise HostfileError(f"{where}: unknown option {key!r}; expected slots=N or max_slots=N")
     if slots is None:
         slots = 1
     if max_slots is not None and max_slots < slots:
@@ -126,7 +129,7 @@ def _split_hydra(token: str) -> tuple[str, str | None]:
     if token.startswith("["):  # [v6]:N or [v6]
         end = token.find("]")
         if end > 0:
-            rest = token[end + 1:]
+            rest = token[end + 1 :]
             inner = token[1:end]
             if rest.startswith(":"):
                 return inner, rest[1:]
@@ -152,11 +155,14 @@ def _check_name(name: str, where: str) -> None:
     if is_ip_literal(name):
         return
     if not is_dns_name(name):
-        raise HostfileError(f"{where}: {name!r} is not a valid hostname "
-                            "(RFC 1123 letters, digits, '-' and '.') or IP address")
+        raise HostfileError(
+            f"{where}: {name!r} is not a valid hostname "
+            "(RFC 1123 letters, digits, '-' and '.') or IP address"
+        )
 
 
 # ---------------------------------------------------------------- rewriting
+
 
 def fqdn(name: str, cluster_domain: str) -> str:
     """`x.svc` → `x.svc.<cluster_domain>`; anything else unchanged. Idempotent."""
@@ -184,7 +190,8 @@ def rename(hostfile: Hostfile, names: Mapping[str, str]) -> tuple[Host, ...]:
             other = seen[key]
             raise HostfileError(
                 f"{hostfile.path}:{host.line}: {host.name!r} becomes {new!r}, the same as "
-                f"{other.name!r} (line {other.line}); two lines would be one host")
+                f"{other.name!r} (line {other.line}); two lines would be one host"
+            )
         renamed = Host(new, host.slots, host.max_slots, host.line)
         seen[key] = host
         out.append(renamed)
@@ -192,6 +199,7 @@ def rename(hostfile: Hostfile, names: Mapping[str, str]) -> tuple[Host, ...]:
 
 
 # ---------------------------------------------------------------- writing
+
 
 def render(hosts: Iterable[Host], form: str) -> str:
     """The hostfile text in `form` (OPENMPI or HYDRA), one host per line."""

@@ -50,28 +50,42 @@ def offer(own: Sequence[str], sshd: tuple[int, int] | None = None) -> tuple[str,
     return tuple(n for n in PREFERRED if n in own and takes(n, sshd))
 
 
-def decision(setting: str | None, source: str, own: Sequence[str],
-             workers: Sequence[tuple[str, tuple[int, int] | None]]) -> tuple[str | None, Decision]:
+def decision(
+    setting: str | None,
+    source: str,
+    own: Sequence[str],
+    workers: Sequence[tuple[str, tuple[int, int] | None]],
+) -> tuple[str | None, Decision]:
     """(the `Host *` KexAlgorithms, or None: ssh's own) and --explain's line on it.
     `workers`: each worker's name and its sshd's version, where its record says."""
     if setting == DEFAULT:
-        return None, Decision("ssh key exchange", "ssh's default", source,
-                              "MPI_BOOTSTRAP_SSH_KEX=default: OpenSSH picks (9.0 to 9.8: "
-                              "post-quantum sntrup761x25519-sha512, six times the CPU of "
-                              "curve25519 per handshake)")
+        return None, Decision(
+            "ssh key exchange",
+            "ssh's default",
+            source,
+            "MPI_BOOTSTRAP_SSH_KEX=default: OpenSSH picks (9.0 to 9.8: "
+            "post-quantum sntrup761x25519-sha512, six times the CPU of "
+            "curve25519 per handshake)",
+        )
     if setting:
-        return setting, Decision("ssh key exchange", setting, source,
-                                 "KexAlgorithms in the ssh config, as set")
+        return setting, Decision(
+            "ssh key exchange", setting, source, "KexAlgorithms in the ssh config, as set"
+        )
     chosen = offer(own)
     if not chosen:
-        return None, Decision("ssh key exchange", "ssh's default", "agent default",
-                              f"this ssh offers none of {', '.join(PREFERRED)}: ssh's own")
+        return None, Decision(
+            "ssh key exchange",
+            "ssh's default",
+            "agent default",
+            f"this ssh offers none of {', '.join(PREFERRED)}: ssh's own",
+        )
     older = [name for name, v in workers if offer(own, v) != chosen]
-    why = ("post-quantum and cheap where both ends offer mlkem768x25519-sha256 (OpenSSH "
-           "9.9+), curve25519-sha256 otherwise; not sntrup761x25519 (six times the CPU per "
-           "handshake): what rides these sessions also rides MPI's unencrypted control "
-           "channel, and the host keys stay pinned (SECURITY.md, 25)")
+    why = (
+        "post-quantum and cheap where both ends offer mlkem768x25519-sha256 (OpenSSH "
+        "9.9+), curve25519-sha256 otherwise; not sntrup761x25519 (six times the CPU per "
+        "handshake): what rides these sessions also rides MPI's unencrypted control "
+        "channel, and the host keys stay pinned (SECURITY.md, 25)"
+    )
     if older:
         why += f"; {', '.join(older[:3])}{' …' if len(older) > 3 else ''}: its sshd is older"
-    return ",".join(chosen), Decision("ssh key exchange", ",".join(chosen), "agent default",
-                                      why)
+    return ",".join(chosen), Decision("ssh key exchange", ",".join(chosen), "agent default", why)

@@ -60,11 +60,10 @@ FROZEN = "frozen"
 RESTARTED = "restarted"
 SUPERSEDED = "superseded"
 SEEN = {
-    NO_ANSWER: "no answer at all: cut off from the network, its node down, or every "
-               "packet lost",
+    NO_ANSWER: "no answer at all: cut off from the network, its node down, or every packet lost",
     REFUSED: "its sshd's port refuses connections: the pod or its agent is gone",
     FROZEN: "its kernel accepts connections but its agent does not answer: the pod is "
-            "frozen or hung (stopped, or starved of memory)",
+    "frozen or hung (stopped, or starved of memory)",
     RESTARTED: "its agent restarted (a new boot id): the ranks it held are gone",
     SUPERSEDED: "another launcher took it over (a newer launch claimed it)",
 }
@@ -73,8 +72,9 @@ SEEN = {
 def session_id(key: str) -> str:
     """The public name of a session: derived from its key, so it cannot be chosen apart
     from it."""
-    return hmac.new(bytes.fromhex(key), b"mpi-bootstrap session id",
-                    hashlib.sha256).hexdigest()[:16]
+    return hmac.new(bytes.fromhex(key), b"mpi-bootstrap session id", hashlib.sha256).hexdigest()[
+        :16
+    ]
 
 
 def _mac(key: str, body: dict[str, Any]) -> str:
@@ -100,8 +100,13 @@ def session_of(data: bytes) -> tuple[str, dict[str, Any]] | None:
     if not isinstance(message, dict) or message.get("v") != VERSION:
         return None
     sid, n, kind = message.get("s"), message.get("n"), message.get("t")
-    if not isinstance(sid, str) or not SESSION_ID.fullmatch(sid) or \
-            type(n) is not int or not 0 < n < MAX_COUNTER or not isinstance(kind, str):
+    if (
+        not isinstance(sid, str)
+        or not SESSION_ID.fullmatch(sid)
+        or type(n) is not int
+        or not 0 < n < MAX_COUNTER
+        or not isinstance(kind, str)
+    ):
         return None
     return sid, message
 
@@ -161,15 +166,18 @@ class Claimed:
 
 _CLAIMED = re.compile(
     r"addr=(?P<address>[0-9A-Fa-f.:]{2,45}) port=(?P<port>\d{1,5}) boot=(?P<boot>[0-9a-f]{16}) "
-    r"sshd=(?P<sshd>\d{1,5}) ended=(?P<ended>\d{1,6}) names=(?P<names>[A-Za-z0-9_.,:+-]{0,512})")
+    r"sshd=(?P<sshd>\d{1,5}) ended=(?P<ended>\d{1,6}) names=(?P<names>[A-Za-z0-9_.,:+-]{0,512})"
+)
 NAME = re.compile(r"[A-Za-z0-9_.:+-]{1,64}")
 
 
 def claimed_text(c: Claimed) -> str:
     """The worker's answer, one line (pid1/watch.py writes it)."""
     names = ",".join(n for n in c.names if NAME.fullmatch(n))
-    return (f"addr={c.address} port={c.port} boot={c.boot} sshd={c.sshd_port} "
-            f"ended={c.ended} names={names[:512].rstrip(',')}")
+    return (
+        f"addr={c.address} port={c.port} boot={c.boot} sshd={c.sshd_port} "
+        f"ended={c.ended} names={names[:512].rstrip(',')}"
+    )
 
 
 def parse_claimed(text: str) -> Claimed | str:
@@ -178,5 +186,4 @@ def parse_claimed(text: str) -> Claimed | str:
     if m is None or not 0 < int(m["port"]) <= 65535 or not 0 < int(m["sshd"]) <= 65535:
         return text.strip()[:200] or "no answer"
     names = tuple(n for n in m["names"].split(",") if n)
-    return Claimed(m["address"], int(m["port"]), m["boot"], int(m["sshd"]), int(m["ended"]),
-                   names)
+    return Claimed(m["address"], int(m["port"]), m["boot"], int(m["sshd"]), int(m["ended"]), names)

@@ -34,8 +34,9 @@ def redact(keys: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     return keys
 
 
-def line(event: str, level: str, role: str, keys: MutableMapping[str, Any], *,
-         console: bool = False) -> str:
+def line(
+    event: str, level: str, role: str, keys: MutableMapping[str, Any], *, console: bool = False
+) -> str:
     """One log line, newline included; `keys` are redacted in place first."""
     redact(keys)
     now = time.time()

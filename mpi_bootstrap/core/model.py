@@ -44,7 +44,6 @@ OTHER = "error"
 TRANSIENT_KINDS = frozenset({NOT_FOUND, TEMPORARY})
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Answer:
     """One lookup's outcome: addresses, or the kind of error and the resolver's words."""

@@ -25,7 +25,8 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 # One OpenSSH public key: its type and base64 blob, nothing else (no options, no comment).
 _PUBLIC_KEY = re.compile(
-    r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)) [A-Za-z0-9+/]{16,8192}={0,3}")
+    r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)) [A-Za-z0-9+/]{16,8192}={0,3}"
+)
 
 
 def is_dns_name(text: str) -> bool:

@@ -56,9 +56,11 @@ class IfList:
 
     def matches(self, name: str, port: int | None = None) -> bool:
         """Does NCCL take `name` (with `port`, for an RDMA device) under this list?"""
-        hit = any((name == want if self.exact else name.startswith(want))
-                  and (port is None or have is None or port == have)
-                  for want, have in self.entries)
+        hit = any(
+            (name == want if self.exact else name.startswith(want))
+            and (port is None or have is None or port == have)
+            for want, have in self.entries
+        )
         return hit != self.exclude
 
     def select(self, names: Sequence[str], limit: int = MAX_IFS) -> tuple[str, ...]:
@@ -67,10 +69,17 @@ class IfList:
 
     def describe(self) -> str:
         """In words, for --explain: `every one but lo*, docker0*`, `exactly net1`."""
-        names = ", ".join(n + ("" if self.exact else "*") + (f":{p}" if p is not None else "")
-                          for n, p in self.entries)
-        return f"every one but {names}" if self.exclude else \
-            f"exactly {names}" if self.exact else f"those named {names}"
+        names = ", ".join(
+            n + ("" if self.exact else "*") + (f":{p}" if p is not None else "")
+            for n, p in self.entries
+        )
+        return (
+            f"every one but {names}"
+            if self.exclude
+            else f"exactly {names}"
+            if self.exact
+            else f"those named {names}"
+        )
 
 
 def parse(value: str, variable: str = SOCKET_IFNAME) -> IfList:
@@ -88,15 +97,21 @@ def parse(value: str, variable: str = SOCKET_IFNAME) -> IfList:
         name, _, rest = entry.partition(":")
         port = rest.split(":", 1)[0]  # NCCL reads RAIL and PLANE after it: not names
         if not name:
-            raise ValueError(f"{variable}={value!r}: an empty entry (NCCL would skip it: "
-                             "a stray comma or colon?)")
+            raise ValueError(
+                f"{variable}={value!r}: an empty entry (NCCL would skip it: "
+                "a stray comma or colon?)"
+            )
         if len(name) > longest:
-            raise ValueError(f"{variable}={value!r}: {name[:20]!r}… is longer than any "
-                             f"{'RDMA device' if variable == IB_HCA else 'interface'} "
-                             f"name can be ({longest} characters)")
+            raise ValueError(
+                f"{variable}={value!r}: {name[:20]!r}… is longer than any "
+                f"{'RDMA device' if variable == IB_HCA else 'interface'} "
+                f"name can be ({longest} characters)"
+            )
         if not _ENTRY.fullmatch(name):
-            raise ValueError(f"{variable}={value!r}: {name!r} is not an interface name "
-                             "(letters, digits and _ . - only)")
+            raise ValueError(
+                f"{variable}={value!r}: {name!r} is not an interface name "
+                "(letters, digits and _ . - only)"
+            )
         if port and not (port.isascii() and port.isdigit() and int(port) < 1 << 16):
             raise ValueError(f"{variable}={value!r}: port {port[:8]!r} is not a number")
         entries.append((name, int(port) if port else None))
@@ -161,8 +176,12 @@ class Rule:
         return spec.select(names), f"{SOCKET_IFNAME}={self.value} takes {spec.describe()}"
 
 
-def rule(configured: str | None, environ: Mapping[str, str], names: Sequence[str],
-         candidates: Sequence[str]) -> Rule:
+def rule(
+    configured: str | None,
+    environ: Mapping[str, str],
+    names: Sequence[str],
+    candidates: Sequence[str],
+) -> Rule:
     """The NCCL_SOCKET_IFNAME the ranks get: the user's (NCCL reads it as it is), else
     the interface MPI_BOOTSTRAP_DATA_IFACE names, else the first of `candidates` that
     `names` has, else none (NCCL's own rule)."""
@@ -179,8 +198,7 @@ def rule(configured: str | None, environ: Mapping[str, str], names: Sequence[str
         return Rule(exact(configured), "MPI_BOOTSTRAP_DATA_IFACE names it", by_agent=True)
     found = next((n for n in candidates if n in names), None)
     if found is not None:
-        return Rule(exact(found), f"the first of {', '.join(candidates)} present",
-                    by_agent=True)
+        return Rule(exact(found), f"the first of {', '.join(candidates)} present", by_agent=True)
     return Rule(None, f"unset, and none of {', '.join(candidates)} here")
 
 

@@ -35,7 +35,6 @@ def is_version(v: Any, version: int = VERSION) -> bool:
     return type(v) is int and v == version
 
 
-
 class RecordError(ValueError):
     """A record or message that does not have exactly the expected shape."""
 
@@ -52,8 +51,14 @@ class Record:
     openssh: str | None = None  # its sshd's OpenSSH version ("9.2"), where known
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"v": VERSION, "host": self.host, "addresses": list(self.addresses),
-               "port": self.port, "host_key": self.host_key, "user": self.user}
+        out = {
+            "v": VERSION,
+            "host": self.host,
+            "addresses": list(self.addresses),
+            "port": self.port,
+            "host_key": self.host_key,
+            "user": self.user,
+        }
         if self.data is not None:
             out["data"] = self.data.to_dict()
         if self.ifaces is not None:
@@ -67,15 +72,23 @@ def record_from(data: Any) -> Record:
     """Validate a decoded record: every field present, typed and in range; no extras."""
     if not isinstance(data, dict):
         raise RecordError("not a JSON object")
-    expected, optional = {"v", "host", "addresses", "port", "host_key", "user"}, \
-        {"data", "ifaces", "openssh"}
+    expected, optional = (
+        {"v", "host", "addresses", "port", "host_key", "user"},
+        {"data", "ifaces", "openssh"},
+    )
     if set(data) - optional != expected:
-        raise RecordError(f"fields {sorted((set(data) - optional) ^ expected)} unexpected "
-                          "or missing")
+        raise RecordError(
+            f"fields {sorted((set(data) - optional) ^ expected)} unexpected or missing"
+        )
     if not is_version(data["v"]):
         raise RecordError(f"version {data['v']!r} is not {VERSION}")
-    host, port, key, user, addrs = (data["host"], data["port"], data["host_key"],
-                                    data["user"], data["addresses"])
+    host, port, key, user, addrs = (
+        data["host"],
+        data["port"],
+        data["host_key"],
+        data["user"],
+        data["addresses"],
+    )
     if not isinstance(host, str) or not is_dns_name(host) or host.endswith("."):
         raise RecordError("host is not a hostname")
     if type(port) is not int or not 1 <= port <= 65535:
@@ -84,15 +97,17 @@ def record_from(data: Any) -> Record:
         raise RecordError("host_key is not one OpenSSH public key (type and base64 only)")
     if not isinstance(user, str) or not is_user_name(user):
         raise RecordError("user is not a user name")
-    if not isinstance(addrs, list) or len(addrs) > 16 or not all(
-            isinstance(a, str) and is_ip_literal(a) for a in addrs):
+    if (
+        not isinstance(addrs, list)
+        or len(addrs) > 16
+        or not all(isinstance(a, str) and is_ip_literal(a) for a in addrs)
+    ):
         raise RecordError("addresses is not a list of IP addresses")
     nic, ifaces, openssh = _optional(data)
     return Record(host, tuple(addrs), port, key, user, nic, ifaces, openssh)
 
 
-def _optional(data: dict[str, Any]) -> tuple[DataNIC | None, tuple[str, ...] | None,
-                                             str | None]:
+def _optional(data: dict[str, Any]) -> tuple[DataNIC | None, tuple[str, ...] | None, str | None]:
     """A record's optional fields, validated: its data NIC, NCCL's interfaces, OpenSSH's
     version."""
     openssh = data.get("openssh")
@@ -120,7 +135,6 @@ def is_target(target: str, record: Record) -> bool:
     if is_ip_literal(target):
         return target in record.addresses
     return is_dns_name(target) and target.split(".", 1)[0].lower() == record.host.lower()
-
 
 
 def done_text(key_fingerprint: str) -> str:

@@ -22,8 +22,12 @@ import shlex
 from collections.abc import Sequence
 
 
-def script(daemons: Sequence[str], dirs: Sequence[str], program: str | None = None,
-           ranks_path: str | None = None) -> str:
+def script(
+    daemons: Sequence[str],
+    dirs: Sequence[str],
+    program: str | None = None,
+    ranks_path: str | None = None,
+) -> str:
     """The check: each daemon is looked for in `dirs`, then on the session's PATH; the
     program with `ranks_path` (None: the session's own PATH)."""
     checks = []
@@ -32,7 +36,8 @@ def script(daemons: Sequence[str], dirs: Sequence[str], program: str | None = No
         checks.append(
             f'found=""; for p in {paths}; do [ -x "$p" ] && found="$p" && break; done; '
             f'[ -n "$found" ] || found=$(command -v {shlex.quote(name)} 2>/dev/null); '
-            f'echo "DAEMON {name} ${{found:-missing}}"')
+            f'echo "DAEMON {name} ${{found:-missing}}"'
+        )
     checks += ['echo "LD $LD_LIBRARY_PATH"', 'echo "PATH $PATH"']
     if program and "/" not in program:
         # The file execvp would run (`command -v` would name a shell builtin instead).
@@ -41,11 +46,13 @@ def script(daemons: Sequence[str], dirs: Sequence[str], program: str | None = No
         checks.append(
             f'found=""; P={path}; old="$IFS"; IFS=:; for d in $P; do d="${{d:-.}}"; '
             f'if [ -f "$d/"{prog} ] && [ -x "$d/"{prog} ]; then found="$d/"{prog}; '
-            'break; fi; done; IFS="$old"; echo "PROGRAM ${found:-missing}"')
+            'break; fi; done; IFS="$old"; echo "PROGRAM ${found:-missing}"'
+        )
     elif program and program.startswith("/"):
         quoted = shlex.quote(program)
-        checks.append(f'if [ -x {quoted} ]; then echo "PROGRAM "{quoted}; '
-                      'else echo "PROGRAM missing"; fi')
+        checks.append(
+            f'if [ -x {quoted} ]; then echo "PROGRAM "{quoted}; else echo "PROGRAM missing"; fi'
+        )
     return "; ".join(checks)
 
 
@@ -57,11 +64,13 @@ def claim() -> str:
     is the shell's own: no process's argv ever holds it); the answer comes back on a
     FIFO of this session's own, opened read-write first so that PID 1's non-blocking
     open finds a reader."""
-    return (f'C="${{{CONTROL_ENV}:-}}"; IFS= read -r k; '
-            'if [ -p "$C" ] && o="${C%/*}/control-$$.out" && mkfifo -m 600 "$o" '
-            '2>/dev/null && exec 4<>"$o"; then echo "claim $k $$" >"$C"; k=; '
-            'IFS= read -r a <&4; exec 4<&-; rm -f "$o"; echo "CLAIM $a"; '
-            'else k=; echo "CLAIM none"; fi')
+    return (
+        f'C="${{{CONTROL_ENV}:-}}"; IFS= read -r k; '
+        'if [ -p "$C" ] && o="${C%/*}/control-$$.out" && mkfifo -m 600 "$o" '
+        '2>/dev/null && exec 4<>"$o"; then echo "claim $k $$" >"$C"; k=; '
+        'IFS= read -r a <&4; exec 4<&-; rm -f "$o"; echo "CLAIM $a"; '
+        'else k=; echo "CLAIM none"; fi'
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +103,11 @@ def parse(output: str) -> Report:
             daemons[name] = None if where == "missing" else where
         elif key in ("LD", "PATH", "PROGRAM", "CLAIM"):
             values[key] = value
-    return Report(ran=bool(daemons), daemons=daemons, ld=values.get("LD", ""),
-                  path=values.get("PATH", "?"), program=values.get("PROGRAM"),
-                  claim=values.get("CLAIM"))
+    return Report(
+        ran=bool(daemons),
+        daemons=daemons,
+        ld=values.get("LD", ""),
+        path=values.get("PATH", "?"),
+        program=values.get("PROGRAM"),
+        claim=values.get("CLAIM"),
+    )

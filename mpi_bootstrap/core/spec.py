@@ -171,5 +171,6 @@ def _dataclass(cls: Any, raw: Any, where: str) -> Any:
     unknown = set(raw) - names
     if unknown:
         raise ValueError(f"{where}: unknown fields {sorted(unknown)}")
-    return cls(**{name: _value(hints[name], value, f"{where}.{name}")
-                  for name, value in raw.items()})
+    return cls(
+        **{name: _value(hints[name], value, f"{where}.{name}") for name, value in raw.items()}
+    )

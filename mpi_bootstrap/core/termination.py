@@ -24,10 +24,11 @@ LIMIT = 4096  # bytes: what the kubelet reads
 DEFAULT_PATH = "/dev/termination-log"
 
 # mpirun's own code, passed through
-MPIRUN_FIX = ("a rank or mpirun itself failed: the launcher's log has mpirun's and the "
-              "ranks' output")
-SIGNAL_FIX = ("the pod was told to stop (deleted, evicted, preempted, or the job "
-              "cancelled or restarted): the pod's events say by whom")
+MPIRUN_FIX = "a rank or mpirun itself failed: the launcher's log has mpirun's and the ranks' output"
+SIGNAL_FIX = (
+    "the pod was told to stop (deleted, evicted, preempted, or the job "
+    "cancelled or restarted): the pod's events say by whom"
+)
 
 
 def signal_name(code: int) -> str:
@@ -50,12 +51,19 @@ def meaning(code: int, role: str, signaled: bool = True) -> tuple[str, str]:
     return f"exit {code}", "the pod's log says what happened"
 
 
-def text(*, role: str, code: int, phase: str, error: str, host: str | None = None,
-         fix: str | None = None, signaled: bool = True) -> str:
+def text(
+    *,
+    role: str,
+    code: int,
+    phase: str,
+    error: str,
+    host: str | None = None,
+    fix: str | None = None,
+    signaled: bool = True,
+) -> str:
     """The message: at most LIMIT bytes of printable text, the fix kept whole."""
     what, default_fix = meaning(code, role, signaled)
-    head = [f"mpi-bootstrap {shown(role, 20)}: exit {code} ({what})",
-            f"phase: {shown(phase, 60)}"]
+    head = [f"mpi-bootstrap {shown(role, 20)}: exit {code} ({what})", f"phase: {shown(phase, 60)}"]
     if host:
         head.append(f"host: {shown(host, 253)}")
     tail = f"fix: {shown(fix or default_fix, 1000)}\n"
@@ -65,4 +73,4 @@ def text(*, role: str, code: int, phase: str, error: str, host: str | None = Non
         excess = len(out.encode()) - LIMIT
         if excess <= 0:
             return out
-        said = said[:max(0, len(said) - excess - 3)] + "…"
+        said = said[: max(0, len(said) - excess - 3)] + "…"

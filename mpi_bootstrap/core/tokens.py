@@ -24,12 +24,16 @@ MAX_FILE = 4096  # bytes: a token file holds one line
 
 ENV_VAR = "MPI_BOOTSTRAP_TOKEN"
 FILE_VAR = "MPI_BOOTSTRAP_TOKEN_FILE"
-HOW_TO_MOVE = (f"put the token in a file instead: {FILE_VAR} naming a key of a Secret "
-               "volume (defaultMode 0400, or 0440 with fsGroup for an agent that is not "
-               "root; docs/exchanges.md)")
-EXPOSED = ("every process the container starts holds it in its /proc/PID/environ — the "
-           "readiness probe every few seconds, whatever `kubectl exec` runs — where any "
-           "process of the same user, a rank of the job included, can read it")
+HOW_TO_MOVE = (
+    f"put the token in a file instead: {FILE_VAR} naming a key of a Secret "
+    "volume (defaultMode 0400, or 0440 with fsGroup for an agent that is not "
+    "root; docs/exchanges.md)"
+)
+EXPOSED = (
+    "every process the container starts holds it in its /proc/PID/environ — the "
+    "readiness probe every few seconds, whatever `kubectl exec` runs — where any "
+    "process of the same user, a rank of the job included, can read it"
+)
 ENV_EXPOSED = f"{ENV_VAR} is in the container's environment, so {EXPOSED}; {HOW_TO_MOVE}"
 
 
@@ -86,9 +90,11 @@ def other_readers(found: TokenFile, euid: int) -> str | None:
 
 
 def file_advice() -> str:
-    return ("make it readable by the agent's user only: defaultMode 0400 on the Secret "
-            "volume (an agent running as root), or 0440 with the pod's fsGroup (another "
-            "user)")
+    return (
+        "make it readable by the agent's user only: defaultMode 0400 on the Secret "
+        "volume (an agent running as root), or 0440 with the pod's fsGroup (another "
+        "user)"
+    )
 
 
 def decision(file: str | None, source: str, warnings: Sequence[str]) -> Decision | None:
@@ -97,9 +103,18 @@ def decision(file: str | None, source: str, warnings: Sequence[str]) -> Decision
     read it (`warnings`)."""
     said = [f"WARNING: {w}" for w in warnings]
     if file:
-        return Decision("token", f"file {file}", source, "; ".join([
-            *said, "read once by the launcher and each worker, and in no process's "
-            "environment; the readiness probe and the doctor do not read it"]))
+        return Decision(
+            "token",
+            f"file {file}",
+            source,
+            "; ".join(
+                [
+                    *said,
+                    "read once by the launcher and each worker, and in no process's "
+                    "environment; the readiness probe and the doctor do not read it",
+                ]
+            ),
+        )
     if source != "default":
         return Decision("token", "environment", source, "; ".join(said))
     return None

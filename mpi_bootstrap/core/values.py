@@ -1,4 +1,4 @@
-"""The value parsers of the settings table (core/settings.py): each takes the raw text
+"""The value parsers of the settings table (core/settings/): each takes the raw text
 of a flag or variable and returns its value, or raises ValueError with a short reason
 (core/config.py names the flag or variable). Pure."""
 
@@ -42,8 +42,10 @@ def plain_dir(raw: str) -> str:
     """A directory whose paths go into ssh and sshd configs (and `ssh -F PATH`)."""
     path(raw)
     if not is_plain_path(raw):
-        raise ValueError(f"{raw!r} must be an absolute path of letters, digits and "
-                         "_ . / @ + - only (it is written into ssh and sshd configs)")
+        raise ValueError(
+            f"{raw!r} must be an absolute path of letters, digits and "
+            "_ . / @ + - only (it is written into ssh and sshd configs)"
+        )
     return raw.rstrip("/") or "/"
 
 
@@ -97,6 +99,7 @@ def choice(choices: Sequence[str]) -> Callable[[str], str]:
         if low not in choices:
             raise ValueError(f"{raw!r} is not one of {', '.join(choices)}")
         return low
+
     parse.choices = tuple(choices)  # type: ignore[attr-defined]
     return parse
 

@@ -58,8 +58,9 @@ class Server:
     answer. An allowed connection is echoed up to MAX_ECHO bytes for PROBE_SECONDS, and
     closed the moment its echo cannot be sent whole (a peer that does not read)."""
 
-    def __init__(self, tcp: _socket.socket, udp: _socket.socket,
-                 on_targets: Callable[[list[str]], None]) -> None:
+    def __init__(
+        self, tcp: _socket.socket, udp: _socket.socket, on_targets: Callable[[list[str]], None]
+    ) -> None:
         self.tcp, self.udp, self.on_targets = tcp, udp, on_targets
         self.allowed: frozenset[str] | None = None  # until the launcher's line
         # fd → [socket, opened at, bytes echoed, the peer's address]
@@ -77,8 +78,17 @@ class Server:
         while (now := time.monotonic()) < end:
             self._expire(now)
             self._listen(self.allowed is not None or len(self.conns) < MAX_CONNS)
-            wait = min([end] + [c[1] + PROBE_SECONDS for c in self.conns.values()
-                                if self.allowed is not None]) - now
+            wait = (
+                min(
+                    [end]
+                    + [
+                        c[1] + PROBE_SECONDS
+                        for c in self.conns.values()
+                        if self.allowed is not None
+                    ]
+                )
+                - now
+            )
             for fd, _ in self.poll.poll(max(0, int(wait * 1000) + 1)):
                 if fd == 0:
                     if not self._stdin():
@@ -92,8 +102,11 @@ class Server:
 
     def _listen(self, on: bool) -> None:
         if on != self.listening:
-            (self.poll.register(self.tcp.fileno(), select.POLLIN) if on else
-             self.poll.unregister(self.tcp.fileno()))
+            (
+                self.poll.register(self.tcp.fileno(), select.POLLIN)
+                if on
+                else self.poll.unregister(self.tcp.fileno())
+            )
             self.listening = on
 
     def _stdin(self) -> bool:
@@ -155,8 +168,7 @@ class Server:
         conn = self.conns[fd]
         try:
             data = conn[0].recv(MAX_ECHO - conn[2] + 1)
-            if data and conn[2] + len(data) <= MAX_ECHO and \
-                    conn[0].send(data) == len(data):
+            if data and conn[2] + len(data) <= MAX_ECHO and conn[0].send(data) == len(data):
                 conn[2] += len(data)
                 return
         except OSError:

@@ -85,8 +85,7 @@ def addresses(nic: str) -> list[str]:
 def rdma_devices(nic: str, sysfs: str = "/sys") -> list[str]:
     """The RDMA devices behind a netdev: `SYSFS/class/net/NIC/device/infiniband/*`."""
     try:
-        return sorted(os.listdir(os.path.join(sysfs, "class", "net", nic, "device",
-                                              "infiniband")))
+        return sorted(os.listdir(os.path.join(sysfs, "class", "net", nic, "device", "infiniband")))
     except OSError:
         return []
 
@@ -103,10 +102,18 @@ def nic_report(nic: str, sysfs: str = "/sys") -> dict[str, Any]:
         _socket.if_nametoindex(nic)
         mtu = struct.unpack("i", _ioctl(nic, SIOCGIFMTU)[16:20])[0]
     except OSError:
-        return {"nic": nic, "error": "missing",
-                "have": sorted(name for _, name in _socket.if_nameindex())}
-    return {"nic": nic, "mtu": mtu, "addresses": addresses(nic),
-            "rdma": rdma_devices(nic, sysfs), "memlock": memlock()}
+        return {
+            "nic": nic,
+            "error": "missing",
+            "have": sorted(name for _, name in _socket.if_nameindex()),
+        }
+    return {
+        "nic": nic,
+        "mtu": mtu,
+        "addresses": addresses(nic),
+        "rdma": rdma_devices(nic, sysfs),
+        "memlock": memlock(),
+    }
 
 
 def _family(address: str) -> int:
@@ -239,8 +246,7 @@ def probe_one(src: str, mtu: int, target: str, seconds: float) -> dict[str, obje
     addr = addr.strip("[]")
     port = int(port_text)
     path_mtu = min(mtu, int(peer_mtu))
-    out: dict[str, object] = {"peer": name, "address": addr, "port": port,
-                              "mtu": path_mtu}
+    out: dict[str, object] = {"peer": name, "address": addr, "port": port, "mtu": path_mtu}
     why = _tcp(src, addr, port, seconds)
     if why is None:
         why, out["reaches"] = _mtu(src, addr, port, path_mtu)
@@ -288,8 +294,11 @@ def _text(v: Any) -> str:
     if isinstance(v, int):
         return str(v)
     if isinstance(v, str):
-        return '"' + "".join(c if " " <= c < "\x7f" and c not in '"\\' else
-                             f"\\u{ord(c):04x}" for c in v) + '"'
+        return (
+            '"'
+            + "".join(c if " " <= c < "\x7f" and c not in '"\\' else f"\\u{ord(c):04x}" for c in v)
+            + '"'
+        )
     if isinstance(v, dict):
         return "{" + ", ".join(f"{_text(str(k))}: {_text(x)}" for k, x in v.items()) + "}"
     return "[" + ", ".join(_text(x) for x in v) + "]"

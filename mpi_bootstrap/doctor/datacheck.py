@@ -30,8 +30,7 @@ def data_nics(config: Config) -> tuple[tuple[str, ...], str, nccl.Rule]:
     names = netif.nccl_order()
     rule = nccl.rule(config.data_iface, os.environ, names, DATA_IFACE_CANDIDATES)
     nics, why = rule.select(names)
-    return nccl.data_of(nics, config.control_iface), f"{why}: {', '.join(nics) or 'none'}", \
-        rule
+    return nccl.data_of(nics, config.control_iface), f"{why}: {', '.join(nics) or 'none'}", rule
 
 
 def local(config: Config) -> list[Finding]:
@@ -39,8 +38,9 @@ def local(config: Config) -> list[Finding]:
     own = socket.gethostname()
     nics, why, rule = data_nics(config)
     if not nics:
-        return [Finding(own, "data NIC", True, f"{why} (besides {config.control_iface}): "
-                        "no data check")]
+        return [
+            Finding(own, "data NIC", True, f"{why} (besides {config.control_iface}): no data check")
+        ]
     nic = nics[0]
     report = dataprobe.nic_report(nic, config.sysfs)
     problem = datanet.listener_problem(own, report, rule.value)
@@ -48,10 +48,16 @@ def local(config: Config) -> list[Finding]:
         return [Finding(own, "data NIC", False, problem, ADVICE)]
     lock = report["memlock"]
     rdma = ",".join(report["rdma"]) or "none"
-    return [Finding(own, "data NIC", True,
-                    f"{why}; {nic} {' '.join(report['addresses']) or '(no address)'} MTU "
-                    f"{report['mtu']}, RDMA {rdma}, locked memory "
-                    f"{'unlimited' if lock == -1 else f'{lock} bytes'}")]
+    return [
+        Finding(
+            own,
+            "data NIC",
+            True,
+            f"{why}; {nic} {' '.join(report['addresses']) or '(no address)'} MTU "
+            f"{report['mtu']}, RDMA {rdma}, locked memory "
+            f"{'unlimited' if lock == -1 else f'{lock} bytes'}",
+        )
+    ]
 
 
 def state_dir(config: Config) -> Finding | None:
@@ -64,15 +70,21 @@ def state_dir(config: Config) -> Finding | None:
             return None
     except BootstrapError as exc:
         why = "; ".join(exc.problems) if isinstance(exc, ConfigError) else exc.message
-        return Finding(config.state_dir, "state directory", False, f"would be refused: {why}",
-                       "nothing in it was used (the data network check was skipped); "
-                       "mount an emptyDir at the state directory itself, or choose another "
-                       "MPI_BOOTSTRAP_STATE_DIR")
+        return Finding(
+            config.state_dir,
+            "state directory",
+            False,
+            f"would be refused: {why}",
+            "nothing in it was used (the data network check was skipped); "
+            "mount an emptyDir at the state directory itself, or choose another "
+            "MPI_BOOTSTRAP_STATE_DIR",
+        )
     return Finding(config.state_dir, "state directory", True, "private to this user")
 
 
-def network(config: Config, names: Sequence[str], deadline: float,
-            state: Finding | None) -> list[Finding]:
+def network(
+    config: Config, names: Sequence[str], deadline: float, state: Finding | None
+) -> list[Finding]:
     """The launcher's test between the workers, over its pinned ssh config (written by a
     launcher run in this pod); nothing when there is none, or when it is switched off.
     Only from a state directory the launcher would accept (`state`, from `state_dir`:
@@ -86,31 +98,55 @@ def network(config: Config, names: Sequence[str], deadline: float,
         if not files.own_file(cfg):
             return []
     except files.UnsafeFileError as exc:
-        return [Finding(cfg, "ssh config", False, f"not used: {exc}",
-                        "the data network check was skipped; remove the file (a launcher "
-                        "run writes it afresh)")]
+        return [
+            Finding(
+                cfg,
+                "ssh config",
+                False,
+                f"not used: {exc}",
+                "the data network check was skipped; remove the file (a launcher "
+                "run writes it afresh)",
+            )
+        ]
     try:
         # Every worker is taken to have this pod's first data NIC (the doctor reads no
         # records): one that lacks it says so, naming the interfaces it has.
         nic = nics[0]
-        found = datacheck.run(names, ("ssh", "-F", cfg), nic,
-                              python=sys.executable, sysfs=config.sysfs,
-                              env=dict(os.environ), deadline=deadline, log=_quiet,
-                              value=rule.value)
+        found = datacheck.run(
+            names,
+            ("ssh", "-F", cfg),
+            nic,
+            python=sys.executable,
+            sysfs=config.sysfs,
+            env=dict(os.environ),
+            deadline=deadline,
+            log=_quiet,
+            value=rule.value,
+        )
     except PeerUnavailableError as exc:
         lines = (exc.details or exc.message.removeprefix("data network: ")).splitlines()
         return [Finding("data network", nic, False, line, ADVICE) for line in lines]
     mtus = sorted({f["mtu"] for f in found.values()})
-    return [Finding("data network", nic, True,
-                    f"{len(found)} workers, ring and random pairs: TCP and MTU {mtus} pass")]
+    return [
+        Finding(
+            "data network",
+            nic,
+            True,
+            f"{len(found)} workers, ring and random pairs: TCP and MTU {mtus} pass",
+        )
+    ]
 
 
 def _quiet(event: str, /, level: str = "info", **keys: Any) -> None:
     """The doctor reports findings, not the check's log."""
 
 
-def jobs(config: Config, names: Sequence[str], deadline: float
-         ) -> list[Callable[[], list[Finding]]]:
+def jobs(
+    config: Config, names: Sequence[str], deadline: float
+) -> list[Callable[[], list[Finding]]]:
     state = state_dir(config)  # checked once, before anything of it is used
-    return [lambda: local(config), lambda: [state] if state is not None else [],
-            lambda: network(config, names, deadline - 0.2, state)]
+    return [
+        lambda: local(config),
+        lambda: [state] if state is not None else [],
+        lambda: network(config, names, deadline - 0.2, state),
+    ]

@@ -31,8 +31,11 @@ from mpi_bootstrap.system.parallel import map_within
 JSON_VERSION = 1  # of `doctor --json`; bumped when a key changes meaning or goes away
 
 
-def within(deadline: float, jobs: Sequence[Callable[[], list[Finding]]],
-           on_late: Callable[[int], list[Finding]]) -> list[Finding]:
+def within(
+    deadline: float,
+    jobs: Sequence[Callable[[], list[Finding]]],
+    on_late: Callable[[int], list[Finding]],
+) -> list[Finding]:
     """Run every job at once; keep what finished by `deadline` (a check stuck in the
     resolver or on a dead nameserver never holds the doctor past it, nor at exit)."""
     found: list[Finding] = []
@@ -56,34 +59,57 @@ def run(config: Config, *, deadline_s: float = 10.0, data: bool = True) -> list[
     conf = sysdns.read_resolv_conf()
     try:
         hostfile = hostfile_reader.read(config.hostfile)
-        names = [hf.lookup_name(h.name, config.rewrite, config.cluster_domain)
-                 for h in hostfile.hosts]
+        names = [
+            hf.lookup_name(h.name, config.rewrite, config.cluster_domain) for h in hostfile.hosts
+        ]
     except Exception as exc:  # the doctor reports; it does not fail on a bad hostfile
-        return [Finding(config.hostfile, "hostfile", False, str(exc),
-                        "fix the hostfile first")]
+        return [Finding(config.hostfile, "hostfile", False, str(exc), "fix the hostfile first")]
     names = [n for n in names if not is_ip_literal(n)]
     own = socket.gethostname()
     jobs: list[Callable[[], list[Finding]]] = [
-        functools.partial(dns_findings, n, conf, deadline) for n in [*names, own]]
+        functools.partial(dns_findings, n, conf, deadline) for n in [*names, own]
+    ]
     jobs.append(lambda: service_finding(names, config.cluster_domain, conf, deadline))
     jobs.extend(ssh_jobs(config, names, deadline))
     jobs.extend(reach_jobs(config, names, deadline))
     jobs.append(lambda: tokencheck.findings(config))
     if data:
         jobs.extend(datacheck.jobs(config, names, deadline))
-    return within(deadline + 0.5, jobs, lambda n: [Finding(
-        "doctor", "deadline", False, f"{n} checks did not finish in {deadline_s:g} s",
-        "a nameserver or a worker does not answer; the findings above say which")])
+    return within(
+        deadline + 0.5,
+        jobs,
+        lambda n: [
+            Finding(
+                "doctor",
+                "deadline",
+                False,
+                f"{n} checks did not finish in {deadline_s:g} s",
+                "a nameserver or a worker does not answer; the findings above say which",
+            )
+        ],
+    )
 
 
 def render(findings: Sequence[Finding], as_json: bool) -> str:
     if as_json:
-        return json.dumps({"version": JSON_VERSION,
-                           "findings": [dataclasses.asdict(f) for f in findings],
-                           "problems": sum(not f.ok for f in findings)}, indent=2) + "\n"
+        return (
+            json.dumps(
+                {
+                    "version": JSON_VERSION,
+                    "findings": [dataclasses.asdict(f) for f in findings],
+                    "problems": sum(not f.ok for f in findings),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     problems = [f for f in findings if not f.ok]
-    lines = ["mpi-bootstrap doctor", *(f.line() for f in findings), "",
-             f"{len(problems)} problem(s) found" if problems else "no problem found"]
+    lines = [
+        "mpi-bootstrap doctor",
+        *(f.line() for f in findings),
+        "",
+        f"{len(problems)} problem(s) found" if problems else "no problem found",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -99,7 +125,9 @@ def for_dump(names: Sequence[str], deadline_s: float = 3.0) -> str:
     """The DNS part of the doctor for the DNS-wait timeout dump (bounded)."""
     conf = sysdns.read_resolv_conf()
     deadline = time.monotonic() + deadline_s
-    found = within(deadline + 0.5, [functools.partial(dns_findings, n, conf, deadline)
-                                    for n in names], lambda n: [])
+    found = within(
+        deadline + 0.5,
+        [functools.partial(dns_findings, n, conf, deadline) for n in names],
+        lambda n: [],
+    )
     return "\n".join(f.line() for f in found)
-

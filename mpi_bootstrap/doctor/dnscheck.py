@@ -38,8 +38,7 @@ def ask(server: str, qname: str, timeout: float) -> tuple[str, tuple[str, ...], 
     except OSError as exc:
         return f"error ({exc.strerror or exc})", (), None
     rcode = dns.rcode.to_text(r.rcode())
-    addrs = tuple(str(rd) for rrset in r.answer if rrset.rdtype == dns.rdatatype.A
-                  for rd in rrset)
+    addrs = tuple(str(rd) for rrset in r.answer if rrset.rdtype == dns.rdatatype.A for rd in rrset)
     neg = None
     for rrset in r.authority:
         if rrset.rdtype == dns.rdatatype.SOA:
@@ -65,11 +64,25 @@ def dns_findings(name: str, conf: sysdns.ResolvConf, deadline: float) -> list[Fi
     if answer.ok:
         out.append(Finding(name, "system resolver", True, f"-> {answer.addresses[0]}"))
         return out
-    out.append(Finding(name, "system resolver", False, f"{answer.error_kind}: {answer.detail}",
-                       "see the nameserver findings below"))
+    out.append(
+        Finding(
+            name,
+            "system resolver",
+            False,
+            f"{answer.error_kind}: {answer.detail}",
+            "see the nameserver findings below",
+        )
+    )
     if not conf.nameservers:
-        out.append(Finding(name, "resolv.conf", False, "no nameserver line",
-                           "the pod's dnsPolicy gives it no DNS: use ClusterFirst"))
+        out.append(
+            Finding(
+                name,
+                "resolv.conf",
+                False,
+                "no nameserver line",
+                "the pod's dnsPolicy gives it no DNS: use ClusterFirst",
+            )
+        )
         return out
     for server in conf.nameservers:
         found = _ask_server(name, server, conf, deadline)
@@ -78,8 +91,7 @@ def dns_findings(name: str, conf: sysdns.ResolvConf, deadline: float) -> list[Fi
     return out
 
 
-def _ask_server(name: str, server: str, conf: sysdns.ResolvConf, deadline: float
-                ) -> Finding | None:
+def _ask_server(name: str, server: str, conf: sysdns.ResolvConf, deadline: float) -> Finding | None:
     """One nameserver asked directly for every name glibc would try, in its order (None:
     the deadline came first)."""
     tried = []
@@ -93,27 +105,44 @@ def _ask_server(name: str, server: str, conf: sysdns.ResolvConf, deadline: float
         if status == "NXDOMAIN" and neg is not None:
             neg_ttl = neg if neg_ttl is None else max(neg_ttl, neg)
         if status == "timeout":
-            return Finding(name, f"nameserver {server}", False, "no answer",
-                           f"the nameserver {server} is down or unreachable from "
-                           "this pod: check the cluster DNS (CoreDNS) pods")
+            return Finding(
+                name,
+                f"nameserver {server}",
+                False,
+                "no answer",
+                f"the nameserver {server} is down or unreachable from "
+                "this pod: check the cluster DNS (CoreDNS) pods",
+            )
         if addrs:
-            return Finding(name, f"nameserver {server}", True,
-                           f"{qname} -> {addrs[0]} (asked: {'; '.join(tried)})")
-    advice = ("the record does not exist (yet): the worker pod may not be Ready, or "
-              "its name in the hostfile does not match a pod of the headless Service")
+            return Finding(
+                name,
+                f"nameserver {server}",
+                True,
+                f"{qname} -> {addrs[0]} (asked: {'; '.join(tried)})",
+            )
+    advice = (
+        "the record does not exist (yet): the worker pod may not be Ready, or "
+        "its name in the hostfile does not match a pod of the headless Service"
+    )
     if any("REFUSED" in t for t in tried):
-        advice += ("; REFUSED means the server does not serve that name at all: "
-                   "MPI_BOOTSTRAP_REWRITE=fqdn asks for the full "
-                   ".svc.<cluster-domain> name")
+        advice += (
+            "; REFUSED means the server does not serve that name at all: "
+            "MPI_BOOTSTRAP_REWRITE=fqdn asks for the full "
+            ".svc.<cluster-domain> name"
+        )
     if neg_ttl:
-        advice += (f"; the DNS server will keep saying NXDOMAIN for up to {neg_ttl} "
-                   "more seconds after the record appears (negative caching)")
-    return Finding(name, f"nameserver {server}", False,
-                   f"not found (asked: {'; '.join(tried)})", advice)
+        advice += (
+            f"; the DNS server will keep saying NXDOMAIN for up to {neg_ttl} "
+            "more seconds after the record appears (negative caching)"
+        )
+    return Finding(
+        name, f"nameserver {server}", False, f"not found (asked: {'; '.join(tried)})", advice
+    )
 
 
-def service_finding(hosts: Sequence[str], domain: str, conf: sysdns.ResolvConf,
-                    deadline: float) -> list[Finding]:
+def service_finding(
+    hosts: Sequence[str], domain: str, conf: sysdns.ResolvConf, deadline: float
+) -> list[Finding]:
     """`<subdomain>.<ns>.svc.<domain>` addresses versus the workers that use it."""
     groups: dict[str, int] = {}
     for h in hosts:
@@ -121,8 +150,9 @@ def service_finding(hosts: Sequence[str], domain: str, conf: sysdns.ResolvConf,
         if "svc" in labels:
             i = labels.index("svc")
             if i >= 3:
-                groups[".".join(labels[1:i + 1]) + f".{domain}"] = groups.get(
-                    ".".join(labels[1:i + 1]) + f".{domain}", 0) + 1
+                groups[".".join(labels[1 : i + 1]) + f".{domain}"] = (
+                    groups.get(".".join(labels[1 : i + 1]) + f".{domain}", 0) + 1
+                )
     out = []
     for service, workers in groups.items():
         if not conf.nameservers:
@@ -132,19 +162,37 @@ def service_finding(hosts: Sequence[str], domain: str, conf: sysdns.ResolvConf,
             break
         status, addrs, _ = ask(conf.nameservers[0], service, min(conf.timeout, left))
         if len(addrs) >= workers:
-            out.append(Finding(service, "headless Service", True,
-                               f"{len(addrs)} addresses for {workers} workers"))
+            out.append(
+                Finding(
+                    service,
+                    "headless Service",
+                    True,
+                    f"{len(addrs)} addresses for {workers} workers",
+                )
+            )
         elif status == "NXDOMAIN":  # no such name at all: not an empty Service
-            out.append(Finding(service, "headless Service", False,
-                               f"no such name (NXDOMAIN) for {workers} workers",
-                               "the Service does not exist (yet): MPI Operator creates it "
-                               "with the job; check its name and namespace, and "
-                               "MPI_BOOTSTRAP_CLUSTER_DOMAIN if the cluster's domain is "
-                               "not cluster.local"))
+            out.append(
+                Finding(
+                    service,
+                    "headless Service",
+                    False,
+                    f"no such name (NXDOMAIN) for {workers} workers",
+                    "the Service does not exist (yet): MPI Operator creates it "
+                    "with the job; check its name and namespace, and "
+                    "MPI_BOOTSTRAP_CLUSTER_DOMAIN if the cluster's domain is "
+                    "not cluster.local",
+                )
+            )
         else:
-            out.append(Finding(service, "headless Service", False,
-                               f"{len(addrs)} addresses for {workers} workers ({status})",
-                               "the Service exists but its endpoints are not populated: "
-                               "worker pods are not Ready (readinessProbe) or do not match "
-                               "its selector"))
+            out.append(
+                Finding(
+                    service,
+                    "headless Service",
+                    False,
+                    f"{len(addrs)} addresses for {workers} workers ({status})",
+                    "the Service exists but its endpoints are not populated: "
+                    "worker pods are not Ready (readinessProbe) or do not match "
+                    "its selector",
+                )
+            )
     return out

@@ -22,10 +22,14 @@ from mpi_bootstrap.system import dns as sysdns
 def stale_finding(name: str, address: str | None, published: Sequence[str]) -> Finding | None:
     if not address or not published or address in published:
         return None
-    return Finding(name, "published address", False,
-                   f"DNS says {address}, the worker published {', '.join(published)}",
-                   "a stale record of an earlier job with the same name: wait for the DNS "
-                   "TTL, or delete the old pods/Service")
+    return Finding(
+        name,
+        "published address",
+        False,
+        f"DNS says {address}, the worker published {', '.join(published)}",
+        "a stale record of an earlier job with the same name: wait for the DNS "
+        "TTL, or delete the old pods/Service",
+    )
 
 
 def _failure_of(exc: BaseException) -> str | None:
@@ -41,13 +45,22 @@ def _failure_of(exc: BaseException) -> str | None:
     if isinstance(exc, socket.gaierror):
         return "could-not-resolve"
     if isinstance(exc, TimeoutError) or (
-            isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH)):
+        isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH)
+    ):
         return "no-route"
     return None
 
 
-def ssh_finding(name: str, target: str, port: int, *, user: str, private_key: str,
-                host_key: str | None, timeout: float) -> Finding:
+def ssh_finding(
+    name: str,
+    target: str,
+    port: int,
+    *,
+    user: str,
+    private_key: str,
+    host_key: str | None,
+    timeout: float,
+) -> Finding:
     """Connect with paramiko as mpirun's ssh would; run the remote environment check."""
     import io
 
@@ -56,24 +69,38 @@ def ssh_finding(name: str, target: str, port: int, *, user: str, private_key: st
     client = paramiko.SSHClient()
     if host_key:
         kind, blob = host_key.split()[:2]
-        client.get_host_keys().add(f"[{target}]:{port}" if port != 22 else target, kind,
-                                   paramiko.PKey.from_type_string(kind, _b64(blob)))
+        client.get_host_keys().add(
+            f"[{target}]:{port}" if port != 22 else target,
+            kind,
+            paramiko.PKey.from_type_string(kind, _b64(blob)),
+        )
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     try:
         pkey = paramiko.Ed25519Key.from_private_key(io.StringIO(private_key))
-        client.connect(target, port=port, username=user, pkey=pkey,
-                       timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
-                       allow_agent=False, look_for_keys=False)
-        _, out, _ = client.exec_command(remote.script(runtimes.DAEMONS, ()),
-                                        timeout=timeout)
+        client.connect(
+            target,
+            port=port,
+            username=user,
+            pkey=pkey,
+            timeout=timeout,
+            banner_timeout=timeout,
+            auth_timeout=timeout,
+            allow_agent=False,
+            look_for_keys=False,
+        )
+        _, out, _ = client.exec_command(remote.script(runtimes.DAEMONS, ()), timeout=timeout)
         report = remote.parse(out.read().decode(errors="replace"))
-        return Finding(name, "ssh", True,
-                       f"{user}@{target}:{port} answers; {report.summary()}")
+        return Finding(name, "ssh", True, f"{user}@{target}:{port} answers; {report.summary()}")
     except (OSError, paramiko.SSHException) as exc:
         failure = _failure_of(exc)
         if failure is None:
-            return Finding(name, "ssh", False, f"cannot connect to {target}:{port} ({exc})",
-                           "is the worker running `mpi-bootstrap worker`, and is its sshd up?")
+            return Finding(
+                name,
+                "ssh",
+                False,
+                f"cannot connect to {target}:{port} ({exc})",
+                "is the worker running `mpi-bootstrap worker`, and is its sshd up?",
+            )
         sig = failures.BY_NAME[failure]
         return Finding(name, "ssh", False, sig.cause.format(host=name, path=""), sig.fix)
     finally:
@@ -86,26 +113,32 @@ def _b64(blob: str) -> bytes:
     return base64.b64decode(blob)
 
 
-def ssh_jobs(config: Config, names: Sequence[str], deadline: float
-             ) -> list[Callable[[], list[Finding]]]:
+def ssh_jobs(
+    config: Config, names: Sequence[str], deadline: float
+) -> list[Callable[[], list[Finding]]]:
     """ssh checks for the workers the exchange knows (dir), with their pinned keys."""
     from mpi_bootstrap.ssh import dirx
 
     if config.exchange != "dir" or not config.exchange_dir:
         return []
-    ex = dirx.DirExchange(config.exchange_dir)
+    where = config.exchange_dir
+    ex = dirx.DirExchange(where)
     try:
         job = ex.peek_job_key()
     except BootstrapError as exc:
-        message = exc.message
-        return [lambda: [Finding(config.exchange_dir or "", "job key", False, message,
-                                 "see the message")]]
+        found = [Finding(where, "job key", False, exc.message, "see the message")]
+        return [functools.partial(list, found)]
     if job is None:
-        return [lambda: [Finding(config.exchange_dir or "", "job key", False,
-                                 "no key of a running job in the exchange directory",
-                                 "start the workers (`mpi-bootstrap worker`): the first "
-                                 "one makes the job's key")]]
-    key = job.private
+        found = [
+            Finding(
+                where,
+                "job key",
+                False,
+                "no key of a running job in the exchange directory",
+                "start the workers (`mpi-bootstrap worker`): the first one makes the job's key",
+            )
+        ]
+        return [functools.partial(list, found)]
     jobs: list[Callable[[], list[Finding]]] = []
     for name in names:
         try:
@@ -113,30 +146,50 @@ def ssh_jobs(config: Config, names: Sequence[str], deadline: float
         except records.RecordError:
             rec = None
         if rec is None:
-            missing = [Finding(name, "record", False, f"no record in {config.exchange_dir}",
-                               "the worker has not started `mpi-bootstrap worker` (or its "
-                               "pod is down)")]
+            missing = [
+                Finding(
+                    name,
+                    "record",
+                    False,
+                    f"no record in {where}",
+                    "the worker has not started `mpi-bootstrap worker` (or its pod is down)",
+                )
+            ]
             jobs.append(functools.partial(list, missing))
             continue
-
-        def check(n: str = name, r: records.Record = rec) -> list[Finding]:
-            out = []
-            answer = sysdns.SystemResolver()(n)
-            stale = stale_finding(n, answer.addresses[0] if answer.ok else None, r.addresses)
-            if stale:
-                out.append(stale)
-            target = r.addresses[0] if r.addresses else n
-            left = max(0.5, deadline - time.monotonic())
-            out.append(ssh_finding(n, target, r.port, user=config.ssh_user or r.user,
-                                   private_key=key, host_key=r.host_key, timeout=left))
-            return out
-
-        jobs.append(check)
+        jobs.append(functools.partial(_login, config, name, rec, job.private, deadline))
     return jobs
 
 
-def reach_jobs(config: Config, names: Sequence[str], deadline: float
-               ) -> list[Callable[[], list[Finding]]]:
+def _login(
+    config: Config, name: str, rec: records.Record, key: str, deadline: float
+) -> list[Finding]:
+    """One worker over ssh with the job's key and its pinned host key (and whether DNS
+    still names an earlier pod's address)."""
+    out = []
+    answer = sysdns.SystemResolver()(name)
+    stale = stale_finding(name, answer.addresses[0] if answer.ok else None, rec.addresses)
+    if stale:
+        out.append(stale)
+    target = rec.addresses[0] if rec.addresses else name
+    left = max(0.5, deadline - time.monotonic())
+    out.append(
+        ssh_finding(
+            name,
+            target,
+            rec.port,
+            user=config.ssh_user or rec.user,
+            private_key=key,
+            host_key=rec.host_key,
+            timeout=left,
+        )
+    )
+    return out
+
+
+def reach_jobs(
+    config: Config, names: Sequence[str], deadline: float
+) -> list[Callable[[], list[Finding]]]:
     """Where the doctor has no record to log in with (every exchange but `dir`): whether
     each worker's ssh port answers with an SSH banner (the fixed sshd port, else 22), or,
     with the `net` exchange, whether its exchange port takes a connection."""
@@ -159,14 +212,21 @@ def reach_finding(name: str, port: int, what: str, deadline: float) -> list[Find
             banner = conn.recv(255)
     except OSError as exc:
         failure = _failure_of(exc)
-        advice = (failures.BY_NAME[failure].fix if failure else
-                  "is the worker running `mpi-bootstrap worker`, and is its sshd up?")
-        return [Finding(name, what, False, f"nothing answers on {name}:{port} ({exc})",
-                        advice)]
+        advice = (
+            failures.BY_NAME[failure].fix
+            if failure
+            else "is the worker running `mpi-bootstrap worker`, and is its sshd up?"
+        )
+        return [Finding(name, what, False, f"nothing answers on {name}:{port} ({exc})", advice)]
     if banner.startswith(b"SSH-"):
         first = banner.split(b"\n")[0].decode("ascii", "replace").strip()
         return [Finding(name, what, True, f"{name}:{port} answers {first}")]
-    return [Finding(name, what, False, f"{name}:{port} answers, but not with an SSH banner",
-                    "another program holds the port: set MPI_BOOTSTRAP_SSHD_PORT on both "
-                    "sides")]
-
+    return [
+        Finding(
+            name,
+            what,
+            False,
+            f"{name}:{port} answers, but not with an SSH banner",
+            "another program holds the port: set MPI_BOOTSTRAP_SSHD_PORT on both sides",
+        )
+    ]

@@ -17,13 +17,27 @@ def findings(config: Config) -> list[Finding]:
     if config.token_file:
         return [_file_finding(here, config.token_file, str(config.source("token_file")))]
     if config.token is not None:
-        return [Finding(here, "token", True,
-                        f"in the environment ({config.source('token')}): {tokens.EXPOSED}",
-                        tokens.HOW_TO_MOVE, warning=True)]
+        return [
+            Finding(
+                here,
+                "token",
+                True,
+                f"in the environment ({config.source('token')}): {tokens.EXPOSED}",
+                tokens.HOW_TO_MOVE,
+                warning=True,
+            )
+        ]
     if config.exchange == "net":
-        return [Finding(here, "token", False, "the net exchange has no token here",
-                        f"set {tokens.FILE_VAR} (a key of the job's Secret volume) as on the "
-                        "launcher and the workers")]
+        return [
+            Finding(
+                here,
+                "token",
+                False,
+                "the net exchange has no token here",
+                f"set {tokens.FILE_VAR} (a key of the job's Secret volume) as on the "
+                "launcher and the workers",
+            )
+        ]
     return []
 
 
@@ -31,15 +45,23 @@ def _file_finding(here: str, path: str, source: str) -> Finding:
     try:
         st = os.stat(path)  # its mode and owner only: the doctor does not read it
     except OSError as exc:
-        return Finding(here, "token file", False,
-                       f"{path} ({source}): {exc.strerror or exc}",
-                       "the launcher and the worker would exit 64: mount the Secret volume "
-                       "there")
+        return Finding(
+            here,
+            "token file",
+            False,
+            f"{path} ({source}): {exc.strerror or exc}",
+            "the launcher and the worker would exit 64: mount the Secret volume there",
+        )
     found = tokens.TokenFile(b"", st.st_mode, st.st_uid, st.st_gid)
     who = tokens.other_readers(found, os.geteuid())
     if who:
-        return Finding(here, "token file", True, f"{path} {who}", tokens.file_advice(),
-                       warning=True)
-    return Finding(here, "token file", True,
-                   f"{path} ({source}): mode {st.st_mode & 0o777:04o}, uid {st.st_uid}; "
-                   "in no process's environment")
+        return Finding(
+            here, "token file", True, f"{path} {who}", tokens.file_advice(), warning=True
+        )
+    return Finding(
+        here,
+        "token file",
+        True,
+        f"{path} ({source}): mode {st.st_mode & 0o777:04o}, uid {st.st_uid}; "
+        "in no process's environment",
+    )

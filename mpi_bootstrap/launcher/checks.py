@@ -61,9 +61,12 @@ class NcclSelects:
 
     def run(self, job: Job) -> None:
         problems = list(job.p.data_missing.values())
-        raise PeerUnavailableError(f"data network: {some(problems)}",
-                                   details="\n".join(problems) if len(problems) > 1 else "",
-                                   phase="data check", host=next(iter(job.p.data_missing)))
+        raise PeerUnavailableError(
+            f"data network: {some(problems)}",
+            details="\n".join(problems) if len(problems) > 1 else "",
+            phase="data check",
+            host=next(iter(job.p.data_missing)),
+        )
 
 
 class Preflight:
@@ -77,14 +80,23 @@ class Preflight:
     def run(self, job: Job) -> None:
         p, config = job.p, job.config
         first = data_rounds(p.data_check)[:1]
-        then = {h: datacheck.session_command(sys.executable, nic, config.sysfs, p.deadline)
-                for h, nic in (first[0] if first else {}).items()}
+        then = {
+            h: datacheck.session_command(sys.executable, nic, config.sysfs, p.deadline)
+            for h, nic in (first[0] if first else {}).items()
+        }
         check = dataclasses.replace(remote_check(p, config, job.env), claim=job.session)
         try:
-            done = preflight.run(p.remote, p.ssh_command, check, env=job.env,
-                                 deadline=p.deadline, log=job.log,
-                                 targets=p.ssh_targets or None, passed=job.passed,
-                                 then=then)
+            done = preflight.run(
+                p.remote,
+                p.ssh_command,
+                check,
+                env=job.env,
+                deadline=p.deadline,
+                log=job.log,
+                targets=p.ssh_targets or None,
+                passed=job.passed,
+                then=then,
+            )
         except NotSetUpError:
             raise  # said all there is to say; DNS and the Service are beside the point
         except PeerUnavailableError as exc:
@@ -92,8 +104,11 @@ class Preflight:
 
             found = diagnose.run(config, deadline_s=5.0, data=False)
             problems = [f.line() for f in found if not f.ok]
-            exc.details = "\n".join(filter(None, [
-                exc.details, "--- doctor", *(problems or ["(no other problem found)"])]))
+            exc.details = "\n".join(
+                filter(
+                    None, [exc.details, "--- doctor", *(problems or ["(no other problem found)"])]
+                )
+            )
             raise
         job.opened.update(done.opened)
         job.claims.update(done.claims)
@@ -109,10 +124,20 @@ class DataNetwork:
     def run(self, job: Job) -> None:
         p, config = job.p, job.config
         for nics in data_rounds(p.data_check):  # later rounds open sessions of their own
-            datacheck.run(list(nics), p.ssh_command, nics, python=sys.executable,
-                          sysfs=config.sysfs, env=job.env, deadline=p.deadline,
-                          log=job.log, opened=job.opened, reaper=not config.exec,
-                          published=p.published_data, value=p.data_value)
+            datacheck.run(
+                list(nics),
+                p.ssh_command,
+                nics,
+                python=sys.executable,
+                sysfs=config.sysfs,
+                env=job.env,
+                deadline=p.deadline,
+                log=job.log,
+                opened=job.opened,
+                reaper=not config.exec,
+                published=p.published_data,
+                value=p.data_value,
+            )
             job.opened = {}
 
 
@@ -142,15 +167,29 @@ def remote_check(p: Plan, config: Config, env: Mapping[str, str]) -> preflight.R
     path = preflight.ranks_path(env, p.forwarded, p.prefix)
     expected = None
     if program:
-        expected = program if program.startswith("/") else \
-            resolve(program, path if path is not None else env.get("PATH"))
+        expected = (
+            program
+            if program.startswith("/")
+            else resolve(program, path if path is not None else env.get("PATH"))
+        )
     auto_none = config.exchange == "none" and config.source("exchange").kind == "default"
-    hint = (f"no exchange is set up ({config.exchange_reason}); run `mpi-bootstrap worker` "
+    hint = (
+        (
+            f"no exchange is set up ({config.exchange_reason}); run `mpi-bootstrap worker` "
             "in the worker pods with the same settings as the launcher: mount the MPIJob's "
             "Secret at MPI_BOOTSTRAP_SSH_AUTH_DIR (secret), or set MPI_BOOTSTRAP_TOKEN_FILE "
-            "(net) or MPI_BOOTSTRAP_EXCHANGE_DIR (dir) in every pod") if auto_none else ""
+            "(net) or MPI_BOOTSTRAP_EXCHANGE_DIR (dir) in every pod"
+        )
+        if auto_none
+        else ""
+    )
     return preflight.RemoteCheck(
-        mpi=p.mpi, prefix=p.prefix,
+        mpi=p.mpi,
+        prefix=p.prefix,
         want_ld=env.get("LD_LIBRARY_PATH") if config.exchange != "none" else None,
-        program=program, ranks_path=path, expected=expected,
-        refused_patience=NO_EXCHANGE_PATIENCE if auto_none else None, refused_hint=hint)
+        program=program,
+        ranks_path=path,
+        expected=expected,
+        refused_patience=NO_EXCHANGE_PATIENCE if auto_none else None,
+        refused_hint=hint,
+    )

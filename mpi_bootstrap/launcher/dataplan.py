@@ -31,55 +31,100 @@ class DataPlan:
 
 def no_match(host: str, value: str | None, have: Sequence[str]) -> str:
     """Why NCCL cannot start on `host`: its interfaces and the value that selects none."""
-    return (f"{host} has no interface {nccl.SOCKET_IFNAME}={value} selects (it has "
-            f"{', '.join(have) or 'none'} up with an address): NCCL fails there; attach "
-            f"the data network to it, or change {nccl.SOCKET_IFNAME}")
+    return (
+        f"{host} has no interface {nccl.SOCKET_IFNAME}={value} selects (it has "
+        f"{', '.join(have) or 'none'} up with an address): NCCL fails there; attach "
+        f"the data network to it, or change {nccl.SOCKET_IFNAME}"
+    )
 
 
-def _launcher(configured: str | None, rule: nccl.Rule, names: Sequence[str],
-              control: str) -> tuple[tuple[str, ...], Decision]:
+def _launcher(
+    configured: str | None, rule: nccl.Rule, names: Sequence[str], control: str
+) -> tuple[tuple[str, ...], Decision]:
     """The launcher's data NICs, and the decision saying what the ranks are told."""
     nics, why = rule.select(names)
-    source = f"env {nccl.SOCKET_IFNAME}" if rule.value and not rule.by_agent else \
-        configured if rule.by_agent and configured else "detected"
-    head = rule.why if not rule.by_agent else (
-        f"the agent's: {rule.why}, named exactly (left unset, NCCL would take ib*, else "
-        "every interface but docker*, lo*, virbr*: the pod network too)")
+    source = (
+        f"env {nccl.SOCKET_IFNAME}"
+        if rule.value and not rule.by_agent
+        else configured
+        if rule.by_agent and configured
+        else "detected"
+    )
+    head = (
+        rule.why
+        if not rule.by_agent
+        else (
+            f"the agent's: {rule.why}, named exactly (left unset, NCCL would take ib*, else "
+            "every interface but docker*, lo*, virbr*: the pod network too)"
+        )
+    )
     how = f" by its own rule ({why})" if rule.value is None else ""
     return nccl.data_of(nics, control), Decision(
-        "data interface", rule.value or "(unset)", source,
+        "data interface",
+        rule.value or "(unset)",
+        source,
         f"{head}; on the launcher NCCL uses {', '.join(nics) or 'nothing'}{how} (of "
-        f"{', '.join(names) or 'no interface'})")
+        f"{', '.join(names) or 'no interface'})",
+    )
 
 
-def _worker(host: str, rule: nccl.Rule, rec: records.Record | None, own: Sequence[str],
-            control: str) -> tuple[tuple[str, ...], str | None, Decision]:
+def _worker(
+    host: str, rule: nccl.Rule, rec: records.Record | None, own: Sequence[str], control: str
+) -> tuple[tuple[str, ...], str | None, Decision]:
     """One worker's data NICs, why NCCL finds none there (None: it does), its decision.
     Without the list of its interfaces (the secret exchange, an older worker's record)
     it is taken to have the launcher's data NICs: nothing is refused on that guess."""
     if rec is None or rec.ifaces is None:
-        return tuple(own), None, Decision(
-            f"data NIC {host}", ", ".join(own) or "(none)", "as the launcher's",
-            "its record lists no interfaces: the data check probes the launcher's data "
-            "NICs there" if own else "its record lists no interfaces: no data check")
+        return (
+            tuple(own),
+            None,
+            Decision(
+                f"data NIC {host}",
+                ", ".join(own) or "(none)",
+                "as the launcher's",
+                "its record lists no interfaces: the data check probes the launcher's data "
+                "NICs there"
+                if own
+                else "its record lists no interfaces: no data check",
+            ),
+        )
     nics, why = rule.select(rec.ifaces)
     if not nics:
         missing = no_match(host, rule.value, rec.ifaces)
-        return (), missing, Decision(f"data NIC {host}", "(none)", "exchange record",
-                                     f"WARNING: {missing}; exit 69")
+        return (
+            (),
+            missing,
+            Decision(
+                f"data NIC {host}", "(none)", "exchange record", f"WARNING: {missing}; exit 69"
+            ),
+        )
     data = nccl.data_of(nics, control)
     parts = [f"{why}: {', '.join(nics)} of {', '.join(rec.ifaces)}"]
     if rec.data is not None:
         parts.append(f"its record: {rec.data.summary()}")
-    parts.append(f"the data check probes {', '.join(data)}" if data else
-                 f"only the control interface {control}, which preflight crosses")
-    return data, None, Decision(f"data NIC {host}", ", ".join(nics), "exchange record",
-                                "; ".join(parts))
+    parts.append(
+        f"the data check probes {', '.join(data)}"
+        if data
+        else f"only the control interface {control}, which preflight crosses"
+    )
+    return (
+        data,
+        None,
+        Decision(f"data NIC {host}", ", ".join(nics), "exchange record", "; ".join(parts)),
+    )
 
 
-def plan(rule: nccl.Rule, names: Sequence[str], *, control: str, configured: str | None,
-         exchange: str, remote: Sequence[str], recs: Mapping[str, records.Record],
-         own_rdma: Mapping[str, tuple[str, ...]]) -> DataPlan:
+def plan(
+    rule: nccl.Rule,
+    names: Sequence[str],
+    *,
+    control: str,
+    configured: str | None,
+    exchange: str,
+    remote: Sequence[str],
+    recs: Mapping[str, records.Record],
+    own_rdma: Mapping[str, tuple[str, ...]],
+) -> DataPlan:
     """The data NICs of the launcher (its interfaces `names`, in NCCL's order) and of
     each remote worker (its record's list; the launcher's where it has none).
     `configured`: where MPI_BOOTSTRAP_DATA_IFACE came from, when it is set."""
@@ -89,10 +134,15 @@ def plan(rule: nccl.Rule, names: Sequence[str], *, control: str, configured: str
     probe: dict[str, tuple[str, ...]] = {}
     missing: dict[str, str] = {}
     if exchange == "secret" and remote:
-        decisions.append(Decision(
-            "data NICs", ", ".join(own) or "(none)", "as the launcher's",
-            "secret: workers publish no record; each is taken to have the launcher's "
-            "interfaces (one that lacks them fails the data check, naming its own)"))
+        decisions.append(
+            Decision(
+                "data NICs",
+                ", ".join(own) or "(none)",
+                "as the launcher's",
+                "secret: workers publish no record; each is taken to have the launcher's "
+                "interfaces (one that lacks them fails the data check, naming its own)",
+            )
+        )
     for host in remote:
         rec = recs.get(host)
         data, why, decision = _worker(host, rule, rec, own, control)

@@ -45,11 +45,18 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> No
     # This launch's session (core/liveness.py): preflight claims every worker with it.
     session = secrets.token_hex(32) if p.preflight and config.exchange != "none" else None
     job = checks.Job(p, config, env, log, session)
-    spec = Spec(argv=tuple(p.argv), env=dict(env), role=config.role,
-                grace=config.grace_seconds, group=config.signal_group,
-                log_level=config.log_level, log_format=config.log_format, explain_failure=True,
-                done=Marker(p.done_file, p.done_text) if p.done_file else None,
-                termination=config.termination())
+    spec = Spec(
+        argv=tuple(p.argv),
+        env=dict(env),
+        role=config.role,
+        grace=config.grace_seconds,
+        group=config.signal_group,
+        log_level=config.log_level,
+        log_format=config.log_format,
+        explain_failure=True,
+        done=Marker(p.done_file, p.done_text) if p.done_file else None,
+        termination=config.termination(),
+    )
     if p.gate is not None:
         gated(job, spec)
     checks.run(job)
@@ -70,27 +77,39 @@ def gated(job: checks.Job, spec: Spec) -> NoReturn:
     log("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded), gate=p.gate)
     t0 = time.monotonic()
     try:
-        checks.run(dataclasses.replace(job, passed=marks.open if p.gate == gate.EACH
-                                       else None))
+        checks.run(dataclasses.replace(job, passed=marks.open if p.gate == gate.EACH else None))
         marks.open(gate.ALL)
     except BaseException as exc:
         # Exited by itself already (a bad option, say): then it is not the gate that
         # ended it, and what it did is its own to say (its output), not the agent's.
         before = children.exited(started.pid)
         marks.fail()  # the gates that wait exit without connecting: mpirun gives up
-        ended = before if before is not None else \
-            children.end(started.pid, config.grace_seconds, patience=GIVE_UP_S)
+        ended = (
+            before
+            if before is not None
+            else children.end(started.pid, config.grace_seconds, patience=GIVE_UP_S)
+        )
         marks.remove()
         failed = f"a check failed ({type(exc).__name__})"
-        log("mpirun ended", level="warning", pid=started.pid, code=ended,
+        log(
+            "mpirun ended",
+            level="warning",
+            pid=started.pid,
+            code=ended,
             reason=f"{failed}: no rank has started (the gate held every one)"
-            if before is None else f"{failed}; mpirun had exited by itself before, "
-            f"with code {before} (its own output says why)")
+            if before is None
+            else f"{failed}; mpirun had exited by itself before, "
+            f"with code {before} (its own output says why)",
+        )
         raise
     log("checks passed", workers=len(p.remote), elapsed_s=round(time.monotonic() - t0, 3))
     # mpirun's late gates still read the marks: the resident removes them at the end.
-    handoff.adopt(started, dataclasses.replace(
-        spec, gate_dir=os.path.join(config.state_dir, gate.DIR), monitor=monitor(job)))
+    handoff.adopt(
+        started,
+        dataclasses.replace(
+            spec, gate_dir=os.path.join(config.state_dir, gate.DIR), monitor=monitor(job)
+        ),
+    )
 
 
 def monitor(job: checks.Job) -> MonitorSpec | None:
@@ -108,11 +127,12 @@ def monitor(job: checks.Job) -> MonitorSpec | None:
         """The worker's, or (its watch listens on every address) the one ssh reached."""
         return known.get(host) or said if said in ("0.0.0.0", "::") else said  # noqa: S104
 
-    peers = tuple(Peer(host, address(host, c.address), c.port, c.boot, c.sshd_port)
-                  for host, c in claims.items())
+    peers = tuple(
+        Peer(host, address(host, c.address), c.port, c.boot, c.sshd_port)
+        for host, c in claims.items()
+    )
     ipv6 = ":" in peers[0].address
-    own = [a for a in netif.addresses(config.control_iface, link_local=False)
-           if (":" in a) == ipv6]
+    own = [a for a in netif.addresses(config.control_iface, link_local=False) if (":" in a) == ipv6]
     bind = own[0] if own else ("::" if ipv6 else "0.0.0.0")  # noqa: S104 - no control iface
     return MonitorSpec(session, config.liveness_seconds, bind, peers)
 

@@ -37,41 +37,51 @@ RESOLV_CONF = "/etc/resolv.conf"
 ETC_HOSTS = "/etc/hosts"
 
 
-def find_mpi(config: Config, environ: Mapping[str, str]) -> tuple[
-        mpimod.MPIInfo, dict[str, str], list[Decision]]:
+def find_mpi(
+    config: Config, environ: Mapping[str, str]
+) -> tuple[mpimod.MPIInfo, dict[str, str], list[Decision]]:
     """Locate mpirun, ask it `--version`, and return the environment mpirun will get."""
     env = public(environ)
-    notes: list[Decision] = []
-    if mpimod.is_launcher(config.program):
-        wanted, source = config.program[0], "the user's command"
-        if config.mpirun:
-            notes.append(Decision("mpirun", config.program[0], "user command",
-                                  f"user wins over {config.source('mpirun')}"))
-    else:
-        wanted = config.mpirun or "mpirun"
-        source = str(config.source("mpirun")) if config.mpirun else "PATH"
-    path = resolve(wanted, env.get("PATH"))
-    if path is None:
-        raise ExecError(f"{wanted}: command not found (from {source}; set MPI_BOOTSTRAP_MPIRUN "
-                        "or put the MPI's bin directory on PATH)", ExitStatus.NOT_FOUND)
+    path, notes = _mpirun_path(config, env)
     bindir = os.path.dirname(os.path.abspath(path))
     if bindir not in env.get("PATH", "").split(os.pathsep):
         # Intel's mpirun is a script that runs `mpiexec.hydra` from PATH.
         env["PATH"] = bindir + os.pathsep + env.get("PATH", os.defpath)
-        notes.append(Decision("PATH", f"{bindir} prepended", "agent default",
-                              "mpirun's own directory must be on PATH for its helpers"))
+        why = "mpirun's own directory must be on PATH for its helpers"
+        notes.append(Decision("PATH", f"{bindir} prepended", "agent default", why))
     code, text = children.capture([path, "--version"], env=env)
     # The install prefix decides --prefix/--noprefix: a fact, gathered here, so the
     # builders stay pure.
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(path)))
     info = mpimod.identify(text, path, config.mpi, str(config.source("mpi")), prefix=prefix)
     if code != 0 and info.source == "detected":
-        notes.append(Decision("mpi", info.vendor, "detected",
-                              f"`{path} --version` exited {code} but named its MPI"))
+        why = f"`{path} --version` exited {code} but named its MPI"
+        notes.append(Decision("mpi", info.vendor, "detected", why))
     if config.mpi != "auto" and (found := mpimod.overridden(text, info)):
-        notes.append(Decision("mpi", info.vendor, str(config.source("mpi")),
-                              f"overrides the detected {found[0]} {found[1]}"))
+        why = f"overrides the detected {found[0]} {found[1]}"
+        notes.append(Decision("mpi", info.vendor, str(config.source("mpi")), why))
     return info, env, notes
+
+
+def _mpirun_path(config: Config, env: Mapping[str, str]) -> tuple[str, list[Decision]]:
+    """The mpirun to run: the user's own command's, else the setting's, else PATH's."""
+    notes: list[Decision] = []
+    if mpimod.is_launcher(config.program):
+        wanted, source = config.program[0], "the user's command"
+        if config.mpirun:
+            why = f"user wins over {config.source('mpirun')}"
+            notes.append(Decision("mpirun", config.program[0], "user command", why))
+    else:
+        wanted = config.mpirun or "mpirun"
+        source = str(config.source("mpirun")) if config.mpirun else "PATH"
+    path = resolve(wanted, env.get("PATH"))
+    if path is None:
+        raise ExecError(
+            f"{wanted}: command not found (from {source}; set MPI_BOOTSTRAP_MPIRUN "
+            "or put the MPI's bin directory on PATH)",
+            ExitStatus.NOT_FOUND,
+        )
+    return path, notes
 
 
 def input_hostfile(config: Config, info: mpimod.MPIInfo) -> tuple[str, list[Decision]]:
@@ -83,16 +93,23 @@ def input_hostfile(config: Config, info: mpimod.MPIInfo) -> tuple[str, list[Deci
     if not named:
         return config.hostfile, []
     theirs = named[0]
-    if config.source("hostfile").kind != "default" and \
-            os.path.normpath(theirs) != os.path.normpath(config.hostfile):
-        raise ConfigError([f"{config.source('hostfile')} names {config.hostfile} but the "
-                           f"user's mpirun command names {theirs}; use one"])
-    return theirs, [Decision("input hostfile", theirs, "user command",
-                             "named by the user's mpirun command")]
+    if config.source("hostfile").kind != "default" and os.path.normpath(theirs) != os.path.normpath(
+        config.hostfile
+    ):
+        raise ConfigError(
+            [
+                f"{config.source('hostfile')} names {config.hostfile} but the "
+                f"user's mpirun command names {theirs}; use one"
+            ]
+        )
+    return theirs, [
+        Decision("input hostfile", theirs, "user command", "named by the user's mpirun command")
+    ]
 
 
-def wait_for_dns(config: Config, hostfile: hf.Hostfile, own_name: str, log: Log
-                 ) -> dict[str, Answer]:
+def wait_for_dns(
+    config: Config, hostfile: hf.Hostfile, own_name: str, log: Log
+) -> dict[str, Answer]:
     """Resolve every host (and the launcher itself) or raise DNSTimeoutError."""
     answers: dict[str, Answer] = {}
     names: list[str] = []
@@ -109,22 +126,29 @@ def wait_for_dns(config: Config, hostfile: hf.Hostfile, own_name: str, log: Log
         if answer.ok:
             log("DNS OK", host=answer.name, address=answer.addresses[0])
         elif previous is None or previous.error_kind != answer.error_kind:
-            log("DNS WAIT", host=answer.name, reason=answer.error_kind,
-                     detail=answer.detail)
+            log("DNS WAIT", host=answer.name, reason=answer.error_kind, detail=answer.detail)
 
     rate = dns.lookup_rate(len(names), config.dns_wait_interval)
     # --explain is a dry run wherever it runs (a laptop, CI): one round, no waiting; the
     # plan marks what did not resolve (gather's `DNS` decision).
     wait = 0.0 if config.explain else config.dns_wait_seconds
     log("DNS wait", hosts=len(names), deadline_s=wait, max_lookups_per_s=round(rate, 1))
-    result = dns.wait_for(names, lookup=dns.SystemResolver(RESOLV_CONF),
-                          deadline=wait,
-                          interval=config.dns_wait_interval,
-                          concurrency=config.dns_concurrency, on_answer=on_answer)
+    result = dns.wait_for(
+        names,
+        lookup=dns.SystemResolver(RESOLV_CONF),
+        deadline=wait,
+        interval=config.dns_wait_interval,
+        concurrency=config.dns_concurrency,
+        on_answer=on_answer,
+    )
     answers.update(result.answers)
-    log("DNS done", resolved=len(names) - len(result.unresolved),
-             unresolved=len(result.unresolved), lookups=result.lookups,
-             elapsed_s=round(result.elapsed, 3))
+    log(
+        "DNS done",
+        resolved=len(names) - len(result.unresolved),
+        unresolved=len(result.unresolved),
+        lookups=result.lookups,
+        elapsed_s=round(result.elapsed, 3),
+    )
     if not result.ok and not config.explain:
         failing = [result.answers[n] for n in result.unresolved]
         summary = some([f"{a.name} ({a.error_kind})" for a in failing], shown=5)
@@ -135,7 +159,9 @@ def wait_for_dns(config: Config, hostfile: hf.Hostfile, own_name: str, log: Log
             f"DNS: {len(failing)} of {len(names)} names did not resolve within "
             f"{config.dns_wait_seconds:g} s: {summary}",
             details=dns_dump(hostfile, failing, own_name) + "\n--- doctor (each "
-            "nameserver asked directly)\n" + doctor, host=failing[0].name)
+            "nameserver asked directly)\n" + doctor,
+            host=failing[0].name,
+        )
     return answers
 
 
@@ -149,10 +175,15 @@ def _read(path: str) -> str:
 
 def dns_dump(hostfile: hf.Hostfile, failing: list[Answer], own_name: str) -> str:
     """What a person needs to see when the DNS wait times out."""
-    parts = [f"--- hostfile {hostfile.path}", hostfile.text.rstrip("\n"),
-             f"--- {RESOLV_CONF}", _read(RESOLV_CONF).rstrip("\n"),
-             f"--- {ETC_HOSTS}", _read(ETC_HOSTS).rstrip("\n"),
-             "--- unresolved names (last error)"]
+    parts = [
+        f"--- hostfile {hostfile.path}",
+        hostfile.text.rstrip("\n"),
+        f"--- {RESOLV_CONF}",
+        _read(RESOLV_CONF).rstrip("\n"),
+        f"--- {ETC_HOSTS}",
+        _read(ETC_HOSTS).rstrip("\n"),
+        "--- unresolved names (last error)",
+    ]
     for a in failing:
         who = " (this launcher's own hostname)" if a.name == own_name else ""
         hint = "" if a.transient else "  <- the resolver itself is failing"
@@ -167,8 +198,10 @@ def read_hostfile(config: Config, path: str) -> hf.Hostfile:
         return hostfile_reader.read(path)
     except HostfileError as exc:
         if config.source("hostfile").kind == "default" and exc.message.endswith("not found"):
-            exc.message += (" (the default path, where MPI Operator mounts the job's "
-                            "hostfile; name another with --hostfile or MPI_HOSTFILE)")
+            exc.message += (
+                " (the default path, where MPI Operator mounts the job's "
+                "hostfile; name another with --hostfile or MPI_HOSTFILE)"
+            )
             exc.args = (exc.message,)
         raise
 
@@ -178,14 +211,21 @@ def dns_decision(config: Config, answers: Mapping[str, Answer]) -> Decision:
     do about it."""
     unresolved = sorted(n for n, a in answers.items() if not a.ok)
     if not unresolved:
-        return Decision("DNS", f"{len(answers)} of {len(answers)} resolved", "one lookup",
-                        "every name resolved here")
+        return Decision(
+            "DNS",
+            f"{len(answers)} of {len(answers)} resolved",
+            "one lookup",
+            "every name resolved here",
+        )
     return Decision(
-        "DNS", f"{len(unresolved)} of {len(answers)} unresolved", "one lookup (--explain)",
+        "DNS",
+        f"{len(unresolved)} of {len(answers)} unresolved",
+        "one lookup (--explain)",
         f"not resolved here: {some(unresolved, shown=5)}; the launcher would wait up to "
         f"{config.dns_wait_seconds:g} s for them (MPI_DNS_WAIT_SECONDS), then exit 68; what "
         "depends on their addresses (--rewrite ip, local or remote, records, preflight) "
-        "is planned as if they stay unresolved")
+        "is planned as if they stay unresolved",
+    )
 
 
 def gather(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Gathered, list[Decision]]:
@@ -204,23 +244,37 @@ def gather(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Gather
     if config.explain:
         notes.append(dns_decision(config, answers))
     mine = frozenset(netif.addresses())
-    remote = [(e.name, e.rewritten_to, e.address)
-              for e in host_entries(config, hostfile, answers)
-              if not peers.is_local(e.rewritten_to, e.address, own, mine)]
+    remote = [
+        (e.name, e.rewritten_to, e.address)
+        for e in host_entries(config, hostfile, answers)
+        if not peers.is_local(e.rewritten_to, e.address, own, mine)
+    ]
     client = peers.client_key(config, write=not config.explain, log=log)
     records = {}
     if client is not None and remote:
-        records = peers.collect(config, remote, client, deadline, log,
-                                fetch=not config.explain)
+        records = peers.collect(config, remote, client, deadline, log, fetch=not config.explain)
         log("records", exchange=config.exchange, found=len(records), remote=len(remote))
     interfaces = netif.present()
-    rdma = {nic: tuple(devs) for nic in interfaces
-            if (devs := dataprobe.rdma_devices(nic, config.sysfs))}
-    facts = Gathered(environ=env, hostfile=hostfile, answers=answers, mpi=info,
-                  interfaces=interfaces, rdma=rdma, is_root=os.geteuid() == 0,
-                  is_pid1=os.getpid() == 1, client=client,
-                  records=records, remote=tuple(new for _, new, _ in remote),
-                  deadline=deadline, ssh_kex=ssh_kex(config, env, bool(remote)))
+    rdma = {
+        nic: tuple(devs)
+        for nic in interfaces
+        if (devs := dataprobe.rdma_devices(nic, config.sysfs))
+    }
+    facts = Gathered(
+        environ=env,
+        hostfile=hostfile,
+        answers=answers,
+        mpi=info,
+        interfaces=interfaces,
+        rdma=rdma,
+        is_root=os.geteuid() == 0,
+        is_pid1=os.getpid() == 1,
+        client=client,
+        records=records,
+        remote=tuple(new for _, new, _ in remote),
+        deadline=deadline,
+        ssh_kex=ssh_kex(config, env, bool(remote)),
+    )
     return facts, notes
 
 

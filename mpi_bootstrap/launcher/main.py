@@ -1,7 +1,7 @@
 """The launcher role: gather facts, build the Plan, then explain it or carry it out.
 
-    config → mpirun --version → hostfile → DNS wait → Plan → (--explain | write + run)
-    (facts.py)                                       (plan.py)  (render.py | execute.py)
+config → mpirun --version → hostfile → DNS wait → Plan → (--explain | write + run)
+(facts.py)                                       (plan.py)  (render.py | execute.py)
 """
 
 from __future__ import annotations

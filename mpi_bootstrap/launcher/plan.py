@@ -22,25 +22,44 @@ def data_plan(config: Config, facts: Gathered) -> dataplan.DataPlan:
     """What NCCL will use on the launcher and on each worker, and why (core/nccl.py)."""
     names = facts.ifaces or tuple(sorted(facts.interfaces))
     rule = nccl.rule(config.data_iface, facts.environ, names, DATA_IFACE_CANDIDATES)
-    return dataplan.plan(rule, names, control=config.control_iface,
-                         configured=str(config.source("data_iface"))
-                         if config.data_iface else None,
-                         exchange=config.exchange, remote=facts.remote,
-                         recs=facts.records, own_rdma=facts.rdma)
+    return dataplan.plan(
+        rule,
+        names,
+        control=config.control_iface,
+        configured=str(config.source("data_iface")) if config.data_iface else None,
+        exchange=config.exchange,
+        remote=facts.remote,
+        recs=facts.records,
+        own_rdma=facts.rdma,
+    )
 
 
 def _base_decisions(config: Config, facts: Gathered) -> list[Decision]:
     """Role, MPI, hostfile and rewrite: what every plan starts from."""
     return [
         Decision("role", config.role, str(config.source("role")), "launcher runs mpirun"),
-        Decision("mpi", f"{facts.mpi.vendor} {facts.mpi.version}", facts.mpi.source,
-                 f"{facts.mpi.mpirun} --version: {facts.mpi.version_line!r}"),
-        Decision("hostfile", facts.hostfile.path, str(config.source("hostfile")),
-                 f"{len(facts.hostfile.hosts)} hosts, {facts.hostfile.total_slots} slots"),
-        Decision("rewrite", config.rewrite, str(config.source("rewrite")),
-                 {"none": "names kept as written",
-                  "fqdn": f"x.svc → x.svc.{config.cluster_domain}",
-                  "ip": "names replaced by the addresses the DNS wait found"}[config.rewrite]),
+        Decision(
+            "mpi",
+            f"{facts.mpi.vendor} {facts.mpi.version}",
+            facts.mpi.source,
+            f"{facts.mpi.mpirun} --version: {facts.mpi.version_line!r}",
+        ),
+        Decision(
+            "hostfile",
+            facts.hostfile.path,
+            str(config.source("hostfile")),
+            f"{len(facts.hostfile.hosts)} hosts, {facts.hostfile.total_slots} slots",
+        ),
+        Decision(
+            "rewrite",
+            config.rewrite,
+            str(config.source("rewrite")),
+            {
+                "none": "names kept as written",
+                "fqdn": f"x.svc → x.svc.{config.cluster_domain}",
+                "ip": "names replaced by the addresses the DNS wait found",
+            }[config.rewrite],
+        ),
         *(Decision("note", "", "config", n) for n in config.notes),
         *filter(None, [config.token_decision()]),
     ]
@@ -50,67 +69,104 @@ def _control(config: Config, facts: Gathered) -> Decision:
     """Whether the control interface is here."""
     source = str(config.source("control_iface"))
     if config.control_iface not in facts.interfaces:
-        return Decision("control interface", config.control_iface, source,
-                        f"WARNING: not present here (have: "
-                        f"{', '.join(sorted(facts.interfaces))})")
-    return Decision("control interface", config.control_iface, source,
-                    "ssh and MPI control traffic stay on the pod network")
+        return Decision(
+            "control interface",
+            config.control_iface,
+            source,
+            f"WARNING: not present here (have: {', '.join(sorted(facts.interfaces))})",
+        )
+    return Decision(
+        "control interface",
+        config.control_iface,
+        source,
+        "ssh and MPI control traffic stay on the pod network",
+    )
 
 
-def _hostfile(config: Config, facts: Gathered, entries: list[HostEntry]
-              ) -> tuple[str, Decision]:
+def _hostfile(config: Config, facts: Gathered, entries: list[HostEntry]) -> tuple[str, Decision]:
     """The hostfile mpirun reads (its names as planned, in its MPI's form), and why."""
     hosts = hf.rename(facts.hostfile, {e.name: e.rewritten_to for e in entries})
     form = facts.mpi.runtime.hostfile_form
-    return hf.render(hosts, form), Decision("hostfile form", form, "detected",
-                                            f"the form {facts.mpi.vendor} reads")
+    return hf.render(hosts, form), Decision(
+        "hostfile form", form, "detected", f"the form {facts.mpi.vendor} reads"
+    )
 
 
 def _data_check(config: Config, data: dataplan.DataPlan, preflight: bool) -> Decision:
     nics = ", ".join(dict.fromkeys(n for nics in data.probe.values() for n in nics))
-    why = ("disabled" if not config.data_check else
-           "needs preflight's ssh sessions (preflight is off or all ranks are local)"
-           if not preflight else
-           f"no worker has a data NIC beside {config.control_iface}, which preflight "
-           "crosses" if not nics else
-           f"the workers test {nics} among themselves before mpirun: ring neighbours and "
-           "one random peer each, a TCP connection and full-MTU packets that may not "
-           "fragment, in parallel; a failure names the pair and exits 69")
+    why = (
+        "disabled"
+        if not config.data_check
+        else "needs preflight's ssh sessions (preflight is off or all ranks are local)"
+        if not preflight
+        else f"no worker has a data NIC beside {config.control_iface}, which preflight crosses"
+        if not nics
+        else f"the workers test {nics} among themselves before mpirun: ring neighbours and "
+        "one random peer each, a TCP connection and full-MTU packets that may not "
+        "fragment, in parallel; a failure names the pair and exits 69"
+    )
     on = config.data_check and bool(nics) and preflight
-    return Decision("data check", "on" if on else "off", str(config.source("data_check")),
-                    why)
+    return Decision("data check", "on" if on else "off", str(config.source("data_check")), why)
 
 
-def _launch(config: Config, facts: Gathered, data: nccl.Rule, ssh_cmd: tuple[str, ...], *,
-            rdma: tuple[tuple[str, str], ...] = (), ssh_gate: str | None = None,
-            local: tuple[str, ...] = ()) -> mpi.LaunchSpec:
-    return mpi.build(mpi.LaunchFacts(
-        mpi=facts.mpi, program=config.program, hostfile=config.output_hostfile,
-        input_hostfile=facts.hostfile.path, total_slots=facts.hostfile.total_slots,
-        np=config.np, np_source=str(config.source("np")),
-        control_iface=config.control_iface, nccl_rule=data, environ=facts.environ,
-        is_root=facts.is_root, ssh_command=ssh_cmd,
-        ssh_wrapper=f"{config.state_dir}/ssh-launcher",
-        forward_patterns=config.forward_env, startup_timeout=config.startup_timeout,
-        multi_host=bool(facts.remote), rdma=rdma, ssh_gate=ssh_gate, local_hosts=local,
-    ))
+def _launch(
+    config: Config,
+    facts: Gathered,
+    data: nccl.Rule,
+    ssh_cmd: tuple[str, ...],
+    *,
+    rdma: tuple[tuple[str, str], ...] = (),
+    ssh_gate: str | None = None,
+    local: tuple[str, ...] = (),
+) -> mpi.LaunchSpec:
+    return mpi.build(
+        mpi.LaunchFacts(
+            mpi=facts.mpi,
+            program=config.program,
+            hostfile=config.output_hostfile,
+            input_hostfile=facts.hostfile.path,
+            total_slots=facts.hostfile.total_slots,
+            np=config.np,
+            np_source=str(config.source("np")),
+            control_iface=config.control_iface,
+            nccl_rule=data,
+            environ=facts.environ,
+            is_root=facts.is_root,
+            ssh_command=ssh_cmd,
+            ssh_wrapper=f"{config.state_dir}/ssh-launcher",
+            forward_patterns=config.forward_env,
+            startup_timeout=config.startup_timeout,
+            multi_host=bool(facts.remote),
+            rdma=rdma,
+            ssh_gate=ssh_gate,
+            local_hosts=local,
+        )
+    )
 
 
 def _run_decisions(config: Config, facts: Gathered) -> tuple[bool, list[Decision]]:
     """How mpirun is supervised, and whether the workers are checked first."""
     how, why = supervision(facts.is_pid1, config.exec)
     if how != "exec":
-        why += (f"; after mpirun exits, leftovers get SIGTERM, then SIGKILL after "
-                f"{config.grace_seconds:g} s; the resident supervisor imports only the "
-                "standard library")
+        why += (
+            f"; after mpirun exits, leftovers get SIGTERM, then SIGKILL after "
+            f"{config.grace_seconds:g} s; the resident supervisor imports only the "
+            "standard library"
+        )
     preflight = config.preflight and bool(facts.remote)
     return preflight, [
         Decision("supervision", how, str(config.source("exec")), why),
-        Decision("preflight", "on" if preflight else "off", str(config.source("preflight")),
-                 f"ssh to {len(facts.remote)} workers in parallel: the MPI's daemon is "
-                 "found and LD_LIBRARY_PATH arrives, else exit 69 before mpirun"
-                 if preflight else "disabled" if not config.preflight
-                 else "no remote workers (all ranks local)"),
+        Decision(
+            "preflight",
+            "on" if preflight else "off",
+            str(config.source("preflight")),
+            f"ssh to {len(facts.remote)} workers in parallel: the MPI's daemon is "
+            "found and LD_LIBRARY_PATH arrives, else exit 69 before mpirun"
+            if preflight
+            else "disabled"
+            if not config.preflight
+            else "no remote workers (all ranks local)",
+        ),
     ]
 
 
@@ -123,48 +179,103 @@ def build_plan(config: Config, facts: Gathered) -> Plan:
     preflight, run_decisions = _run_decisions(config, facts)
     control, reuse = control_dir(config, facts, preflight)
     ssh = ssh_setup(config, facts, entries, control)
+    spec, check, (mode, gate_files, gate_decision) = _mpirun(
+        config, facts, entries, data, preflight=preflight, ssh_cmd=ssh.command
+    )
+    decisions = (
+        *_base_decisions(config, facts),
+        form,
+        data.decisions[0],
+        _control(config, facts),
+        reuse,
+        *ssh.decisions,
+        *data.decisions[1:],
+        *spec.decisions,
+        *run_decisions,
+        check,
+        gate_decision,
+    )
+    files = (*_hostfiles(config, facts, text), *ssh.files, *spec.files, *gate_files)
+    done, done_text = _job_done(config, facts)
+    remote = set(facts.remote)
+    return Plan(
+        mpi=facts.mpi,
+        hosts=tuple(entries),
+        hostfile_path=config.output_hostfile,
+        hostfile_text=text,
+        files=files,
+        argv=spec.argv,
+        env_set=spec.env_set,
+        forwarded=spec.forwarded,
+        decisions=decisions,
+        wrap=spec.wrap,
+        program_index=spec.program_index,
+        ssh_command=ssh.command,
+        ssh_targets=ssh.targets,
+        remote=facts.remote,
+        preflight=preflight,
+        prefix=_prefix(spec),
+        done_file=done,
+        done_text=done_text,
+        deadline=facts.deadline,
+        control_dir=control if ssh.files else None,
+        data_check=data.probe if check.value == "on" else {},
+        data_missing=data.missing if config.data_check and preflight else {},
+        data_value=data.rule.value,
+        published_data={h: r.data for h, r in facts.records.items() if r.data and h in remote},
+        gate=mode,
+    )
+
+
+def _mpirun(
+    config: Config,
+    facts: Gathered,
+    entries: list[HostEntry],
+    data: dataplan.DataPlan,
+    *,
+    preflight: bool,
+    ssh_cmd: tuple[str, ...],
+) -> tuple[mpi.LaunchSpec, Decision, tuple[str | None, list[PlannedFile], Decision]]:
+    """mpirun's argv and environment, the data check, and the launch gate."""
     # The checks run beside mpirun where the resident supervisor carries them (not
     # --exec): mpirun's ssh is then the gate, where it alone can start ranks
     # (launcher/mpi/gating.py: not the user's own agent, no rank on this pod unseen).
     gate_path = f"{config.state_dir}/{gate.SCRIPT}" if preflight and not config.exec else None
     local = tuple(e.rewritten_to for e in entries if e.rewritten_to not in facts.remote)
-    spec = _launch(config, facts, data.rule, ssh.command, rdma=data.rdma, ssh_gate=gate_path,
-                   local=local)
-    check = _data_check(config, data, preflight)
-    mode, gate_files, gate_decision = launch_gate(config, facts, spec, ssh.command, preflight)
-    decisions = (*_base_decisions(config, facts), form, data.decisions[0],
-                 _control(config, facts), reuse, *ssh.decisions, *data.decisions[1:],
-                 *spec.decisions, *run_decisions, check, gate_decision)
-    files = (
-        PlannedFile(f"{config.output_hostfile}.orig", facts.hostfile.text, 0o644,
-                    f"original text of {facts.hostfile.path}, kept for reference"),
-        PlannedFile(config.output_hostfile, text, 0o644, "hostfile for mpirun"),
-        *ssh.files,
-        *spec.files,
-        *gate_files,
+    spec = _launch(
+        config, facts, data.rule, ssh_cmd, rdma=data.rdma, ssh_gate=gate_path, local=local
     )
-    prefix = next((spec.argv[i + 1] for i, a in enumerate(spec.argv[:spec.program_index])
-                   if a == "--prefix"), None)
-    done = done_text = None
+    check = _data_check(config, data, preflight)
+    return spec, check, launch_gate(config, facts, spec, ssh_cmd, preflight)
+
+
+def _hostfiles(config: Config, facts: Gathered, text: str) -> tuple[PlannedFile, ...]:
+    """The hostfile mpirun reads, and the input's text beside it."""
+    original = f"original text of {facts.hostfile.path}, kept for reference"
+    return (
+        PlannedFile(f"{config.output_hostfile}.orig", facts.hostfile.text, 0o644, original),
+        PlannedFile(config.output_hostfile, text, 0o644, "hostfile for mpirun"),
+    )
+
+
+def _prefix(spec: mpi.LaunchSpec) -> str | None:
+    """Open MPI's --prefix in the argv (where preflight looks for its daemon), if any."""
+    options = spec.argv[: spec.program_index]
+    return next((options[i + 1] for i, a in enumerate(options) if a == "--prefix"), None)
+
+
+def _job_done(config: Config, facts: Gathered) -> tuple[str | None, str]:
+    """The dir exchange's `job-done` and what it says once the job succeeded."""
     if config.exchange == "dir" and config.exchange_dir and facts.client is not None:
-        done = f"{config.exchange_dir}/{records.DONE_FILE}"
-        done_text = records.done_text(facts.client.job or "(created at run time)")
-    return Plan(mpi=facts.mpi, hosts=tuple(entries), hostfile_path=config.output_hostfile,
-                hostfile_text=text, files=files, argv=spec.argv, env_set=spec.env_set,
-                forwarded=spec.forwarded, decisions=decisions, wrap=spec.wrap,
-                program_index=spec.program_index, ssh_command=ssh.command,
-                ssh_targets=ssh.targets, remote=facts.remote, preflight=preflight,
-                prefix=prefix, done_file=done, done_text=done_text or "",
-                deadline=facts.deadline, control_dir=control if ssh.files else None,
-                data_check=data.probe if check.value == "on" else {},
-                data_missing=data.missing if config.data_check and preflight else {},
-                data_value=data.rule.value,
-                published_data={h: r.data for h, r in facts.records.items()
-                                if r.data is not None and h in facts.remote}, gate=mode)
+        return f"{config.exchange_dir}/{records.DONE_FILE}", records.done_text(
+            facts.client.job or "(created at run time)"
+        )
+    return None, ""
 
 
-def host_entries(config: Config, hostfile: hf.Hostfile, answers: Mapping[str, Answer]
-                 ) -> list[HostEntry]:
+def host_entries(
+    config: Config, hostfile: hf.Hostfile, answers: Mapping[str, Answer]
+) -> list[HostEntry]:
     """Each host with its address and the name mpirun will use for it."""
     entries = []
     for host in hostfile.hosts:
@@ -182,5 +293,6 @@ def supervision(is_pid1: bool, exec_requested: bool) -> tuple[str, str]:
         return "exec", "--exec: the agent is replaced by mpirun (for images that run tini)"
     if is_pid1:
         return "pid1", "the agent is PID 1: it supervises mpirun, forwards signals, reaps"
-    return "subreaper", ("not PID 1: the agent becomes a child subreaper so orphans are "
-                         "still reaped")
+    return "subreaper", (
+        "not PID 1: the agent becomes a child subreaper so orphans are still reaped"
+    )

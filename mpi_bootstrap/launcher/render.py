@@ -15,21 +15,42 @@ JSON_VERSION = 1
 def as_dict(plan: Plan) -> dict[str, Any]:
     return {
         "version": JSON_VERSION,
-        "mpi": {"vendor": plan.mpi.vendor, "version": plan.mpi.version,
-                "runtime": plan.mpi.runtime.name, "mpirun": plan.mpi.mpirun,
-                "source": plan.mpi.source},
-        "hosts": [{"name": h.name, "address": h.address, "slots": h.slots,
-                   "rewritten_to": h.rewritten_to, "line": h.line} for h in plan.hosts],
+        "mpi": {
+            "vendor": plan.mpi.vendor,
+            "version": plan.mpi.version,
+            "runtime": plan.mpi.runtime.name,
+            "mpirun": plan.mpi.mpirun,
+            "source": plan.mpi.source,
+        },
+        "hosts": [
+            {
+                "name": h.name,
+                "address": h.address,
+                "slots": h.slots,
+                "rewritten_to": h.rewritten_to,
+                "line": h.line,
+            }
+            for h in plan.hosts
+        ],
         "hostfile": {"path": plan.hostfile_path, "text": plan.hostfile_text},
         "argv": list(plan.argv),
         "env": list(plan.forwarded),
         "env_set": dict(plan.env_set),
-        "files": [{"path": f.path, "mode": f"{f.mode:04o}", "purpose": f.purpose,
-                   **({"text": f.text} if f.shown else {})} for f in plan.files],
+        "files": [
+            {
+                "path": f.path,
+                "mode": f"{f.mode:04o}",
+                "purpose": f.purpose,
+                **({"text": f.text} if f.shown else {}),
+            }
+            for f in plan.files
+        ],
         "wrap": plan.wrap,
         "program_index": plan.program_index,
-        "decisions": [{"setting": d.setting, "value": d.value, "source": d.source,
-                       "reason": d.reason} for d in plan.decisions],
+        "decisions": [
+            {"setting": d.setting, "value": d.value, "source": d.source, "reason": d.reason}
+            for d in plan.decisions
+        ],
     }
 
 
@@ -60,8 +81,10 @@ def as_text(plan: Plan) -> str:
     add = out.append
     add("mpi-bootstrap launcher plan (--explain: nothing was written or started)")
     add("")
-    add(f"MPI:       {plan.mpi.vendor} {plan.mpi.version} ({plan.mpi.runtime.name}), "
-        f"{plan.mpi.mpirun} [{plan.mpi.source}]")
+    add(
+        f"MPI:       {plan.mpi.vendor} {plan.mpi.version} ({plan.mpi.runtime.name}), "
+        f"{plan.mpi.mpirun} [{plan.mpi.source}]"
+    )
     mode = "wrapping the user's own mpirun command" if plan.wrap else "agent builds mpirun"
     add(f"Mode:      {mode}")
     slots = sum(h.slots for h in plan.hosts)

@@ -16,56 +16,90 @@ from mpi_bootstrap.launcher.model import Gathered, HostEntry
 from mpi_bootstrap.ssh import sshconfig
 
 
-def launch_gate(config: Config, facts: Gathered, spec: mpi.LaunchSpec, ssh_cmd: tuple[str, ...],
-                preflight: bool) -> tuple[str | None, list[PlannedFile], Decision]:
+def launch_gate(
+    config: Config, facts: Gathered, spec: mpi.LaunchSpec, ssh_cmd: tuple[str, ...], preflight: bool
+) -> tuple[str | None, list[PlannedFile], Decision]:
     """Whether mpirun starts beside the checks (core/gate.py): its mode, the gate
     script, and the decision that says so. The runtime's rows chose the mode, or why there is
     none (launcher/mpi/gating.py)."""
     source = str(config.source("preflight"))
     if spec.gate is None:
-        why = ("no checks to wait for (preflight is off)" if not preflight else
-               "--exec: no resident supervisor to carry the checks beside mpirun"
-               if config.exec else spec.gate_why)
-        return None, [], Decision("launch gate", "off", source,
-                                  f"{why}: the checks, if any, run first, then mpirun")
+        why = (
+            "no checks to wait for (preflight is off)"
+            if not preflight
+            else "--exec: no resident supervisor to carry the checks beside mpirun"
+            if config.exec
+            else spec.gate_why
+        )
+        return (
+            None,
+            [],
+            Decision(
+                "launch gate", "off", source, f"{why}: the checks, if any, run first, then mpirun"
+            ),
+        )
     if spec.gate == gate.EVERY:
         mode, last = gate.EVERY, None
-        waits = ("every worker's ssh waits for every check and the data check: "
-                 f"{spec.gate_why}")
+        waits = f"every worker's ssh waits for every check and the data check: {spec.gate_why}"
     else:
         mode, last = gate.EACH, facts.remote[-1]
-        waits = (f"its ssh to each worker waits until that worker's check passed, and the "
-                 f"one to {last} also for every check and the data check: {spec.gate_why}")
+        waits = (
+            f"its ssh to each worker waits until that worker's check passed, and the "
+            f"one to {last} also for every check and the data check: {spec.gate_why}"
+        )
     state = config.state_dir
     text = gate.script(state, ssh_cmd, mode, last)
-    return mode, [PlannedFile(f"{state}/{gate.SCRIPT}", text, 0o700,
-                              "the launch gate: mpirun's ssh, once the checks passed",
-                              shown=True)], Decision(
-        "launch gate", "on", source,
-        f"mpirun starts with the checks, not after them; {waits}; a worker's failed check "
-        "ends mpirun before any rank starts: exit 69")
+    return (
+        mode,
+        [
+            PlannedFile(
+                f"{state}/{gate.SCRIPT}",
+                text,
+                0o700,
+                "the launch gate: mpirun's ssh, once the checks passed",
+                shown=True,
+            )
+        ],
+        Decision(
+            "launch gate",
+            "on",
+            source,
+            f"mpirun starts with the checks, not after them; {waits}; a worker's failed check "
+            "ends mpirun before any rank starts: exit 69",
+        ),
+    )
 
 
-def control_dir(config: Config, facts: Gathered, preflight: bool
-                ) -> tuple[str | None, Decision]:
+def control_dir(config: Config, facts: Gathered, preflight: bool) -> tuple[str | None, Decision]:
     """Where ssh keeps preflight's connections for mpirun to reuse (or None), and why."""
     path: str | None = f"{config.state_dir}/cm"
     if not config.ssh_reuse or config.exchange == "none" or facts.client is None:
-        why, path = ("disabled" if not config.ssh_reuse else
-                     "no exchange: mpirun uses ssh as the image configures it"), None
+        why, path = (
+            (
+                "disabled"
+                if not config.ssh_reuse
+                else "no exchange: mpirun uses ssh as the image configures it"
+            ),
+            None,
+        )
     elif not preflight:
         why, path = "no preflight: there is no connection to reuse", None
     elif path is not None and len(path) > sshconfig.MAX_CONTROL_DIR:
-        why = (f"{path} is too long for a socket path (at most "
-               f"{sshconfig.MAX_CONTROL_DIR} characters): set a shorter "
-               "MPI_BOOTSTRAP_STATE_DIR")
+        why = (
+            f"{path} is too long for a socket path (at most "
+            f"{sshconfig.MAX_CONTROL_DIR} characters): set a shorter "
+            "MPI_BOOTSTRAP_STATE_DIR"
+        )
         path = None
     else:
-        why = (f"preflight's ssh connection to each worker stays open (ControlMaster, "
-               f"socket in {path}/, 0700) and mpirun's ssh runs over it: one handshake "
-               "and one login per worker, not two")
-    return path, Decision("ssh reuse", "on" if path else "off",
-                          str(config.source("ssh_reuse")), why)
+        why = (
+            f"preflight's ssh connection to each worker stays open (ControlMaster, "
+            f"socket in {path}/, 0700) and mpirun's ssh runs over it: one handshake "
+            "and one login per worker, not two"
+        )
+    return path, Decision(
+        "ssh reuse", "on" if path else "off", str(config.source("ssh_reuse")), why
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,56 +113,108 @@ class SshSetup:
     decisions: tuple[Decision, ...]
 
 
-def ssh_setup(config: Config, facts: Gathered, entries: list[HostEntry],
-              control: str | None = None) -> SshSetup:
+def ssh_setup(
+    config: Config, facts: Gathered, entries: list[HostEntry], control: str | None = None
+) -> SshSetup:
     """The ssh command mpirun uses, the files behind it, and where each sshd listens."""
     if config.exchange == "none" or facts.client is None:
         why = f" ({config.exchange_reason})" if config.exchange == "none" else ""
-        return SshSetup(ssh_command(config), (), {}, (Decision(
-            "ssh trust", "none", str(config.source("exchange")),
-            f"no exchange{why}: mpirun uses ssh as the image configures it"),))
+        said = f"no exchange{why}: mpirun uses ssh as the image configures it"
+        return SshSetup(
+            ssh_command(config),
+            (),
+            {},
+            (Decision("ssh trust", "none", str(config.source("exchange")), said),),
+        )
     state = config.state_dir
     cfg_path, kh_path = f"{state}/ssh_config", f"{state}/known_hosts"
     by_new = {e.rewritten_to: e for e in entries}
-    names = {new: tuple(dict.fromkeys(
-        n for n in (new, e.name, e.address) if n)) for new, e in by_new.items()}
-    ps = sshconfig.peers({n: r for n, r in facts.records.items() if n in names}, names,
-                     config.ssh_user)
-    kex_all, kex_said = kex.decision(
-        config.ssh_kex, str(config.source("ssh_kex")), facts.ssh_kex,
-        [(n, kex.version_of(r.openssh)) for n, r in facts.records.items() if n in names])
+    ps, kex_all, kex_said = _peers(config, facts, by_new)
+    text = sshconfig.client_config(
+        ps,
+        identity=facts.client.path,
+        known_hosts=kh_path,
+        connect_timeout=config.ssh_connect_timeout,
+        control_dir=control,
+        kex=kex_all,
+    )
+    files = [
+        PlannedFile(cfg_path, text, 0o600, "ssh client config: pinned host keys", shown=True),
+        PlannedFile(
+            kh_path,
+            sshconfig.known_hosts(ps),
+            0o644,
+            "the workers' host keys, from the exchange",
+            shown=True,
+        ),
+        *([facts.client.file] if facts.client.file is not None else []),
+    ]
+    targets = {
+        new: (sshconfig.endpoint(new, rec), rec.port)
+        for new, rec in facts.records.items()
+        if new in by_new
+    }
+    decisions = (kex_said, *_stale_dns(facts, by_new), _trust(config, facts))
+    return SshSetup(("ssh", "-F", cfg_path), tuple(files), targets, decisions)
+
+
+def _peers(
+    config: Config, facts: Gathered, by_new: Mapping[str, HostEntry]
+) -> tuple[list[sshconfig.Peer], str | None, Decision]:
+    """The workers as ssh reaches them (every name mpirun may use for each), and the key
+    exchange offered: to all (`Host *`), and to a worker whose older sshd takes less."""
+    names = {
+        new: tuple(dict.fromkeys(n for n in (new, e.name, e.address) if n))
+        for new, e in by_new.items()
+    }
+    recs = {n: r for n, r in facts.records.items() if n in names}
+    ps = sshconfig.peers(recs, names, config.ssh_user)
+    kex_all, said = kex.decision(
+        config.ssh_kex,
+        str(config.source("ssh_kex")),
+        facts.ssh_kex,
+        [(n, kex.version_of(r.openssh)) for n, r in recs.items()],
+    )
     if kex_all and config.ssh_kex is None:  # the agent's choice: an older sshd, its own
-        ps = [dataclasses.replace(p, kex=",".join(
-            kex.offer(facts.ssh_kex, kex.version_of(facts.records[p.names[0]].openssh))))
-            if p.names[0] in facts.records else p for p in ps]
-    text = sshconfig.client_config(ps, identity=facts.client.path, known_hosts=kh_path,
-                                   connect_timeout=config.ssh_connect_timeout,
-                                   control_dir=control, kex=kex_all)
-    decisions = [kex_said]
-    files = [PlannedFile(cfg_path, text, 0o600, "ssh client config: pinned host keys",
-                         shown=True),
-             PlannedFile(kh_path, sshconfig.known_hosts(ps), 0o644,
-                         "the workers' host keys, from the exchange", shown=True)]
-    if facts.client.file is not None:
-        files.append(facts.client.file)
-    targets = {new: (sshconfig.endpoint(new, rec), rec.port) for new, rec in facts.records.items()
-               if new in by_new}
+        ps = [
+            dataclasses.replace(
+                p, kex=",".join(kex.offer(facts.ssh_kex, kex.version_of(recs[p.names[0]].openssh)))
+            )
+            if p.names[0] in recs
+            else p
+            for p in ps
+        ]
+    return ps, kex_all, said
+
+
+def _stale_dns(facts: Gathered, by_new: Mapping[str, HostEntry]) -> list[Decision]:
+    """A worker whose published address is not the one DNS gives (an earlier pod's)."""
+    out = []
     for new, rec in facts.records.items():
         dns_addr = by_new[new].address if new in by_new else None
         if rec.addresses and dns_addr and dns_addr not in rec.addresses:
-            decisions.append(Decision(
-                f"ssh endpoint {new}", rec.addresses[0], "exchange record",
-                f"WARNING: DNS says {dns_addr}, the worker published {rec.addresses[0]}: "
-                "ssh uses the published address (stale DNS of an earlier pod?)"))
-    decisions.append(Decision(
-        "ssh trust", config.exchange, str(config.source("exchange")),
-        {"secret": "the job's key from the Secret is also each worker's host key: pinned, "
-                   "no exchange",
-         "dir": f"records and the job key in {config.exchange_dir}",
-         "net": f"records fetched from each worker on port {config.exchange_port}, "
-                "HMAC-authenticated with MPI_BOOTSTRAP_TOKEN"}[config.exchange]
-        + f"; {len(facts.records)} of {len(facts.remote)} remote workers known"))
-    return SshSetup(("ssh", "-F", cfg_path), tuple(files), targets, tuple(decisions))
+            out.append(
+                Decision(
+                    f"ssh endpoint {new}",
+                    rec.addresses[0],
+                    "exchange record",
+                    f"WARNING: DNS says {dns_addr}, the worker published {rec.addresses[0]}: "
+                    "ssh uses the published address (stale DNS of an earlier pod?)",
+                )
+            )
+    return out
+
+
+def _trust(config: Config, facts: Gathered) -> Decision:
+    how = {
+        "secret": "the job's key from the Secret is also each worker's host key: pinned, "
+        "no exchange",
+        "dir": f"records and the job key in {config.exchange_dir}",
+        "net": f"records fetched from each worker on port {config.exchange_port}, "
+        "HMAC-authenticated with the job's token",
+    }[config.exchange]
+    known = f"; {len(facts.records)} of {len(facts.remote)} remote workers known"
+    return Decision("ssh trust", config.exchange, str(config.source("exchange")), how + known)
 
 
 def ssh_command(config: Config) -> tuple[str, ...]:

@@ -59,8 +59,14 @@ def parse(line: bytes) -> tuple[str, float, str, int] | None:
         seconds, pid = float(seconds_text), int(pid_text)
     except ValueError:
         return None
-    if verb != "session" or not NIC_NAME.fullmatch(nic) or not 0 < seconds <= SESSION_SECONDS \
-            or not is_plain_path(sysfs) or not pid_text.isdigit() or pid <= 0:
+    if (
+        verb != "session"
+        or not NIC_NAME.fullmatch(nic)
+        or not 0 < seconds <= SESSION_SECONDS
+        or not is_plain_path(sysfs)
+        or not pid_text.isdigit()
+        or pid <= 0
+    ):
         return None
     return nic, seconds, sysfs, pid
 
@@ -71,8 +77,13 @@ def serve(path: str, log: Log, readers: MutableMapping[int, Callable[[], None]])
     try:
         fd = own_fifo(path, os.O_RDWR | os.O_NONBLOCK)
     except OSError as exc:
-        log("data probe not served", level="warning", path=path, error=str(exc),
-            reason="the data check starts the worker's Python instead")
+        log(
+            "data probe not served",
+            level="warning",
+            path=path,
+            error=str(exc),
+            reason="the data check starts the worker's Python instead",
+        )
         return
     pending = [b""]
 
@@ -86,8 +97,11 @@ def serve(path: str, log: Log, readers: MutableMapping[int, Callable[[], None]])
         for line in lines:
             request = parse(line)
             if request is None:
-                log("data probe refused", level="warning", request=line[:120].decode(
-                    "ascii", "replace"))
+                log(
+                    "data probe refused",
+                    level="warning",
+                    request=line[:120].decode("ascii", "replace"),
+                )
                 continue
             try:
                 pid = fork_call(lambda r=request: run(state, *r))  # type: ignore[misc]

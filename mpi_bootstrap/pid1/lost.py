@@ -14,11 +14,15 @@ from mpi_bootstrap.pid1.supervisor import Supervisor
 def describe(lost: list[Lost], total: int) -> str:
     """One line naming the lost worker(s), what was seen, and since when."""
     peer, seen, silent = lost[0]
-    first = (f"{peer.name} ({peer.address}) lost while the job ran: {lv.SEEN[seen]}; "
-             f"no answer for {silent:g} s")
+    first = (
+        f"{peer.name} ({peer.address}) lost while the job ran: {lv.SEEN[seen]}; "
+        f"no answer for {silent:g} s"
+    )
     if len(lost) == total > 1:
-        return (f"every worker ({total}) lost at once, which points at this launcher's "
-                f"own network (cut off?); the first: {first}")
+        return (
+            f"every worker ({total}) lost at once, which points at this launcher's "
+            f"own network (cut off?); the first: {first}"
+        )
     if len(lost) > 1:
         return f"{first}; also lost: {some([p.name for p, _, _ in lost[1:]], shown=5)}"
     return first
@@ -30,12 +34,17 @@ def monitor(spec: Monitor, sup: Supervisor, log: Log) -> MonitorService:
 
     def lost(found: list[Lost]) -> None:
         for peer, seen, silent in found:
-            log("worker lost", level="error", host=peer.name, address=peer.address,
-                seen=lv.SEEN[seen], silent_s=silent)
+            log(
+                "worker lost",
+                level="error",
+                host=peer.name,
+                address=peer.address,
+                seen=lv.SEEN[seen],
+                silent_s=silent,
+            )
         reason = describe(found, len(spec.peers))
         ending = "mpirun has ended" if sup.main_status is not None else "ending mpirun"
-        sup.output.write(f"mpi-bootstrap: worker {reason}; {ending} (exit {code})\n"
-                         .encode())
+        sup.output.write(f"mpi-bootstrap: worker {reason}; {ending} (exit {code})\n".encode())
         sup.end_main(code, f"worker {reason}", MEANINGS[code][1], found[0][0].name)
 
     service = MonitorService(spec, log, sup.readers, lost)

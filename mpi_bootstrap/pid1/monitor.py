@@ -56,8 +56,9 @@ class _Probe:
             self._done(0)
 
     def _done(self, code: int) -> None:
-        self.seen = lv.FROZEN if code == 0 else lv.REFUSED if code == errno.ECONNREFUSED \
-            else lv.NO_ANSWER
+        self.seen = (
+            lv.FROZEN if code == 0 else lv.REFUSED if code == errno.ECONNREFUSED else lv.NO_ANSWER
+        )
         self.close()
 
     def result(self) -> str | None:
@@ -86,16 +87,22 @@ Lost = tuple[Peer, str, float]  # the worker, what was seen, seconds silent
 
 
 class MonitorService:
-    def __init__(self, spec: MonitorSpec, log: Log,
-                 readers: MutableMapping[int, Callable[[], None]],
-                 on_lost: Callable[[list[Lost]], None]) -> None:
+    def __init__(
+        self,
+        spec: MonitorSpec,
+        log: Log,
+        readers: MutableMapping[int, Callable[[], None]],
+        on_lost: Callable[[list[Lost]], None],
+    ) -> None:
         self.spec, self.log, self.on_lost = spec, log, on_lost
         self.timing = lv.Timing(spec.bound)
         now = time.monotonic()
         self.watched = [_Watched(p, now) for p in spec.peers]
         self.by_address = {w.peer.address: w for w in self.watched}
-        self.udp = socket.socket(socket.AF_INET6 if ":" in spec.bind else socket.AF_INET,
-                                 socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        self.udp = socket.socket(
+            socket.AF_INET6 if ":" in spec.bind else socket.AF_INET,
+            socket.SOCK_DGRAM | socket.SOCK_CLOEXEC,
+        )
         self.udp.bind((spec.bind, 0))
         self.udp.setblocking(False)
         readers[self.udp.fileno()] = self.on_datagram
@@ -105,16 +112,18 @@ class MonitorService:
         self.last_tick = now
         self.until = 0.0  # the end of verifying or stopping
         self.why = "job over"
-        log("monitor", workers=len(self.watched), bound_s=spec.bound,
-            port=self.udp.getsockname()[1])
+        log(
+            "monitor", workers=len(self.watched), bound_s=spec.bound, port=self.udp.getsockname()[1]
+        )
 
     # ------------------------------------------------------------ sending
 
     def _send(self, w: _Watched, kind: str, **fields: str) -> None:
         self.n += 1
         with contextlib.suppress(OSError):  # a full buffer or an ICMP error: try again
-            self.udp.sendto(lv.encode(self.spec.key, kind, self.n, **fields),
-                            (w.peer.address, w.peer.port))
+            self.udp.sendto(
+                lv.encode(self.spec.key, kind, self.n, **fields), (w.peer.address, w.peer.port)
+            )
 
     def _ping_all(self, now: float) -> None:
         for w in self.watched:
@@ -153,8 +162,7 @@ class MonitorService:
             self._lose(w, lv.RESTARTED, now)
         elif msg["t"] == "pong":
             if w.probe is not None:
-                self.log("worker answers again", host=w.peer.name,
-                         silent_s=round(now - w.heard, 1))
+                self.log("worker answers again", host=w.peer.name, silent_s=round(now - w.heard, 1))
                 w.probe.close()
                 w.probe = None
             w.heard = now
@@ -177,8 +185,9 @@ class MonitorService:
         if self.state != "watching":
             return min(self.next_ping, self.until)
         live = [w for w in self.watched if w.lost is None]
-        due = [w.heard + (self.timing.bound if w.probe else self.timing.suspect_after)
-               for w in live]
+        due = [
+            w.heard + (self.timing.bound if w.probe else self.timing.suspect_after) for w in live
+        ]
         return min([self.next_ping, *due])
 
     def tick(self, now: float) -> None:
@@ -191,8 +200,9 @@ class MonitorService:
             self._watch(now)
         elif self.state == "verifying":
             self._verify(now)
-        elif self.state == "stopping" and (now >= self.until or all(
-                w.acked for w in self.watched if w.lost is None)):
+        elif self.state == "stopping" and (
+            now >= self.until or all(w.acked for w in self.watched if w.lost is None)
+        ):
             self.state = "done"
         if self.state != "done" and now >= self.next_ping:
             self._send_due(now)
@@ -231,8 +241,9 @@ class MonitorService:
             if w.lost is not None:
                 continue
             if w.probe is None and silent >= self.timing.suspect_after:
-                self.log("worker silent", level="warning", host=w.peer.name,
-                         silent_s=round(silent, 1))
+                self.log(
+                    "worker silent", level="warning", host=w.peer.name, silent_s=round(silent, 1)
+                )
                 w.probe = _Probe(w.peer.address, w.peer.sshd_port)
                 self.next_ping = now
             elif w.probe is not None and silent >= self.timing.bound:

@@ -59,8 +59,9 @@ class Output:
                 self._dropped += len(old)
             self._cond.notify()
 
-    def flush(self, timeout: float = FLUSH_SECONDS,
-              interrupted: Callable[[], bool] = lambda: False) -> bool:
+    def flush(
+        self, timeout: float = FLUSH_SECONDS, interrupted: Callable[[], bool] = lambda: False
+    ) -> bool:
         """Wait until everything queued is written (True), or `timeout` s have passed or
         `interrupted()` says to stop waiting (False); it is asked every 50 ms."""
         deadline = time.monotonic() + timeout
@@ -81,8 +82,10 @@ class Output:
             data = self._chunks.popleft()
             self._size -= len(data)
             if self._dropped:
-                note = (f"mpi-bootstrap: {self._dropped} bytes of output dropped here: "
-                        "PID 1's stderr was not read for a while\n").encode()
+                note = (
+                    f"mpi-bootstrap: {self._dropped} bytes of output dropped here: "
+                    "PID 1's stderr was not read for a while\n"
+                ).encode()
                 self._dropped = 0
                 data = note + data
             return data
@@ -93,7 +96,7 @@ class Output:
             data = self._next()
             try:
                 while data:
-                    data = data[os.write(self.fd, data):]
+                    data = data[os.write(self.fd, data) :]
             except OSError:  # EPIPE, EBADF: nobody will ever read it
                 with self._cond:
                     self._broken = True
@@ -128,10 +131,11 @@ class Tee:
             self.close()
             return False
         self.tail += data
-        del self.tail[:-self.TAIL]
+        del self.tail[: -self.TAIL]
         self._partial += data
-        cut = (self._partial.rfind(b"\n") + 1 if len(self._partial) < self.TAIL
-               else len(self._partial))
+        cut = (
+            self._partial.rfind(b"\n") + 1 if len(self._partial) < self.TAIL else len(self._partial)
+        )
         if cut:
             self.output.write(bytes(self._partial[:cut]))
             del self._partial[:cut]
@@ -151,8 +155,7 @@ class Tee:
         self._partial.clear()
 
 
-def line_logger(role: str, output: Output, level: str = "info", fmt: str = "json"
-                ) -> Log:
+def line_logger(role: str, output: Output, level: str = "info", fmt: str = "json") -> Log:
     """`log(event, level="info", **keys)` for the resident process: core/log.py's lines,
     JSON or (`console`, or `auto` on a TTY) readable, queued on `output`."""
     floor = LEVELS.get(level, 20)

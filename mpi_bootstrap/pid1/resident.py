@@ -26,14 +26,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(spec, str):
         sys.stderr.write(f"mpi-bootstrap proc: {printable(spec, lines=False)}\n")
         return 64
-    signals.remember_inherited(frozenset(spec.inherited) if spec.inherited is not None
-                               else None)
+    signals.remember_inherited(frozenset(spec.inherited) if spec.inherited is not None else None)
     output = Output()
     log = line_logger(spec.role, output, spec.log_level, spec.log_format)
-    restart = RestartPolicy(limit=spec.restart.limit, window=spec.restart.window) \
-        if spec.restart else None
-    sup = Supervisor(Settings(grace=spec.grace, group=spec.group, restart=restart,
-                              explain_failure=spec.explain_failure), log, output)
+    restart = (
+        RestartPolicy(limit=spec.restart.limit, window=spec.restart.window)
+        if spec.restart
+        else None
+    )
+    sup = Supervisor(
+        Settings(
+            grace=spec.grace,
+            group=spec.group,
+            restart=restart,
+            explain_failure=spec.explain_failure,
+        ),
+        log,
+        output,
+    )
     duties(spec, sup, log)
     sup.install()
     # Set before the hand-off by cli.py (it survives the exec); set here too for
@@ -41,8 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.getpid() != 1 and (subreaper.is_set() or subreaper.become()):
         log("subreaper", reason="not PID 1: orphans re-parent to the agent and are reaped")
     try:
-        code = sup.run(spec.argv, spec.env, adopt=spec.adopt, stderr_fd=spec.stderr_fd,
-                       tty=spec.tty)
+        code = sup.run(
+            spec.argv, spec.env, adopt=spec.adopt, stderr_fd=spec.stderr_fd, tty=spec.tty
+        )
     except ExecError as exc:
         output.write(f"mpi-bootstrap: {printable(exc.message, lines=False)}\n".encode())
         code = int(exc.status)
@@ -85,8 +96,11 @@ def duties(spec: specs.Spec, sup: Supervisor, log: Log) -> None:
         from mpi_bootstrap.pid1.watch import WatchService
 
         try:
-            sup.duties.append(WatchService(spec.watch, log, sup.readers,
-                                           sshd=lambda: sup.main, stop=sup.request_stop))
+            sup.duties.append(
+                WatchService(
+                    spec.watch, log, sup.readers, sshd=lambda: sup.main, stop=sup.request_stop
+                )
+            )
         except OSError as exc:  # the job still runs; nobody watches its launcher
             log("watch not served", level="error", error=str(exc))
     if spec.monitor:
@@ -103,16 +117,33 @@ def _terminated(spec: specs.Spec, sup: Supervisor, code: int) -> None:
     assert spec.termination is not None  # noqa: S101 - the caller checked
     program = os.path.basename(str(spec.argv[0]))
     if sup.stop_signal:
-        error = (f"ended by {termination.signal_name(code)}, forwarded to {program}"
-                 if code > 128 else f"{program} exited {code} after a stop signal")
+        error = (
+            f"ended by {termination.signal_name(code)}, forwarded to {program}"
+            if code > 128
+            else f"{program} exited {code} after a stop signal"
+        )
     else:
         error = sup.verdict.reason or f"{program} exited {code}"
-    phase = "supervising sshd" if spec.role == "worker" else \
-        "ranks running" if sup.verdict.code == int(ExitStatus.WORKER_LOST) else program
-    termlog.write(spec.termination.path, termination.text(
-        role=spec.role, code=code, phase=phase, error=error, host=sup.verdict.host or None,
-        fix=None if sup.stop_signal else sup.verdict.fix or None,
-        signaled=sup.verdict.signaled or bool(sup.stop_signal)), create=spec.termination.create)
+    phase = (
+        "supervising sshd"
+        if spec.role == "worker"
+        else "ranks running"
+        if sup.verdict.code == int(ExitStatus.WORKER_LOST)
+        else program
+    )
+    termlog.write(
+        spec.termination.path,
+        termination.text(
+            role=spec.role,
+            code=code,
+            phase=phase,
+            error=error,
+            host=sup.verdict.host or None,
+            fix=None if sup.stop_signal else sup.verdict.fix or None,
+            signaled=sup.verdict.signaled or bool(sup.stop_signal),
+        ),
+        create=spec.termination.create,
+    )
 
 
 def read_spec(args: list[str]) -> specs.Spec | str:
@@ -149,6 +180,5 @@ def _option(spec: specs.Spec, opt: str, args: list[str]) -> specs.Spec | None:
         return dataclasses.replace(spec, explain_failure=True)
     if opt == "--restart":  # LIMIT/WINDOW, e.g. 5/60
         limit, _, window = args.pop(0).partition("/")
-        return dataclasses.replace(spec, restart=specs.Restart(int(limit),
-                                                               float(window or WINDOW)))
+        return dataclasses.replace(spec, restart=specs.Restart(int(limit), float(window or WINDOW)))
     return None

@@ -20,8 +20,9 @@ class RestartPolicy:
     delay: float = 0.2
     max_delay: float = 5.0
 
-    def after_death(self, deaths: tuple[float, ...], now: float
-                    ) -> tuple[tuple[float, ...], float | None]:
+    def after_death(
+        self, deaths: tuple[float, ...], now: float
+    ) -> tuple[tuple[float, ...], float | None]:
         """(the deaths still in the window, this one included; the delay before the
         restart, or None: give up)."""
         recent = (*(t for t in deaths if now - t < self.window), now)

@@ -20,7 +20,7 @@ def _stat(pid: int | str) -> bytes | None:
 def _fields(stat: bytes) -> list[bytes]:
     """The fields after the command name (which may hold spaces and parentheses): the
     state is [0], the parent's PID [1]."""
-    return stat[stat.rfind(b")") + 2:].split()
+    return stat[stat.rfind(b")") + 2 :].split()
 
 
 def parents() -> dict[int, int]:

@@ -23,8 +23,9 @@ class Verdict:
         if self.code is None:
             self.code, self.reason, self.fix, self.host = code, reason, fix, host
 
-    def read(self, code: int, tail: bytes, stop: Callable[[], bool], output: Output,
-             log: Log) -> int:
+    def read(
+        self, code: int, tail: bytes, stop: Callable[[], bool], output: Output, log: Log
+    ) -> int:
         """The main child ended with `code`, having said `tail`: explain a known failure
         (core/failures.py) and return the agent's code. A 0 stays 0, unless mpirun said
         it lost a worker: Open MPI 5 then exits 0 although the ranks there are gone."""
@@ -34,13 +35,18 @@ class Verdict:
         log("mpirun failure explained", signature=found.signature, code=code)
         if code == 0:
             lost = int(ExitStatus.WORKER_LOST)
-            self.ended_by(lost, f"mpirun exited 0, but: {found.cause}",
-                          MEANINGS[lost][1], found.host or "")
-            output.write(f"mpi-bootstrap: mpirun exited 0, but it lost a worker: "
-                         f"{found.cause}.\n  What to do: {found.fix}.\n  Exit {lost}.\n"
-                         .encode())
+            self.ended_by(
+                lost, f"mpirun exited 0, but: {found.cause}", MEANINGS[lost][1], found.host or ""
+            )
+            output.write(
+                f"mpi-bootstrap: mpirun exited 0, but it lost a worker: "
+                f"{found.cause}.\n  What to do: {found.fix}.\n  Exit {lost}.\n".encode()
+            )
             return lost
-        self.reason, self.fix, self.host = f"likely cause: {found.cause}", found.fix, \
-            found.host or ""
+        self.reason, self.fix, self.host = (
+            f"likely cause: {found.cause}",
+            found.fix,
+            found.host or "",
+        )
         output.write(found.text(code).encode())
         return code

@@ -48,8 +48,9 @@ _CLAIM = re.compile(rb"claim ([0-9a-f]{64}) ([1-9][0-9]{0,9})")
 class _Ending:
     """Processes being ended: SIGTERM sent; SIGKILL at `kill_at`; done once all are gone."""
 
-    def __init__(self, pids: list[int], reason: str, then: Callable[[int, list[str]], None]
-                 ) -> None:
+    def __init__(
+        self, pids: list[int], reason: str, then: Callable[[int, list[str]], None]
+    ) -> None:
         self.pids, self.reason, self.then = pids, reason, then
         self.names = sorted({tree.name(p) for p in pids})
         tree.signal_all(pids, signal.SIGTERM)
@@ -69,8 +70,15 @@ class _Ending:
 
 
 class WatchService:
-    def __init__(self, spec: WatchSpec, log: Log, readers: MutableMapping[int, Callable[[], None]],
-                 *, sshd: Callable[[], int], stop: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        spec: WatchSpec,
+        log: Log,
+        readers: MutableMapping[int, Callable[[], None]],
+        *,
+        sshd: Callable[[], int],
+        stop: Callable[[str], None],
+    ) -> None:
         self.spec, self.log, self.sshd, self.stop_worker = spec, log, sshd, stop
         self.timing = lv.Timing(spec.bound)
         self.boot = secrets.token_hex(8)
@@ -89,8 +97,13 @@ class WatchService:
         self.fifo = own_fifo(spec.fifo, os.O_RDWR | os.O_NONBLOCK)
         self.pending = b""
         readers[self.fifo] = self.on_request
-        log("watch", port=self.udp.getsockname()[1], boot=self.boot, bound_s=spec.bound,
-            grace_s=spec.grace)
+        log(
+            "watch",
+            port=self.udp.getsockname()[1],
+            boot=self.boot,
+            bound_s=spec.bound,
+            grace_s=spec.grace,
+        )
 
     # ------------------------------------------------------------ claims (the FIFO)
 
@@ -104,8 +117,9 @@ class WatchService:
         for line in lines:
             m = _CLAIM.fullmatch(line.strip())
             if m is None:
-                self.log("control refused", level="warning",
-                         request=line[:80].decode("ascii", "replace"))
+                self.log(
+                    "control refused", level="warning", request=line[:80].decode("ascii", "replace")
+                )
                 continue
             self.claim(m[1].decode(), int(m[2]))
 
@@ -132,8 +146,16 @@ class WatchService:
         self.end_launch(reason, spared, lambda n, names: self.answer(fd, n, names))
 
     def answer(self, fd: int, ended: int, names: list[str]) -> None:
-        text = lv.claimed_text(lv.Claimed(self.spec.bind, self.udp.getsockname()[1],
-                                          self.boot, self.spec.sshd_port, ended, tuple(names)))
+        text = lv.claimed_text(
+            lv.Claimed(
+                self.spec.bind,
+                self.udp.getsockname()[1],
+                self.boot,
+                self.spec.sshd_port,
+                ended,
+                tuple(names),
+            )
+        )
         try:
             os.write(fd, f"{text}\n".encode())
         except OSError as exc:
@@ -143,8 +165,9 @@ class WatchService:
 
     # ------------------------------------------------------------ ending a launch
 
-    def end_launch(self, reason: str, spared: set[int],
-                   then: Callable[[int, list[str]], None] | None = None) -> None:
+    def end_launch(
+        self, reason: str, spared: set[int], then: Callable[[int, list[str]], None] | None = None
+    ) -> None:
         """End every process below PID 1 but sshd and `spared`; then `then(n, names)`."""
         me, sshd = os.getpid(), self.sshd()
         pids = [p for p in tree.descendants(me) if p != sshd and p not in spared]
@@ -187,8 +210,12 @@ class WatchService:
                 why = "job over" if msg.get("why") == "job over" else "worker lost"
                 self._send(self.key, "stopped", msg["n"], peer)
                 self.end_launch(why, set())
-        elif sid in self.old and msg["t"] == "ping" and lv.authentic(self.old[sid], msg) \
-                and now - self.answered_old.get(sid, -1.0) >= 1.0:
+        elif (
+            sid in self.old
+            and msg["t"] == "ping"
+            and lv.authentic(self.old[sid], msg)
+            and now - self.answered_old.get(sid, -1.0) >= 1.0
+        ):
             self.answered_old[sid] = now
             self._send(self.old[sid], "superseded", msg["n"], peer)
 
@@ -221,8 +248,12 @@ class WatchService:
         self.endings = [e for e in self.endings if not e.step(now)]
         if self.armed and self.lost_at is None and now - self.heard >= self.spec.bound:
             self.lost_at = now
-            self.log("launcher lost", level="warning", silent_s=round(now - self.heard, 1),
-                     grace_s=self.spec.grace)
+            self.log(
+                "launcher lost",
+                level="warning",
+                silent_s=round(now - self.heard, 1),
+                grace_s=self.spec.grace,
+            )
         if self.lost_at is not None and now - self.lost_at >= self.spec.grace:
             self.armed, self.lost_at = False, None
             self.end_launch("launcher lost", set())

@@ -56,8 +56,13 @@ def install_early_handlers() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.TERMINATING)
 
 
-def spawn(argv: Sequence[str], env: Mapping[str, str], *, group: bool,
-          stderr: tuple[int, int] | None = None) -> int:
+def spawn(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    group: bool,
+    stderr: tuple[int, int] | None = None,
+) -> int:
     """Start argv (see spawn.start) and register it until it is reaped (or handed off);
     return its PID."""
     if _stopping:
@@ -129,9 +134,11 @@ def end(pid: int, grace: float, *, patience: float = 0.0) -> int | None:
         code[0] = exited(pid)
         return True if code[0] is not None else None
 
-    if not retry_until(time.monotonic() + patience, ended, every=LOCAL) and \
-            _signal(pid, False, signal.SIGTERM) and \
-            not retry_until(time.monotonic() + grace, ended, every=LOCAL):
+    if (
+        not retry_until(time.monotonic() + patience, ended, every=LOCAL)
+        and _signal(pid, False, signal.SIGTERM)
+        and not retry_until(time.monotonic() + grace, ended, every=LOCAL)
+    ):
         _signal(pid, group, signal.SIGKILL)
         code[0] = exited(pid, wait=True)
     if group:
@@ -182,14 +189,20 @@ def _children() -> list[int]:
     found: set[int] = set()
     with contextlib.suppress(OSError):
         for task in os.listdir("/proc/self/task"):
-            with contextlib.suppress(OSError), \
-                    open(f"/proc/self/task/{task}/children", encoding="ascii") as fh:
+            with (
+                contextlib.suppress(OSError),
+                open(f"/proc/self/task/{task}/children", encoding="ascii") as fh,
+            ):
                 found.update(int(p) for p in fh.read().split())
     return sorted(found)
 
 
-def capture(argv: Sequence[str], env: Mapping[str, str] | None = None,
-            timeout: float = 20.0, stdin: bytes = b"") -> tuple[int, str]:
+def capture(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    timeout: float = 20.0,
+    stdin: bytes = b"",
+) -> tuple[int, str]:
     """Run argv to completion, `stdin` its input; return (exit code, stdout and stderr
     together).
 
@@ -198,8 +211,9 @@ def capture(argv: Sequence[str], env: Mapping[str, str] | None = None,
     """
     import subprocess
 
-    child = open_piped(argv, env, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                       stderr=subprocess.STDOUT)
+    child = open_piped(
+        argv, env, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
     with child:
         try:
             out, _ = child.communicate(stdin or None, timeout=timeout)
@@ -218,8 +232,9 @@ def capture(argv: Sequence[str], env: Mapping[str, str] | None = None,
     return shell_code(child.returncode), out.decode("utf-8", "replace")
 
 
-def open_piped(argv: Sequence[str], env: Mapping[str, str] | None = None, *,
-               stdin: int = -1, stderr: int = -1) -> subprocess.Popen[bytes]:
+def open_piped(
+    argv: Sequence[str], env: Mapping[str, str] | None = None, *, stdin: int = -1, stderr: int = -1
+) -> subprocess.Popen[bytes]:
     """Start argv in its own session with its stdout (and by default stdin and stderr:
     -1 is subprocess.PIPE) on pipes, registered like any pending child; `capture` and
     `close_piped` end it."""
@@ -228,9 +243,15 @@ def open_piped(argv: Sequence[str], env: Mapping[str, str] | None = None, *,
     if _stopping:
         raise Interrupted(signal.SIGTERM)
     try:
-        child = subprocess.Popen(list(argv), env=None if env is None else dict(env),
-                                 stdin=stdin, stdout=subprocess.PIPE, stderr=stderr,
-                                 start_new_session=True, restore_signals=True)
+        child = subprocess.Popen(
+            list(argv),
+            env=None if env is None else dict(env),
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            start_new_session=True,
+            restore_signals=True,
+        )
     except OSError as exc:
         raise exec_error(argv[0], exc) from None
     _pending[child.pid] = True
@@ -255,12 +276,14 @@ def close_piped(child: subprocess.Popen[bytes], timeout: float = 2.0) -> tuple[i
             child.wait(timeout=2.0)
     finally:
         _pending.pop(child.pid, None)
-    return shell_code(child.returncode if child.returncode is not None else -9), \
-        (err or b"").decode("utf-8", "replace")
+    return shell_code(child.returncode if child.returncode is not None else -9), (
+        err or b""
+    ).decode("utf-8", "replace")
 
 
-def close_all(piped: Iterable[subprocess.Popen[bytes]], timeout: float = 2.0, *,
-              wait: bool = True) -> None:
+def close_all(
+    piped: Iterable[subprocess.Popen[bytes]], timeout: float = 2.0, *, wait: bool = True
+) -> None:
     """close_piped for many at once: every stdin closed first (each child's cue to end),
     then the waits. Without `wait`, they are handed off instead (handed_off: the resident
     supervisor reaps them after the exec)."""
@@ -303,14 +326,13 @@ class Lines:
             chunk = os.read(self.fd, 65536)
             self.buf += chunk
             self.eof = not chunk
-        if b"\n" not in self.buf[:self.limit + 1]:
+        if b"\n" not in self.buf[: self.limit + 1]:
             if len(self.buf) <= self.limit:
                 return None
-            self.buf = self.buf[:self.limit] + b"\n" + self.buf[self.limit:]
+            self.buf = self.buf[: self.limit] + b"\n" + self.buf[self.limit :]
         line, self.buf = self.buf.split(b"\n", 1)
         return line.decode("utf-8", "replace").strip()
 
     def rest(self) -> str:
         """What arrived after the last line returned (the child ended mid-line)."""
         return self.buf.decode("utf-8", "replace")
-

@@ -50,21 +50,26 @@ def handoff(spec: Spec) -> NoReturn:
     fd = os.memfd_create("mpi-bootstrap-plan", 0)  # not CLOEXEC: the new image reads it
     os.write(fd, encode(spec))
     os.lseek(fd, 0, os.SEEK_SET)
-    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))))
-    code = (f"import sys; sys.path.insert(0, {package_parent!r}); "
-            "from mpi_bootstrap.pid1.resident import main; sys.exit(main())")
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = (
+        f"import sys; sys.path.insert(0, {package_parent!r}); "
+        "from mpi_bootstrap.pid1.resident import main; sys.exit(main())"
+    )
     sys.stdout.flush()
     sys.stderr.flush()
     signal.pthread_sigmask(signal.SIG_BLOCK, signals.HANDLED)
-    adopted = children.handing_off(spec.adopt) if spec.adopt is not None else \
-        contextlib.nullcontext()
+    adopted = (
+        children.handing_off(spec.adopt) if spec.adopt is not None else contextlib.nullcontext()
+    )
     try:
         with adopted:
             # The resident process's own environment carries no secret: it stays readable in
             # /proc/1/environ for the whole job (system/environ.py); what it needs is in the spec.
-            os.execve(sys.executable, [sys.executable, "-I", "-S", "-c", code,
-                                       "--plan-fd", str(fd)], public(os.environ))
+            os.execve(
+                sys.executable,
+                [sys.executable, "-I", "-S", "-c", code, "--plan-fd", str(fd)],
+                public(os.environ),
+            )
     except OSError:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.HANDLED)
         os.close(fd)
@@ -89,8 +94,7 @@ def start(argv: Sequence[str], env: Mapping[str, str], *, group: bool) -> Starte
     registered, so none can leave it unaccounted for; the caller's mask is restored."""
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, signals.HANDLED)
     try:
-        pid, err, tty = start_main(argv, env, group=group, pipe_stderr=True,
-                                   starter=_registered)
+        pid, err, tty = start_main(argv, env, group=group, pipe_stderr=True, starter=_registered)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     if err is not None:  # (always, with pipe_stderr)
@@ -122,11 +126,13 @@ def start_and_handoff(spec: Spec) -> NoReturn:
 
 def adopt(started: Started, spec: Spec) -> NoReturn:
     """Hand `started`, running, over to the resident supervisor (`handoff`)."""
-    handoff(dataclasses.replace(spec, adopt=started.pid, stderr_fd=started.stderr_fd,
-                                tty=started.tty))
+    handoff(
+        dataclasses.replace(spec, adopt=started.pid, stderr_fd=started.stderr_fd, tty=started.tty)
+    )
 
 
-def _registered(argv: Sequence[str], env: Mapping[str, str], *, new_group: bool,
-                stderr: tuple[int, int] | None) -> int:
+def _registered(
+    argv: Sequence[str], env: Mapping[str, str], *, new_group: bool, stderr: tuple[int, int] | None
+) -> int:
     """spawn.start, the child registered until handed off (children.spawn)."""
     return children.spawn(argv, env, group=new_group, stderr=stderr)

@@ -19,8 +19,9 @@ from __future__ import annotations
 import signal
 
 TERMINATING = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT})
-FAULTS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
-                    signal.SIGTRAP, signal.SIGSYS})
+FAULTS = frozenset(
+    {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP, signal.SIGSYS}
+)
 UNCATCHABLE = frozenset({signal.SIGKILL, signal.SIGSTOP})
 CATCHABLE = frozenset(signal.valid_signals()) - UNCATCHABLE
 FORWARDED = CATCHABLE - FAULTS - {signal.SIGCHLD}
@@ -46,8 +47,7 @@ def remember_inherited(ignored: frozenset[int] | None = None) -> frozenset[int]:
     image of the agent recorded, passed on through the hand-off), else what this process
     ignores now, less what CPython ignores by itself. Call it before ignoring anything."""
     global _inherited  # noqa: PLW0603 - one fact about this process, set once at start
-    _inherited = frozenset(ignored) if ignored is not None else \
-        read_ignored() - PYTHON_IGNORES
+    _inherited = frozenset(ignored) if ignored is not None else read_ignored() - PYTHON_IGNORES
     return _inherited
 
 

@@ -47,8 +47,13 @@ def exec_error(program: str, exc: OSError | None = None) -> ExecError:
     return ExecError(f"{program}: not executable ({exc.strerror})", ExitStatus.NOT_EXECUTABLE)
 
 
-def start(argv: Sequence[str], env: Mapping[str, str], *, new_group: bool = False,
-          stderr: tuple[int, int] | None = None) -> int:
+def start(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    new_group: bool = False,
+    stderr: tuple[int, int] | None = None,
+) -> int:
     """Start argv; return its PID. Every signal at its default (but those the agent
     inherited ignored: signals.py) and an empty mask. `new_group`: it leads a process
     group of its own. `stderr`: a pipe (read end, write end) to become its stderr."""
@@ -57,8 +62,10 @@ def start(argv: Sequence[str], env: Mapping[str, str], *, new_group: bool = Fals
         raise exec_error(argv[0])
     kwargs: dict[str, Any] = {"setsigdef": signals.child_defaults(), "setsigmask": ()}
     if stderr is not None:
-        kwargs["file_actions"] = [(os.POSIX_SPAWN_DUP2, stderr[1], 2),
-                                  (os.POSIX_SPAWN_CLOSE, stderr[0])]
+        kwargs["file_actions"] = [
+            (os.POSIX_SPAWN_DUP2, stderr[1], 2),
+            (os.POSIX_SPAWN_CLOSE, stderr[0]),
+        ]
     if new_group:
         kwargs["setpgroup"] = 0
     with _inherited_ignored():
@@ -71,8 +78,14 @@ def start(argv: Sequence[str], env: Mapping[str, str], *, new_group: bool = Fals
 Starter = Callable[..., int]  # start's call shape: (argv, env, *, new_group, stderr) -> PID
 
 
-def start_main(argv: Sequence[str], env: Mapping[str, str], *, group: bool,
-               pipe_stderr: bool, starter: Starter = start) -> tuple[int, int | None, bool]:
+def start_main(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    group: bool,
+    pipe_stderr: bool,
+    starter: Starter = start,
+) -> tuple[int, int | None, bool]:
     """Start the job's main child as PID 1 runs it: a process group of its own with
     `group` or on a terminal, which it is then given (proc/terminal.py); with
     `pipe_stderr` its stderr a pipe, whose read end (close-on-exec, non-blocking) is
@@ -105,8 +118,7 @@ def _inherited_ignored() -> Iterator[None]:
     them (a blocked signal is kept pending, never dropped), ignore them, spawn, put the
     handlers back, unblock. Signal dispositions belong to the main thread's code.
     """
-    wanted = [s for s in signals.inherited()
-              if signal.getsignal(s) not in (signal.SIG_IGN, None)]
+    wanted = [s for s in signals.inherited() if signal.getsignal(s) not in (signal.SIG_IGN, None)]
     if not wanted or threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -57,10 +57,12 @@ def command(python: str, *args: str) -> str:
     Python (the launcher's interpreter path, else `python3` on the session's PATH)."""
     if not all(PLAIN.fullmatch(a) for a in args):  # PID 1 reads plain words only
         return _program(python, args)
-    served = (f'F="${{{datanet.PROBE_ENV}:-}}"; if [ -p "$F" ] && i="${{F%/*}}/probe-$$.in" '
-              '&& o="${F%/*}/probe-$$.out" && mkfifo -m 600 "$i" "$o" 2>/dev/null; then '
-              f"echo {' '.join(args)} \"$$\" >\"$F\" && "
-              '{ cat "$o" & cat >"$i"; wait; }; exit; fi; ')
+    served = (
+        f'F="${{{datanet.PROBE_ENV}:-}}"; if [ -p "$F" ] && i="${{F%/*}}/probe-$$.in" '
+        '&& o="${F%/*}/probe-$$.out" && mkfifo -m 600 "$i" "$o" 2>/dev/null; then '
+        f'echo {" ".join(args)} "$$" >"$F" && '
+        '{ cat "$o" & cat >"$i"; wait; }; exit; fi; '
+    )
     return served + _program(python, args)
 
 
@@ -69,9 +71,11 @@ def command(python: str, *args: str) -> str:
 # where dataplane/probe.py finds dataplane/port.py's names instead of importing the agent.
 MODULES = (probeport, dataprobe)
 _N = len(MODULES) + 1
-LOADER = (f"import sys; g = {{'__name__': {dataprobe.PROGRAM!r}}}; "
-          f"[exec(compile(t, '<mpi-bootstrap data check>', 'exec'), g) for t in sys.argv[1:{_N}]]; "
-          f"sys.exit(g['main'](sys.argv[{_N}:]))")
+LOADER = (
+    f"import sys; g = {{'__name__': {dataprobe.PROGRAM!r}}}; "
+    f"[exec(compile(t, '<mpi-bootstrap data check>', 'exec'), g) for t in sys.argv[1:{_N}]]; "
+    f"sys.exit(g['main'](sys.argv[{_N}:]))"
+)
 
 
 def program(*args: str) -> list[str]:
@@ -81,9 +85,11 @@ def program(*args: str) -> list[str]:
 
 
 def _program(python: str, args: Sequence[str]) -> str:
-    return (f"P={shlex.quote(python)}; [ -x \"$P\" ] || P=$(command -v python3) || "
-            "{ echo 'data check: no Python on this worker' >&2; exit 127; }; "
-            f"exec \"$P\" {shlex.join(program(*args))}")
+    return (
+        f'P={shlex.quote(python)}; [ -x "$P" ] || P=$(command -v python3) || '
+        "{ echo 'data check: no Python on this worker' >&2; exit 127; }; "
+        f'exec "$P" {shlex.join(program(*args))}'
+    )
 
 
 def mismatch(nic: str, reports: Mapping[str, Mapping[str, Any]]) -> str | None:
@@ -94,17 +100,29 @@ def mismatch(nic: str, reports: Mapping[str, Mapping[str, Any]]) -> str | None:
         return None
     usual = mtus.most_common(1)[0][0]
     odd = [f"{h} ({f['mtu']})" for h, f in reports.items() if f["mtu"] != usual]
-    return (f"MTU mismatch: {nic} has MTU {usual} on {mtus[usual]} workers but not on "
-            f"{some(odd, shown=3)}: jumbo frames must be on every node or none")
+    return (
+        f"MTU mismatch: {nic} has MTU {usual} on {mtus[usual]} workers but not on "
+        f"{some(odd, shown=3)}: jumbo frames must be on every node or none"
+    )
 
 
 class _Run:
     """One ssh session per worker, all at once (dataplane/probe.py says what each does)."""
 
-    def __init__(self, ssh: Sequence[str], hosts: Sequence[str], nics: str | Mapping[str, str],
-                 *, python: str, sysfs: str, env: Mapping[str, str], deadline: float,
-                 opened: Mapping[str, children.Lines],
-                 published: Mapping[str, datanet.DataNIC], value: str | None) -> None:
+    def __init__(
+        self,
+        ssh: Sequence[str],
+        hosts: Sequence[str],
+        nics: str | Mapping[str, str],
+        *,
+        python: str,
+        sysfs: str,
+        env: Mapping[str, str],
+        deadline: float,
+        opened: Mapping[str, children.Lines],
+        published: Mapping[str, datanet.DataNIC],
+        value: str | None,
+    ) -> None:
         self.nics = dict.fromkeys(hosts, nics) if isinstance(nics, str) else nics
         self.label = ", ".join(dict.fromkeys(self.nics[h] for h in hosts))  # MTU mismatch
         self.ssh, self.python, self.sysfs = list(ssh), python, sysfs
@@ -116,16 +134,25 @@ class _Run:
     def start(self, host: str) -> tuple[dict[str, Any] | None, str | None]:
         """Its data NIC as the session reports it, or why it cannot take part."""
         if host not in self.lines:
-            child = children.open_piped([*self.ssh, host, session_command(
-                self.python, self.nics[host], self.sysfs, self.deadline)], self.env)
+            child = children.open_piped(
+                [
+                    *self.ssh,
+                    host,
+                    session_command(self.python, self.nics[host], self.sysfs, self.deadline),
+                ],
+                self.env,
+            )
             self.sessions[host] = child
             self.lines[host] = children.Lines(child, limit=records.MAX_MESSAGE)
         child = self.sessions[host]
         line = self.lines[host].next(self.deadline)
         if not line:
             code, err = children.close_piped(child, 1.0)
-            why = failures.explain_ssh(host, err, code) if code == 255 else \
-                f"{host}: the data check did not start (exit {code}: {err.strip()[:200]!r})"
+            why = (
+                failures.explain_ssh(host, err, code)
+                if code == 255
+                else f"{host}: the data check did not start (exit {code}: {err.strip()[:200]!r})"
+            )
             return None, why
         return report(host, line, self.nics[host], self.published.get(host), self.value)
 
@@ -150,8 +177,14 @@ class _Run:
                 return problems
             if (why := datanet.probe_problem(self.nics[host], host, result)) is not None:
                 problems.append((str(result["peer"]), why))
-        return [*problems, (host, f"{host}: the data check's session ended before every "
-                                  "probe answered (the deadline, or the worker went away)")]
+        return [
+            *problems,
+            (
+                host,
+                f"{host}: the data check's session ended before every "
+                "probe answered (the deadline, or the worker went away)",
+            ),
+        ]
 
     def close(self, wait: bool) -> None:
         """Tell every session to end (its stdin closes: the worker's program closes its
@@ -163,8 +196,9 @@ class _Run:
 # What a worker's session says is checked before any of it is used (core/datanet.py):
 # a line that is not what the protocol allows refuses that worker (exit 69), whatever
 # it holds — never an exception in the launcher.
-def report(host: str, line: str, nic: str, published: datanet.DataNIC | None,
-           value: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
+def report(
+    host: str, line: str, nic: str, published: datanet.DataNIC | None, value: str | None = None
+) -> tuple[dict[str, Any] | None, str | None]:
     """A session's first line: (its data NIC and port, why `host` cannot take part)."""
     try:
         reports = datanet.session_report(json.loads(line), nic)
@@ -175,8 +209,9 @@ def report(host: str, line: str, nic: str, published: datanet.DataNIC | None,
     return reports, datanet.listener_problem(host, reports, value)
 
 
-def probe_result(host: str, line: str, peers: frozenset[str]
-                 ) -> tuple[dict[str, Any] | None, str | None]:
+def probe_result(
+    host: str, line: str, peers: frozenset[str]
+) -> tuple[dict[str, Any] | None, str | None]:
     """One line of `host`'s probes: (the result or `{"done": N}`, why it is refused)."""
     try:
         return datanet.probe_line(json.loads(line), peers), None
@@ -185,8 +220,10 @@ def probe_result(host: str, line: str, peers: frozenset[str]
 
 
 def refused(host: str, what: str, exc: BaseException, line: str) -> str:
-    return (f"{host}: the data check's session sent a {what} that is refused "
-            f"({shown(str(exc), 160)}): {shown(line, 160)}")
+    return (
+        f"{host}: the data check's session sent a {what} that is refused "
+        f"({shown(str(exc), 160)}): {shown(line, 160)}"
+    )
 
 
 def requests(reports: Mapping[str, Mapping[str, Any]], seed: int) -> dict[str, list[str]]:
@@ -198,18 +235,102 @@ def requests(reports: Mapping[str, Mapping[str, Any]], seed: int) -> dict[str, l
     sources: dict[str, set[str]] = {h: set() for h in ready}
     for i, j in datanet.pairs(len(ready), seed):
         peer = reports[ready[j]]
-        targets[ready[i]].append(f"{ready[j]}={peer['addresses'][0]}:{peer['port']}:"
-                                 f"{peer['mtu']}")
+        targets[ready[i]].append(f"{ready[j]}={peer['addresses'][0]}:{peer['port']}:{peer['mtu']}")
         sources[ready[j]].update(reports[ready[i]]["addresses"])
-    return {h: [f"from={','.join(sorted(sources[h]))}", *targets[h]]
-            for h in ready if targets[h]}
+    return {h: [f"from={','.join(sorted(sources[h]))}", *targets[h]] for h in ready if targets[h]}
 
 
-def run(hosts: Sequence[str], ssh_command: Sequence[str], nics: str | Mapping[str, str], *,
-        python: str, sysfs: str, env: Mapping[str, str], deadline: float, log: Log,
-        seed: int = 0, opened: Mapping[str, children.Lines] | None = None,
-        reaper: bool = False, published: Mapping[str, datanet.DataNIC] | None = None,
-        value: str | None = None) -> dict[str, dict[str, Any]]:
+def _listen(
+    r: _Run, hosts: Sequence[str], log: Log
+) -> tuple[dict[str, dict[str, Any]], list[str], str | None]:
+    """Every session started: its report (data NIC, port), by host; what is wrong with
+    them; the first host at fault."""
+    found = parallel.map_all(r.start, list(hosts), parallel.SSH_AT_ONCE)
+    problems = [why for _, why in found if why]
+    at = next((h for h, (_, why) in zip(hosts, found, strict=True) if why), None)
+    reports = {h: f for h, (f, why) in zip(hosts, found, strict=True) if f and not why}
+    for host, f in reports.items():
+        log(
+            "data NIC",
+            level="debug",
+            host=host,
+            nic=r.nics[host],
+            mtu=f["mtu"],
+            addresses=f["addresses"],
+            rdma=f["rdma"],
+        )
+    if (odd := mismatch(r.label, reports)) is not None:
+        problems.append(odd)
+    return reports, problems, at
+
+
+def _probe(r: _Run, lines: Mapping[str, list[str]], at: str | None) -> tuple[list[str], str | None]:
+    """Every session's probes, once each has its line: the failing pairs (said first
+    where one worker is in every one of them), and the host at fault."""
+    todo = list(lines)
+    failed = parallel.map_all(
+        lambda h: r.results(h, frozenset(w.partition("=")[0] for w in lines[h][1:])),
+        todo,
+        parallel.SSH_AT_ONCE,
+    )
+    pairs = [
+        ({host, peer}, why) for host, found in zip(todo, failed, strict=True) for peer, why in found
+    ]
+    common = set.intersection(*(p for p, _ in pairs)) if len(pairs) > 1 else set()
+    if len(common) == 1:  # one worker in every failing pair: say so first
+        at = common.pop()
+        return [f"every failing pair involves {at}; {pairs[0][1]}", *(w for _, w in pairs[1:])], at
+    return [why for _, why in pairs], at
+
+
+def _outcome(
+    log: Log,
+    r: _Run,
+    *,
+    reports: Mapping[str, Mapping[str, Any]],
+    lines: Mapping[str, list[str]],
+    problems: list[str],
+    at: str | None,
+    times: tuple[float, float, float, float],
+) -> None:
+    """Raise naming every failure, else log what the check found and what it took."""
+    if problems:
+        raise PeerUnavailableError(
+            f"data network: {some(problems)}",
+            details="\n".join(problems) if len(problems) > 1 else "",
+            phase="data check",
+            host=at,
+        )
+    started, listened, probed, cpu = times
+    log(
+        "data check ok",
+        workers=len(reports),
+        nic=r.label,
+        probes=sum(len(words) - 1 for words in lines.values()),
+        mtu=sorted({f["mtu"] for f in reports.values()}),
+        listen_s=round(listened - started, 3),
+        probe_s=round(probed - listened, 3),
+        elapsed_s=round(time.monotonic() - started, 3),
+        cpu_s=round(time.process_time() - cpu, 3),  # this process's, its threads' included
+    )
+
+
+def run(
+    hosts: Sequence[str],
+    ssh_command: Sequence[str],
+    nics: str | Mapping[str, str],
+    *,
+    python: str,
+    sysfs: str,
+    env: Mapping[str, str],
+    deadline: float,
+    log: Log,
+    seed: int = 0,
+    opened: Mapping[str, children.Lines] | None = None,
+    reaper: bool = False,
+    published: Mapping[str, datanet.DataNIC] | None = None,
+    value: str | None = None,
+) -> dict[str, dict[str, Any]]:
     """Test the data network among `hosts`, each on its data NIC `nics[host]` (or all on
     `nics`; chosen by NCCL_SOCKET_IFNAME `value`: core/nccl.py); their data NICs as
     found, or raise PeerUnavailableError naming every failure. `opened`: sessions running
@@ -220,48 +341,31 @@ def run(hosts: Sequence[str], ssh_command: Sequence[str], nics: str | Mapping[st
     children: the resident supervisor), which saves mpirun's start that wait (40 ms at 16
     workers)."""
     started, cpu = time.monotonic(), time.process_time()
-    r = _Run(ssh_command, hosts, nics, python=python, sysfs=sysfs, env=env, deadline=deadline,
-             opened=opened or {}, published=published or {}, value=value)
+    r = _Run(
+        ssh_command,
+        hosts,
+        nics,
+        python=python,
+        sysfs=sysfs,
+        env=env,
+        deadline=deadline,
+        opened=opened or {},
+        published=published or {},
+        value=value,
+    )
     passed = False
     try:
-        found = parallel.map_all(r.start, list(hosts), parallel.SSH_AT_ONCE)
-        problems = [why for _, why in found if why]
-        at = next((h for h, (_, why) in zip(hosts, found, strict=True) if why), None)
-        reports = {h: f for h, (f, why) in zip(hosts, found, strict=True) if f and not why}
-        for host, f in reports.items():
-            log("data NIC", level="debug", host=host, nic=r.nics[host], mtu=f["mtu"],
-                addresses=f["addresses"], rdma=f["rdma"])
-        if (odd := mismatch(r.label, reports)) is not None:
-            problems.append(odd)
+        reports, problems, at = _listen(r, hosts, log)
         lines = requests(reports, seed)
         for host, words in lines.items():  # every line first: a port answers its probers
             r.send(host, " ".join(words))  # only once its own line has come
         listened = time.monotonic()
-        todo = list(lines)
-        failed = parallel.map_all(
-            lambda h: r.results(h, frozenset(w.partition("=")[0] for w in lines[h][1:])),
-            todo, parallel.SSH_AT_ONCE)
-        pairs = [({host, peer}, why) for host, found in zip(todo, failed, strict=True)
-                 for peer, why in found]
-        common = set.intersection(*(p for p, _ in pairs)) if len(pairs) > 1 else set()
-        if len(common) == 1:  # one worker in every failing pair: say so first
-            at = common.pop()
-            problems.append(f"every failing pair involves {at}; {pairs[0][1]}")
-            problems.extend(why for _, why in pairs[1:])
-        else:
-            problems.extend(why for _, why in pairs)
+        failed, at = _probe(r, lines, at)
+        problems.extend(failed)
         probed = time.monotonic()
         passed = not problems
     finally:
         r.close(wait=not (passed and reaper))
-    if problems:
-        raise PeerUnavailableError(f"data network: {some(problems)}",
-                                   details="\n".join(problems) if len(problems) > 1 else "",
-                                   phase="data check", host=at)
-    log("data check ok", workers=len(hosts), nic=r.label,
-        probes=sum(len(words) - 1 for words in lines.values()),
-        mtu=sorted({f["mtu"] for f in reports.values()}),
-        listen_s=round(listened - started, 3), probe_s=round(probed - listened, 3),
-        elapsed_s=round(time.monotonic() - started, 3),
-        cpu_s=round(time.process_time() - cpu, 3))  # this process's, its threads' included
+    times = (started, listened, probed, cpu)
+    _outcome(log, r, reports=reports, lines=lines, problems=problems, at=at, times=times)
     return reports

@@ -95,8 +95,9 @@ class DirExchange:
             record = self._load(self.path(name))
             if record is not None:
                 if record.host.lower() != name.lower():
-                    raise RecordError(f"{self.path(name)}: its record is for "
-                                      f"{record.host!r}, not {name!r}")
+                    raise RecordError(
+                        f"{self.path(name)}: its record is for {record.host!r}, not {name!r}"
+                    )
                 return record
         return None
 
@@ -122,9 +123,13 @@ class DirExchange:
             key = self._read_key()
             done = self._done_fingerprint()
             if key is not None and done == key.fingerprint:
-                log("exchange dir reset", dir=self.dir, finished_job=key.fingerprint,
+                log(
+                    "exchange dir reset",
+                    dir=self.dir,
+                    finished_job=key.fingerprint,
                     reason="job-done names this key: its job is over; its records, key "
-                           "and mark are removed and a new key is made")
+                    "and mark are removed and a new key is made",
+                )
                 self._clean()
                 key = None
             elif done is not None:
@@ -154,19 +159,20 @@ class DirExchange:
         try:
             st = os.fstat(fd)
             if st.st_uid != self.uid:
-                raise self._refuse(path, f"it belongs to uid {st.st_uid}, not to this user "
-                                         f"({self.uid})")
+                raise self._refuse(
+                    path, f"it belongs to uid {st.st_uid}, not to this user ({self.uid})"
+                )
             if stat.S_IMODE(st.st_mode) != 0o700:
-                raise self._refuse(path, f"its mode is {stat.S_IMODE(st.st_mode):04o}, "
-                                         "not 0700")
+                raise self._refuse(path, f"its mode is {stat.S_IMODE(st.st_mode):04o}, not 0700")
             try:
-                private = read_regular("id", MAX_KEY, dir_fd=fd, owner=self.uid,
-                                       private=True).decode()
-                public = read_regular("id.pub", MAX_KEY, dir_fd=fd,
-                                      owner=self.uid).decode()
+                private = read_regular(
+                    "id", MAX_KEY, dir_fd=fd, owner=self.uid, private=True
+                ).decode()
+                public = read_regular("id.pub", MAX_KEY, dir_fd=fd, owner=self.uid).decode()
             except (OSError, UnicodeDecodeError) as exc:
-                raise self._refuse(path, f"its key files are not this user's private "
-                                         f"files ({exc})") from None
+                raise self._refuse(
+                    path, f"its key files are not this user's private files ({exc})"
+                ) from None
         finally:
             os.close(fd)
         public = " ".join(public.split()[:2])
@@ -175,16 +181,21 @@ class DirExchange:
         return JobKey(private, public, fingerprint(public))
 
     def _refuse(self, path: str, why: str) -> ConfigError:
-        return ConfigError([f"{SETTING}: refusing {path}: {why} — another user may have "
-                            "made it, and the workers would let its owner log in; remove "
-                            "it, and make the exchange directory writable by the job's "
-                            "user only"])
+        return ConfigError(
+            [
+                f"{SETTING}: refusing {path}: {why} — another user may have "
+                "made it, and the workers would let its owner log in; remove "
+                "it, and make the exchange directory writable by the job's "
+                "user only"
+            ]
+        )
 
     def _done_fingerprint(self) -> str | None:
         """The key fingerprint `job-done` names; None if there is no (usable) mark."""
         try:
-            text = read_regular(os.path.join(self.dir, DONE_FILE), 256,
-                                owner=self.uid).decode("ascii")
+            text = read_regular(os.path.join(self.dir, DONE_FILE), 256, owner=self.uid).decode(
+                "ascii"
+            )
         except (OSError, UnicodeDecodeError):
             return None
         words = text.split()
@@ -196,16 +207,18 @@ class DirExchange:
         try:
             os.mkdir(tmp, 0o700)
         except OSError as exc:
-            raise WriteError(f"{SETTING}: cannot create the job's key in {self.dir}: "
-                             f"{exc.strerror or exc}") from None
+            raise WriteError(
+                f"{SETTING}: cannot create the job's key in {self.dir}: {exc.strerror or exc}"
+            ) from None
         try:
             os.chmod(tmp, 0o700)  # whatever the umask
             make(os.path.join(tmp, "id"))
             try:
                 os.rename(tmp, final)
             except OSError as exc:
-                raise WriteError(f"{SETTING}: cannot create {final}: "
-                                 f"{exc.strerror or exc}") from None
+                raise WriteError(
+                    f"{SETTING}: cannot create {final}: {exc.strerror or exc}"
+                ) from None
         finally:
             if os.path.isdir(tmp):
                 for name in os.listdir(tmp):
@@ -234,8 +247,9 @@ class DirExchange:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise WriteError(f"{SETTING}: cannot remove {os.path.join(self.dir, name)}: "
-                             f"{exc.strerror or exc}") from None
+            raise WriteError(
+                f"{SETTING}: cannot remove {os.path.join(self.dir, name)}: {exc.strerror or exc}"
+            ) from None
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
@@ -249,8 +263,10 @@ class DirExchange:
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_uid != self.uid:
-                raise self._refuse(path, f"it is not a regular file of this user's (uid "
-                                         f"{st.st_uid})")
+                raise self._refuse(
+                    path, f"it is not a regular file of this user's (uid {st.st_uid})"
+                )
+
             def take() -> bool | None:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -39,10 +39,10 @@ def generate(private_path: str, comment: str) -> KeyPair:
     from cryptography.hazmat.primitives.asymmetric import ed25519
 
     key = ed25519.Ed25519PrivateKey.generate()
-    private = key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH,
-                                ser.NoEncryption()).decode()
-    public = key.public_key().public_bytes(ser.Encoding.OpenSSH,
-                                           ser.PublicFormat.OpenSSH).decode()
+    private = key.private_bytes(
+        ser.Encoding.PEM, ser.PrivateFormat.OpenSSH, ser.NoEncryption()
+    ).decode()
+    public = key.public_key().public_bytes(ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH).decode()
     atomic_write(private_path, private, 0o600)
     atomic_write(private_path + ".pub", f"{public} {comment}\n", 0o644)
     return KeyPair(private_path, public)
@@ -59,15 +59,19 @@ def public_of(private_text: str, where: str) -> str:
 
     try:
         data = private_text.encode()
-        key: Any = (ser.load_ssh_private_key(data, password=None)
-                    if b"BEGIN OPENSSH PRIVATE KEY" in data
-                    else ser.load_pem_private_key(data, password=None))
-        public: str = key.public_key().public_bytes(
-            ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH).decode()
+        key: Any = (
+            ser.load_ssh_private_key(data, password=None)
+            if b"BEGIN OPENSSH PRIVATE KEY" in data
+            else ser.load_pem_private_key(data, password=None)
+        )
+        public: str = (
+            key.public_key().public_bytes(ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH).decode()
+        )
         return public
     except (ValueError, TypeError, AttributeError) as exc:
-        raise ConfigError([f"{where}: not a usable unencrypted private key "
-                           f"({type(exc).__name__})"]) from None
+        raise ConfigError(
+            [f"{where}: not a usable unencrypted private key ({type(exc).__name__})"]
+        ) from None
 
 
 def from_secret(mount: str, state_dir: str) -> tuple[KeyPair, list[tuple[str, str]]] | None:

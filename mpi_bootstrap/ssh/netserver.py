@@ -33,8 +33,9 @@ HELLO_KEYS = frozenset({"v", "type", "challenge", "nonce", "client_key", "target
 class NetServer:
     """The worker's side: verifies hellos, authorises the client key, answers the record."""
 
-    def __init__(self, token: str, record: Record,
-                 authorize: Callable[[str, str], None], log: Log) -> None:
+    def __init__(
+        self, token: str, record: Record, authorize: Callable[[str, str], None], log: Log
+    ) -> None:
         self._key = derive_key(token)
         self.record = record
         self.authorize = authorize
@@ -55,8 +56,15 @@ class NetServer:
             self.log("exchange refused", level="warning", peer=peer, reason=refused)
             return b'{"type":"denied"}\n'
         self.log("exchange answered", peer=peer)
-        return signed(self._key, {"v": PROTOCOL, "type": "record",
-                                  "nonce": message["nonce"], "record": self.record.to_dict()})
+        return signed(
+            self._key,
+            {
+                "v": PROTOCOL,
+                "type": "record",
+                "nonce": message["nonce"],
+                "record": self.record.to_dict(),
+            },
+        )
 
     def _hello(self, raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
         """(the hello, None), or (None, why it is not one with a valid MAC)."""
@@ -66,8 +74,12 @@ class NetServer:
             message = json.loads(raw)
         except (ValueError, RecursionError):
             return None, "not JSON"
-        if not isinstance(message, dict) or message.get("type") != "hello" or \
-                not is_version(message.get("v"), PROTOCOL) or set(message) != HELLO_KEYS:
+        if (
+            not isinstance(message, dict)
+            or message.get("type") != "hello"
+            or not is_version(message.get("v"), PROTOCOL)
+            or set(message) != HELLO_KEYS
+        ):
             return None, f"not a hello message (of protocol version {PROTOCOL})"
         if not valid_mac(self._key, message):
             return None, "bad mac (wrong or missing token)"
@@ -75,13 +87,15 @@ class NetServer:
 
     def _fresh(self, message: dict[str, Any], challenge: str) -> str | None:
         """Why an authentic hello is still refused (a replay, a bad key, another target)."""
-        nonce, client_key, answered = message["nonce"], message["client_key"], \
-            message["challenge"]
+        nonce, client_key, answered = message["nonce"], message["client_key"], message["challenge"]
         # Signed for another connection's challenge: a hello captured off the wire and
         # replayed — to this worker, or to it restarted — would otherwise replace the
         # running launcher's key (tests/test_attacks.py::TestNetExchangeReplay).
-        if not isinstance(answered, str) or not answered.isascii() or \
-                not hmac.compare_digest(answered, challenge):
+        if (
+            not isinstance(answered, str)
+            or not answered.isascii()
+            or not hmac.compare_digest(answered, challenge)
+        ):
             return "challenge is not the one sent on this connection (a replayed hello)"
         if not isinstance(nonce, str) or not NONCE.fullmatch(nonce):
             return "bad nonce"
@@ -197,8 +211,12 @@ def serve(net: NetExchange, log: Log, readers: Readers) -> Connections:
         wanted = [*base, key] if key not in base else base
         if lines != wanted:
             atomic_write(path, "\n".join(wanted) + "\n", 0o600)
-            log("key authorized", fingerprint=fingerprint(key),
-                key_type=key.split(maxsplit=1)[0], origin=f"net exchange hello from {peer}")
+            log(
+                "key authorized",
+                fingerprint=fingerprint(key),
+                key_type=key.split(maxsplit=1)[0],
+                origin=f"net exchange hello from {peer}",
+            )
 
     server = NetServer(net.token, record_from(net.record), authorize, log)
     return Connections(server, listener, readers)

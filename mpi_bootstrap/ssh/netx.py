@@ -66,13 +66,15 @@ NONCE = re.compile(r"[0-9a-f]{64}")  # fullmatch: `$` would accept a trailing ne
 
 # ---------------------------------------------------------------- net
 
+
 def derive_key(token: str) -> bytes:
     return hmac.new(token.encode(), b"mpi-bootstrap exchange v3", hashlib.sha256).digest()
 
 
 def message_mac(key: bytes, message: Mapping[str, Any]) -> str:
-    body = json.dumps({k: v for k, v in message.items() if k != "mac"}, sort_keys=True,
-                      separators=(",", ":"))
+    body = json.dumps(
+        {k: v for k, v in message.items() if k != "mac"}, sort_keys=True, separators=(",", ":")
+    )
     return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
 
 
@@ -102,12 +104,17 @@ def new_challenge() -> tuple[str, bytes]:
     return challenge, line.encode() + b"\n"
 
 
-def make_hello(token: str, client_key: str, target: str, challenge: str
-               ) -> tuple[bytes, str]:
+def make_hello(token: str, client_key: str, target: str, challenge: str) -> tuple[bytes, str]:
     """The hello answering `challenge`, and the nonce its reply must echo."""
     nonce = secrets.token_hex(32)
-    message = {"v": PROTOCOL, "type": "hello", "challenge": challenge, "nonce": nonce,
-               "client_key": client_key, "target": target}
+    message = {
+        "v": PROTOCOL,
+        "type": "hello",
+        "challenge": challenge,
+        "nonce": nonce,
+        "client_key": client_key,
+        "target": target,
+    }
     return signed(derive_key(token), message), nonce
 
 
@@ -116,8 +123,9 @@ class ExchangeRefused(RecordError):
     not signed with the job's token, or it is another worker's record."""
 
 
-def fetch(address: str, port: int, token: str, client_key: str, *, target: str,
-          deadline: float) -> Record:
+def fetch(
+    address: str, port: int, token: str, client_key: str, *, target: str, deadline: float
+) -> Record:
     """Ask the worker `target` (at `address`) for its record, all before `deadline`
     (monotonic): connecting, the challenge, sending and every byte of the reply.
     TimeoutError after it."""
@@ -161,18 +169,26 @@ def read_challenge(raw: bytes, target: str) -> str:
     """The challenge a worker sent first on a connection, or RecordError (its subclass
     ExchangeRefused when the peer speaks another protocol) naming `target`."""
     if not raw:
-        raise RecordError(f"{target}: the exchange port closed the connection without a "
-                          f"challenge (an agent older than protocol {PROTOCOL} sends none)")
+        raise RecordError(
+            f"{target}: the exchange port closed the connection without a "
+            f"challenge (an agent older than protocol {PROTOCOL} sends none)"
+        )
     try:
         message = json.loads(raw)
     except (ValueError, RecursionError):
         message = None
-    if not isinstance(message, dict) or message.get("type") != "challenge" or \
-            not is_version(message.get("v"), PROTOCOL) or set(message) != {
-                "v", "type", "challenge"} or not isinstance(message["challenge"], str) or \
-            not NONCE.fullmatch(message["challenge"]):
-        raise ExchangeRefused(f"{target}: the exchange port does not speak protocol "
-                              f"{PROTOCOL} (is the agent the same version on both sides?)")
+    if (
+        not isinstance(message, dict)
+        or message.get("type") != "challenge"
+        or not is_version(message.get("v"), PROTOCOL)
+        or set(message) != {"v", "type", "challenge"}
+        or not isinstance(message["challenge"], str)
+        or not NONCE.fullmatch(message["challenge"])
+    ):
+        raise ExchangeRefused(
+            f"{target}: the exchange port does not speak protocol "
+            f"{PROTOCOL} (is the agent the same version on both sides?)"
+        )
     return str(message["challenge"])
 
 
@@ -183,10 +199,15 @@ def read_reply(raw: bytes, token: str, nonce: str, target: str) -> Record:
         reply = json.loads(raw)
     except (ValueError, RecursionError):
         raise RecordError(f"{target}: exchange reply is not JSON") from None
-    if not isinstance(reply, dict) or reply.get("type") != "record" or \
-            not is_version(reply.get("v"), PROTOCOL):
-        raise ExchangeRefused(f"{target}: exchange refused (is the token the same on both "
-                              "sides, and the agent the same version?)")
+    if (
+        not isinstance(reply, dict)
+        or reply.get("type") != "record"
+        or not is_version(reply.get("v"), PROTOCOL)
+    ):
+        raise ExchangeRefused(
+            f"{target}: exchange refused (is the token the same on both "
+            "sides, and the agent the same version?)"
+        )
     if not valid_mac(derive_key(token), reply):
         raise ExchangeRefused(f"{target}: exchange reply not signed with the job's token")
     if reply.get("nonce") != nonce:
@@ -196,7 +217,9 @@ def read_reply(raw: bytes, token: str, nonce: str, target: str) -> Record:
     except RecordError as exc:
         raise RecordError(f"{target}: {exc}") from None
     if not is_target(target, record):
-        raise ExchangeRefused(f"{target}: the worker that answered is {record.host} "
-                              f"({', '.join(record.addresses) or 'no address'}), not "
-                              f"{target}: a stale address?")
+        raise ExchangeRefused(
+            f"{target}: the worker that answered is {record.host} "
+            f"({', '.join(record.addresses) or 'no address'}), not "
+            f"{target}: a stale address?"
+        )
     return record

@@ -36,8 +36,7 @@ def is_local(name: str, address: str | None, own_name: str, own: frozenset[str])
     return address is not None and address in own
 
 
-def client_key(config: Config, *, write: bool, log: Log
-               ) -> ClientKey | None:
+def client_key(config: Config, *, write: bool, log: Log) -> ClientKey | None:
     """The key the launcher's ssh presents. `write=False` (explain) creates nothing."""
     state = config.state_dir
     if config.exchange == "secret":
@@ -48,9 +47,17 @@ def client_key(config: Config, *, write: bool, log: Log
         except OSError as exc:
             raise ConfigError([f"{src}: cannot read the job's key ({exc.strerror})"]) from None
         path = os.path.join(state, "id_job")
-        return ClientKey(path, keys.public_of(text, src),
-                         PlannedFile(path, text, 0o600, "the job's key, copied from the "
-                                     "Secret with the mode ssh accepts (mpi-operator #429)"))
+        return ClientKey(
+            path,
+            keys.public_of(text, src),
+            PlannedFile(
+                path,
+                text,
+                0o600,
+                "the job's key, copied from the "
+                "Secret with the mode ssh accepts (mpi-operator #429)",
+            ),
+        )
     if config.exchange == "dir" and config.exchange_dir:
         ex = dirx.DirExchange(config.exchange_dir)
         path = os.path.join(state, "id_job")
@@ -59,10 +66,19 @@ def client_key(config: Config, *, write: bool, log: Log
             return ClientKey(path, "(created at run time)", None)
         # A private copy: ssh reads IdentityFile by path, and the exchange directory is
         # shared (ssh/dirx.py); the copy cannot be swapped under ssh.
-        return ClientKey(path, job.public,
-                         PlannedFile(path, job.private, 0o600, "the job's key, copied from "
-                                     "the exchange directory into the private state "
-                                     "directory"), job.fingerprint)
+        return ClientKey(
+            path,
+            job.public,
+            PlannedFile(
+                path,
+                job.private,
+                0o600,
+                "the job's key, copied from "
+                "the exchange directory into the private state "
+                "directory",
+            ),
+            job.fingerprint,
+        )
     if config.exchange == "net":
         path = os.path.join(state, "id_launcher")
         if not write:
@@ -73,9 +89,15 @@ def client_key(config: Config, *, write: bool, log: Log
     return None
 
 
-def collect(config: Config, hosts: Sequence[tuple[str, str, str | None]],
-            key: ClientKey | None, deadline: float, log: Log, *, fetch: bool
-            ) -> dict[str, Record]:
+def collect(
+    config: Config,
+    hosts: Sequence[tuple[str, str, str | None]],
+    key: ClientKey | None,
+    deadline: float,
+    log: Log,
+    *,
+    fetch: bool,
+) -> dict[str, Record]:
     """Each remote host's record, by its rewritten name, before `deadline`.
 
     `hosts` is (name in the input, name mpirun uses, address). `fetch=False` (explain)
@@ -85,27 +107,36 @@ def collect(config: Config, hosts: Sequence[tuple[str, str, str | None]],
     if config.exchange == "secret":
         assert key is not None  # noqa: S101 - client_key() returns one in this mode
         port = config.sshd_port or SECRET_SSHD_PORT  # Config sets it: never 0 here
-        return {new: Record(new, (addr,) if addr else (), port, key.public, user)
-                for _, new, addr in hosts}
+        return {
+            new: Record(new, (addr,) if addr else (), port, key.public, user)
+            for _, new, addr in hosts
+        }
     records: dict[str, Record] = {}
     last: dict[str, str] = {}  # the last failure per worker, for the error message
     if config.exchange == "dir" and config.exchange_dir:
-        records = _collect_dir(dirx.DirExchange(config.exchange_dir), hosts,
-                               deadline, last, fetch=fetch)
+        records = _collect_dir(
+            dirx.DirExchange(config.exchange_dir), hosts, deadline, last, fetch=fetch
+        )
     elif config.exchange == "net" and fetch:
         assert key is not None and config.token is not None  # noqa: S101 - see Config
-        records = _collect_net(config.token, config.exchange_port, key.public, hosts,
-                               deadline=deadline, last=last)
+        records = _collect_net(
+            config.token, config.exchange_port, key.public, hosts, deadline=deadline, last=last
+        )
     if fetch:
         missing = [new for _, new, _ in hosts if new not in records]
         if missing:
-            where = (f"in {config.exchange_dir}" if config.exchange == "dir"
-                     else f"on port {config.exchange_port}")
+            where = (
+                f"in {config.exchange_dir}"
+                if config.exchange == "dir"
+                else f"on port {config.exchange_port}"
+            )
             raise PeerUnavailableError(
                 f"no record from {some(missing)} {where} before the deadline: is the worker "
                 "running `mpi-bootstrap worker`?",
                 details="\n".join(f"last attempt: {last[m]}" for m in missing if m in last),
-                phase="records", host=missing[0])
+                phase="records",
+                host=missing[0],
+            )
     return records
 
 
@@ -115,9 +146,14 @@ def target_of(name: str) -> str:
     return name if is_ip_literal(name) else name.split(".", 1)[0]
 
 
-def _collect_dir(ex: dirx.DirExchange, hosts: Sequence[tuple[str, str, str | None]],
-                 deadline: float, last: dict[str, str], *, fetch: bool
-                 ) -> dict[str, Record]:
+def _collect_dir(
+    ex: dirx.DirExchange,
+    hosts: Sequence[tuple[str, str, str | None]],
+    deadline: float,
+    last: dict[str, str],
+    *,
+    fetch: bool,
+) -> dict[str, Record]:
     records: dict[str, Record] = {}
 
     def attempt() -> bool | None:
@@ -125,9 +161,13 @@ def _collect_dir(ex: dirx.DirExchange, hosts: Sequence[tuple[str, str, str | Non
             if new in records:
                 continue
             try:
-                rec = (ex.read_by_address(orig) if is_ip_literal(orig) else
-                       ex.read(orig) or ex.read(new) or
-                       (ex.read_by_address(addr) if addr else None))
+                rec = (
+                    ex.read_by_address(orig)
+                    if is_ip_literal(orig)
+                    else ex.read(orig)
+                    or ex.read(new)
+                    or (ex.read_by_address(addr) if addr else None)
+                )
             except RecordError as exc:
                 last[new] = str(exc)
                 continue
@@ -139,16 +179,23 @@ def _collect_dir(ex: dirx.DirExchange, hosts: Sequence[tuple[str, str, str | Non
     return records
 
 
-def _collect_net(token: str, port: int, public: str,
-                 hosts: Sequence[tuple[str, str, str | None]], *, deadline: float,
-                 last: dict[str, str]) -> dict[str, Record]:
+def _collect_net(
+    token: str,
+    port: int,
+    public: str,
+    hosts: Sequence[tuple[str, str, str | None]],
+    *,
+    deadline: float,
+    last: dict[str, str],
+) -> dict[str, Record]:
     def one(host: tuple[str, str, str | None]) -> Record | None:
         orig, new, _ = host
 
         def attempt() -> Record | None:
             try:
-                return exchange.fetch(new, port, token, public, target=target_of(orig),
-                                      deadline=deadline)
+                return exchange.fetch(
+                    new, port, token, public, target=target_of(orig), deadline=deadline
+                )
             except exchange.ExchangeRefused as exc:
                 raise PeerUnavailableError(str(exc), phase="records", host=new) from None
             except RecordError as exc:
@@ -162,5 +209,4 @@ def _collect_net(token: str, port: int, public: str,
         return retry_until(deadline, attempt, every=NETWORK)
 
     found = parallel.map_all(one, list(hosts), 32)
-    return {new: rec for (_, new, _), rec in zip(hosts, found, strict=True)
-            if rec is not None}
+    return {new: rec for (_, new, _), rec in zip(hosts, found, strict=True) if rec is not None}

@@ -89,13 +89,22 @@ def control_lines(control_dir: str | None) -> list[str]:
         return []
     if len(control_dir) > MAX_CONTROL_DIR:
         raise UnsafeValue(f"{control_dir!r} is too long for a socket path")
-    return ["  ControlMaster auto", f"  ControlPath {_path(control_dir)}/%C",
-            f"  ControlPersist {CONTROL_PERSIST_S}"]
+    return [
+        "  ControlMaster auto",
+        f"  ControlPath {_path(control_dir)}/%C",
+        f"  ControlPersist {CONTROL_PERSIST_S}",
+    ]
 
 
-def client_config(peers: Sequence[Peer], *, identity: str, known_hosts: str,
-                  connect_timeout: int, control_dir: str | None = None,
-                  kex: str | None = None) -> str:
+def client_config(
+    peers: Sequence[Peer],
+    *,
+    identity: str,
+    known_hosts: str,
+    connect_timeout: int,
+    control_dir: str | None = None,
+    kex: str | None = None,
+) -> str:
     """`ssh -F` config: pinned host keys, batch mode, the job's key, LD_LIBRARY_PATH sent;
     with `control_dir`, connections kept for reuse (control_lines); with `kex`, the key
     exchange algorithms (settings.py checked the list)."""
@@ -146,11 +155,19 @@ def endpoint(name: str, record: Record) -> str:
     return record.addresses[0] if record.addresses else name
 
 
-def peers(records: Mapping[str, Record], names: Mapping[str, tuple[str, ...]],
-          user_override: str | None) -> list[Peer]:
+def peers(
+    records: Mapping[str, Record], names: Mapping[str, tuple[str, ...]], user_override: str | None
+) -> list[Peer]:
     """ssh peers from records; `names[new]` lists every name mpirun may use for it."""
     out = []
     for new, rec in records.items():
-        out.append(Peer(names=names[new], hostname=endpoint(new, rec), port=rec.port,
-                        user=user_override or rec.user, host_key=rec.host_key))
+        out.append(
+            Peer(
+                names=names[new],
+                hostname=endpoint(new, rec),
+                port=rec.port,
+                user=user_override or rec.user,
+                host_key=rec.host_key,
+            )
+        )
     return out

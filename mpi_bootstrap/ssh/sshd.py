@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import socket
@@ -19,16 +20,58 @@ from mpi_bootstrap.ssh.sshconfig import UnsafeValue
 from mpi_bootstrap.system.retry import LOCAL, retry_until
 
 # Variables a session may receive from the launcher (SendEnv on the client side).
-ACCEPT_ENV = ("LD_LIBRARY_PATH", "NCCL_*", "UCX_*", "OMPI_*", "PRTE_*", "PMIX_*", "FI_*",
-              "I_MPI_*", "HYDRA_*")
+ACCEPT_ENV = (
+    "LD_LIBRARY_PATH",
+    "NCCL_*",
+    "UCX_*",
+    "OMPI_*",
+    "PRTE_*",
+    "PMIX_*",
+    "FI_*",
+    "I_MPI_*",
+    "HYDRA_*",
+)
 BANNER = b"SSH-2.0-"
 SETENV_SINCE = (8, 7)  # sshd_config's SetEnv; older sshd refuses the whole file
 PORT_TRIES = 5
 
 
-def config_text(*, port: int, listen: Sequence[str], host_key: str, authorized_keys: str,
-                pid_file: str, user: str, data_probe: str | None = None,
-                control: str | None = None) -> str:
+# What every job's sshd says the same way.
+FIXED = (
+    "PubkeyAuthentication yes",
+    "PasswordAuthentication no",
+    "KbdInteractiveAuthentication no",
+    "HostbasedAuthentication no",
+    "PermitEmptyPasswords no",
+    "PermitRootLogin prohibit-password",
+    "UsePAM no",
+    "PermitUserEnvironment no",
+    # No forwarding of any kind (agent, TCP, stream-local sockets, X11, tunnels):
+    # DisableForwarding covers them all; the single switches say so in `sshd -T`.
+    "DisableForwarding yes",
+    "AllowAgentForwarding no",
+    "AllowTcpForwarding no",
+    "AllowStreamLocalForwarding no",
+    "X11Forwarding no",
+    "PermitTunnel no",
+    "UseDNS no",
+    # Always on: the state directory is checked before sshd starts (files.state_dir),
+    # so StrictModes never has to be switched off to make the keys usable.
+    "StrictModes yes",
+)
+
+
+def config_text(
+    *,
+    port: int,
+    listen: Sequence[str],
+    host_key: str,
+    authorized_keys: str,
+    pid_file: str,
+    user: str,
+    data_probe: str | None = None,
+    control: str | None = None,
+) -> str:
     """sshd_config for one job: public-key login for the job's user only. `data_probe`
     and `control`: the request FIFOs of the worker's PID 1 (pid1/dataserve.py,
     pid1/watch.py), named to every session by `SetEnv` (OpenSSH 8.7 or later: see
@@ -40,10 +83,11 @@ def config_text(*, port: int, listen: Sequence[str], host_key: str, authorized_k
     for path in (host_key, authorized_keys, pid_file, data_probe or "/", control or "/"):
         if not is_plain_path(path):
             raise UnsafeValue(f"{path!r} is not a plain absolute path")
-    if not all(is_ip_literal(a) for a in listen) or not is_user_name(user) or \
-            not 0 < port <= 65535:
-        raise UnsafeValue(f"listen {list(listen)!r}, user {user!r}, port {port!r}: not "
-                          "addresses, a user name and a port")
+    if not all(is_ip_literal(a) for a in listen) or not is_user_name(user) or not 0 < port <= 65535:
+        raise UnsafeValue(
+            f"listen {list(listen)!r}, user {user!r}, port {port!r}: not "
+            "addresses, a user name and a port"
+        )
     lines = [
         "# Written by mpi-bootstrap: a private sshd for this MPI job only.",
         f"Port {port}",
@@ -52,32 +96,14 @@ def config_text(*, port: int, listen: Sequence[str], host_key: str, authorized_k
         f"PidFile {pid_file}",
         f"AuthorizedKeysFile {authorized_keys}",
         f"AllowUsers {user}",
-        "PubkeyAuthentication yes",
-        "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no",
-        "HostbasedAuthentication no",
-        "PermitEmptyPasswords no",
-        "PermitRootLogin prohibit-password",
-        "UsePAM no",
-        "PermitUserEnvironment no",
-        # No forwarding of any kind (agent, TCP, stream-local sockets, X11, tunnels):
-        # DisableForwarding covers them all; the single switches say so in `sshd -T`.
-        "DisableForwarding yes",
-        "AllowAgentForwarding no",
-        "AllowTcpForwarding no",
-        "AllowStreamLocalForwarding no",
-        "X11Forwarding no",
-        "PermitTunnel no",
-        "UseDNS no",
-        # Always on: the state directory is checked before sshd starts (files.state_dir),
-        # so StrictModes never has to be switched off to make the keys usable.
-        "StrictModes yes",
+        *FIXED,
         f"AcceptEnv {' '.join(ACCEPT_ENV)}",
         "LogLevel INFO",
     ]
     # One SetEnv line: sshd takes the first value of a keyword.
-    setenv = [f"{name}={path}" for name, path in ((PROBE_ENV, data_probe),
-                                                  (CONTROL_ENV, control)) if path]
+    setenv = [
+        f"{name}={path}" for name, path in ((PROBE_ENV, data_probe), (CONTROL_ENV, control)) if path
+    ]
     if setenv:
         lines.append(f"SetEnv {' '.join(setenv)}")
     return "\n".join(lines) + "\n"
@@ -114,8 +140,9 @@ def port_in_use(address: str, port: int) -> bool:
     return False
 
 
-def listening(port: int, pid: int | None = None,
-              tables: tuple[str, ...] = ("/proc/net/tcp", "/proc/net/tcp6")) -> bool:
+def listening(
+    port: int, pid: int | None = None, tables: tuple[str, ...] = ("/proc/net/tcp", "/proc/net/tcp6")
+) -> bool:
     """Is a TCP socket of this network namespace listening on `port` (one of process
     `pid`'s, if given)? Read from the kernel's tables, without connecting: sshd logs two
     lines for every connection (`kex_exchange_identification: … Connection reset`), so a
@@ -129,8 +156,11 @@ def listening(port: int, pid: int | None = None,
                 for line in fh:
                     fields = line.split()
                     # local_address is ADDR:PORT in hex; st 0A is TCP_LISTEN
-                    if len(fields) > 9 and fields[3] == "0A" and \
-                            fields[1].rsplit(":", 1)[-1] == wanted:
+                    if (
+                        len(fields) > 9
+                        and fields[3] == "0A"
+                        and fields[1].rsplit(":", 1)[-1] == wanted
+                    ):
                         inodes.add(fields[9])
         except OSError:
             continue
@@ -142,7 +172,7 @@ def listening(port: int, pid: int | None = None,
         return False
     for fd in fds:
         with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/{pid}/fd/{fd}")[len("socket:["):-1] in inodes:
+            if os.readlink(f"/proc/{pid}/fd/{fd}")[len("socket:[") : -1] in inodes:
                 return True
     return False
 
@@ -156,9 +186,38 @@ def answers(address: str, port: int, timeout: float = 1.0) -> bool:
         return False
 
 
-def start(argv_for_port: Callable[[int], list[str]], env: Mapping[str, str], *,
-          fixed_port: int, probe_address: str, bind_address: str, log: Log,
-          timeout: float = 10.0) -> tuple[int, int, list[str]]:
+def _up(pid: int, port: int, bind_address: str, fixed_port: int) -> str | None:
+    """`ready` (its own socket: no connection for sshd to log), `lost` (its port was
+    taken first), None (not yet); raises when sshd failed for good."""
+    if listening(port, pid):
+        return "ready"
+    code = children.exited(pid)
+    if code is None:
+        return None
+    taken = port_in_use(bind_address, port)
+    if taken and not fixed_port:
+        return "lost"
+    why = (
+        (
+            f"port {port} is already in use (a system sshd, or hostNetwork "
+            "pods on one node: mpi-operator #593)"
+        )
+        if taken
+        else f"sshd exited with {code} (its messages are above)"
+    )
+    raise PeerUnavailableError(f"worker sshd did not start: {why}", phase="sshd")
+
+
+def start(
+    argv_for_port: Callable[[int], list[str]],
+    env: Mapping[str, str],
+    *,
+    fixed_port: int,
+    probe_address: str,
+    bind_address: str,
+    log: Log,
+    timeout: float = 10.0,
+) -> tuple[int, int, list[str]]:
     """Start sshd and wait for its banner. Returns (pid, port, argv).
 
     With a fixed port, a port in use is an error naming it. With port 0, a port chosen
@@ -169,35 +228,30 @@ def start(argv_for_port: Callable[[int], list[str]], env: Mapping[str, str], *,
         argv = argv_for_port(port)
         pid = children.spawn(argv, env, group=False)
 
-        def up(pid: int = pid, port: int = port) -> str | None:
-            """`ready` (its own socket: no connection for sshd to log), `lost` (its port
-            was taken first), None (not yet); raises when sshd failed for good."""
-            if listening(port, pid):
-                return "ready"
-            code = children.exited(pid)
-            if code is None:
-                return None
-            taken = port_in_use(bind_address, port)
-            if taken and not fixed_port:
-                return "lost"
-            why = (f"port {port} is already in use (a system sshd, or hostNetwork "
-                   "pods on one node: mpi-operator #593)") if taken else \
-                f"sshd exited with {code} (its messages are above)"
-            raise PeerUnavailableError(f"worker sshd did not start: {why}", phase="sshd")
-
-        outcome = retry_until(time.monotonic() + timeout, up, every=LOCAL)
+        outcome = retry_until(
+            time.monotonic() + timeout,
+            functools.partial(_up, pid, port, bind_address, fixed_port),
+            every=LOCAL,
+        )
         if outcome == "ready":
             log("sshd ready", port=port, pid=pid, attempt=attempt)
             return pid, port, argv
         if outcome == "lost":
-            log("sshd lost its port", level="warning", port=port, attempt=attempt,
-                reason="another process bound it first; trying a new port")
+            log(
+                "sshd lost its port",
+                level="warning",
+                port=port,
+                attempt=attempt,
+                reason="another process bound it first; trying a new port",
+            )
             continue
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)
         children.exited(pid, wait=True)
         raise PeerUnavailableError(
             f"worker sshd did not answer on {probe_address}:{port} within {timeout:g} s",
-            phase="sshd")
-    raise PeerUnavailableError(f"worker sshd lost the race for a free port {PORT_TRIES} times",
-                               phase="sshd")
+            phase="sshd",
+        )
+    raise PeerUnavailableError(
+        f"worker sshd lost the race for a free port {PORT_TRIES} times", phase="sshd"
+    )

@@ -162,9 +162,13 @@ def wait_for(
     """
     todo = list(dict.fromkeys(names))
     start = clock()
-    w = _Wait(todo, Workers(lookup, min(concurrency, max(1, len(todo))), "dns"),
-              _TokenBucket(max(1, len(todo)), lookup_rate(len(todo), interval), start),
-              retry=deadline > 0, on_answer=on_answer)
+    w = _Wait(
+        todo,
+        Workers(lookup, min(concurrency, max(1, len(todo))), "dns"),
+        _TokenBucket(max(1, len(todo)), lookup_rate(len(todo), interval), start),
+        retry=deadline > 0,
+        on_answer=on_answer,
+    )
     end = start + deadline
     while w.pending or w.in_flight:
         if w.retry and clock() >= end:
@@ -178,8 +182,9 @@ def wait_for(
     w.pool.close()
     for name in todo:  # names never answered before the deadline
         if name not in w.answers:
-            w.answers[name] = Answer(name, error_kind=TEMPORARY,
-                                     detail="no answer before the deadline (resolver slow)")
+            w.answers[name] = Answer(
+                name, error_kind=TEMPORARY, detail="no answer before the deadline (resolver slow)"
+            )
     ordered = {name: w.answers[name] for name in todo}
     return WaitResult(answers=ordered, lookups=w.lookups, elapsed=clock() - start)
 
@@ -187,9 +192,15 @@ def wait_for(
 class _Wait:
     """The state of one DNS wait: what to ask, what is being asked, what came back."""
 
-    def __init__(self, todo: list[str], pool: Workers[str, Answer], bucket: _TokenBucket, *,
-                 retry: bool, on_answer: Callable[[Answer, Answer | None], None] | None
-                 ) -> None:
+    def __init__(
+        self,
+        todo: list[str],
+        pool: Workers[str, Answer],
+        bucket: _TokenBucket,
+        *,
+        retry: bool,
+        on_answer: Callable[[Answer, Answer | None], None] | None,
+    ) -> None:
         self.pool, self.bucket, self.retry, self.on_answer = pool, bucket, retry, on_answer
         self.pending = collections.deque(todo)
         self.in_flight: set[str] = set()
@@ -213,8 +224,11 @@ class _Wait:
         """Take every answer that arrives within `timeout` s (at once if 0); failed names
         go back in the queue unless this is one round."""
         try:
-            outcome = self.pool.results.get(timeout=timeout) if timeout > 0 else \
-                self.pool.results.get_nowait()
+            outcome = (
+                self.pool.results.get(timeout=timeout)
+                if timeout > 0
+                else self.pool.results.get_nowait()
+            )
         except queue.Empty:
             return
         while True:

@@ -30,7 +30,7 @@ def scrub_process() -> int:
         return 0
     # Fields after the command name (which may hold spaces): state is field 3, so field
     # N is at index N-3; env_start is field 50 (proc(5)).
-    fields = stat[stat.rfind(b")") + 2:].split()
+    fields = stat[stat.rfind(b")") + 2 :].split()
     if len(fields) < 49:
         return 0
     env_start = int(fields[47])

@@ -21,8 +21,9 @@ def atomic_write(path: str, text: str, mode: int = 0o644) -> None:
     try:
         os.makedirs(directory, exist_ok=True)
         # mkstemp: O_EXCL with a random name, so a planted file or symlink is never followed.
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                                   dir=directory)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory
+        )
     except OSError as exc:
         raise WriteError.of(path, exc) from None
     try:
@@ -40,8 +41,13 @@ def atomic_write(path: str, text: str, mode: int = 0o644) -> None:
         raise
 
 
-def state_dir(path: str, setting: str = "MPI_BOOTSTRAP_STATE_DIR", *,
-              sshd_home: str | None = None, create: bool = True) -> bool:
+def state_dir(
+    path: str,
+    setting: str = "MPI_BOOTSTRAP_STATE_DIR",
+    *,
+    sshd_home: str | None = None,
+    create: bool = True,
+) -> bool:
     """The agent's private directory: created 0700, or an existing one made 0700 — only
     if it is a real directory owned by this user, in a place nobody else can swap it.
 
@@ -74,8 +80,9 @@ def state_dir(path: str, setting: str = "MPI_BOOTSTRAP_STATE_DIR", *,
         try:
             os.chmod(path, 0o700)
         except OSError as exc:
-            raise WriteError(f"{setting}: cannot make {path} private: "
-                             f"{exc.strerror or exc}") from None
+            raise WriteError(
+                f"{setting}: cannot make {path} private: {exc.strerror or exc}"
+            ) from None
     return True
 
 
@@ -92,12 +99,14 @@ def _lstat(path: str, setting: str, create: bool) -> os.stat_result | None:
             return None
         raise WriteError(f"{setting}: cannot create {path}: it vanished") from None
     except OSError as exc:
-        raise WriteError(f"{setting}: cannot {'create' if create else 'check'} {path}: "
-                         f"{exc.strerror or exc}") from None
+        raise WriteError(
+            f"{setting}: cannot {'create' if create else 'check'} {path}: {exc.strerror or exc}"
+        ) from None
 
 
-def _refusal(path: str, st: os.stat_result, uid: int, sshd_home: str | None,
-             create: bool) -> str | None:
+def _refusal(
+    path: str, st: os.stat_result, uid: int, sshd_home: str | None, create: bool
+) -> str | None:
     """Why state_dir refuses the directory `st` is of (what follows its path), or None."""
     if not stat.S_ISDIR(st.st_mode):
         return " is not a directory" + (" (a symlink)" if stat.S_ISLNK(st.st_mode) else "")
@@ -107,8 +116,10 @@ def _refusal(path: str, st: os.stat_result, uid: int, sshd_home: str | None,
     if problem is None and sshd_home is not None:
         problem = strict_modes_problem(path, uid, sshd_home)
     if problem is None and not create and st.st_mode & 0o022:
-        problem = (f"writable by others (mode {stat.S_IMODE(st.st_mode):04o}): anyone could "
-                   "have put files there")
+        problem = (
+            f"writable by others (mode {stat.S_IMODE(st.st_mode):04o}): anyone could "
+            "have put files there"
+        )
     return None if problem is None else f": {problem}"
 
 
@@ -121,14 +132,15 @@ def own_file(path: str) -> bool:
     except FileNotFoundError:
         return False
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise UnsafeFileError(f"{path} is not a regular file of this user that only it "
-                              "may write")
+        raise UnsafeFileError(f"{path} is not a regular file of this user that only it may write")
     return True
 
 
 # A Kubernetes emptyDir is 0777 without the sticky bit (kubernetes#110835).
-_EMPTYDIR_HINT = ("(a Kubernetes emptyDir is such a directory: mount it at the state "
-                  "directory itself, not at a parent of it, or choose another place)")
+_EMPTYDIR_HINT = (
+    "(a Kubernetes emptyDir is such a directory: mount it at the state "
+    "directory itself, not at a parent of it, or choose another place)"
+)
 
 
 def _ancestors(path: str) -> list[str]:
@@ -160,13 +172,16 @@ def swappable(path: str, uid: int) -> str | None:
         except OSError as exc:
             return f"cannot check {directory}: {exc.strerror or exc}"
         if st.st_uid not in (0, uid):
-            return (f"{directory} above it belongs to uid {st.st_uid}, who could replace "
-                    "the directory")
+            return (
+                f"{directory} above it belongs to uid {st.st_uid}, who could replace the directory"
+            )
         if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-            return (f"{directory} above it is writable by others (mode "
-                    f"{stat.S_IMODE(st.st_mode):04o}) without the sticky bit, so any user "
-                    f"could rename the directory away and put their own in its place "
-                    f"{_EMPTYDIR_HINT}")
+            return (
+                f"{directory} above it is writable by others (mode "
+                f"{stat.S_IMODE(st.st_mode):04o}) without the sticky bit, so any user "
+                f"could rename the directory away and put their own in its place "
+                f"{_EMPTYDIR_HINT}"
+            )
     return None
 
 
@@ -182,10 +197,12 @@ def strict_modes_problem(path: str, uid: int, home: str) -> str | None:
         except OSError as exc:
             return f"cannot check {directory}: {exc.strerror or exc}"
         if st.st_uid not in (0, uid) or st.st_mode & 0o022:
-            return (f"sshd (StrictModes) refuses keys below {directory} (uid {st.st_uid}, "
-                    f"mode {stat.S_IMODE(st.st_mode):04o}): only root or this user may own "
-                    "or write the directories above the state directory; use one under "
-                    "/run or your home directory")
+            return (
+                f"sshd (StrictModes) refuses keys below {directory} (uid {st.st_uid}, "
+                f"mode {stat.S_IMODE(st.st_mode):04o}): only root or this user may own "
+                "or write the directories above the state directory; use one under "
+                "/run or your home directory"
+            )
         if directory in (home, "/"):
             return None
         directory = os.path.dirname(directory)
@@ -207,8 +224,14 @@ class UnsafeFileError(OSError):
     the reader forever, a symlink could point anywhere), another user's, or too long."""
 
 
-def read_regular(path: str, limit: int, *, dir_fd: int | None = None,
-                 owner: int | None = None, private: bool = False) -> bytes:
+def read_regular(
+    path: str,
+    limit: int,
+    *,
+    dir_fd: int | None = None,
+    owner: int | None = None,
+    private: bool = False,
+) -> bytes:
     """At most `limit` bytes of `path`, opened without following a symlink and without
     blocking (a FIFO named like a record held the launcher forever), checked on the open
     file (no race between the check and the read): a regular file, owned by `owner` if
@@ -223,11 +246,11 @@ def read_regular(path: str, limit: int, *, dir_fd: int | None = None,
         if owner is not None and st.st_uid != owner:
             raise UnsafeFileError(f"{path} belongs to uid {st.st_uid}, not {owner}")
         if st.st_mode & 0o022:
-            raise UnsafeFileError(f"{path} is writable by others "
-                                  f"({stat.S_IMODE(st.st_mode):04o})")
+            raise UnsafeFileError(f"{path} is writable by others ({stat.S_IMODE(st.st_mode):04o})")
         if private and st.st_mode & 0o077:
-            raise UnsafeFileError(f"{path} is readable or writable by others "
-                                  f"({stat.S_IMODE(st.st_mode):04o})")
+            raise UnsafeFileError(
+                f"{path} is readable or writable by others ({stat.S_IMODE(st.st_mode):04o})"
+            )
         chunks: list[bytes] = []
         size = 0
         while size <= limit:

@@ -34,8 +34,9 @@ def read(path: str) -> Hostfile:
         nonlocal looked_twice
         data, before, after = _read_once(path)
         if len(data) > MAX_BYTES:
-            raise HostfileError(f"{path}: larger than {MAX_BYTES // (1024 * 1024)} MiB; "
-                                "not a hostfile")
+            raise HostfileError(
+                f"{path}: larger than {MAX_BYTES // (1024 * 1024)} MiB; not a hostfile"
+            )
         if not stat.S_ISREG(before.st_mode):
             return data  # a pipe or a device has no size or mtime to compare
         age = time.time() - after.st_mtime
@@ -56,14 +57,20 @@ def read(path: str) -> Hostfile:
 
     data = retry_until(time.monotonic() + SETTLE_S, settled, every=FILE)
     if data is None:
-        raise HostfileError(f"{path}: kept changing while being read for {SETTLE_S:g} s "
-                            "(write it to a temporary file, then rename it into place)")
+        raise HostfileError(
+            f"{path}: kept changing while being read for {SETTLE_S:g} s "
+            "(write it to a temporary file, then rename it into place)"
+        )
     return parse(data, path)
 
 
 def _same(a: os.stat_result, b: os.stat_result) -> bool:
-    return (a.st_ino, a.st_dev, a.st_size, a.st_mtime_ns) == \
-        (b.st_ino, b.st_dev, b.st_size, b.st_mtime_ns)
+    return (a.st_ino, a.st_dev, a.st_size, a.st_mtime_ns) == (
+        b.st_ino,
+        b.st_dev,
+        b.st_size,
+        b.st_mtime_ns,
+    )
 
 
 def _read_once(path: str) -> tuple[bytes, os.stat_result, os.stat_result]:

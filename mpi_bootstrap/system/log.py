@@ -22,8 +22,9 @@ from mpi_bootstrap.core.log import LEVELS, Log, line, redact
 _log: Log | None = None
 
 
-def configure(fmt: str = "auto", level: str = "info", role: str = "launcher",
-              stream: TextIO | None = None) -> Log:
+def configure(
+    fmt: str = "auto", level: str = "info", role: str = "launcher", stream: TextIO | None = None
+) -> Log:
     """Set (and return) the process's Log."""
     global _log  # noqa: PLW0603 - one log per process, configured once by cli.py
     out = stream if stream is not None else sys.stderr
@@ -53,8 +54,9 @@ def _json_lines(out: TextIO, level: str, role: str) -> Log:
     return log
 
 
-def _escaped(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]
-             ) -> MutableMapping[str, Any]:
+def _escaped(
+    _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     """Every text value printable (core/errors.py): a peer's words in a log line must not
     drive the terminal; the renderer's own colours come after this."""
     for key, value in event_dict.items():
@@ -66,8 +68,9 @@ def _escaped(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]
 def _console(out: TextIO, level: str, role: str) -> Log:
     import structlog
 
-    def add_role(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]
-                 ) -> MutableMapping[str, Any]:
+    def add_role(
+        _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
         # Not a context variable: those stay in the thread that bound them, and lines
         # logged from the fan-out's threads (preflight retry) came without a role.
         event_dict.setdefault("role", role)

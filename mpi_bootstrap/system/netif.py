@@ -21,10 +21,19 @@ def nccl_order() -> tuple[str, ...]:
     import psutil
 
     stats = psutil.net_if_stats()
-    found = [(name, [a for a in addrs if a.family == socket.AF_INET
-                     or (a.family == socket.AF_INET6 and a.address != "::1")])
-             for name, addrs in psutil.net_if_addrs().items()
-             if name in stats and "running" in stats[name].flags.split(",")]
+    found = [
+        (
+            name,
+            [
+                a
+                for a in addrs
+                if a.family == socket.AF_INET
+                or (a.family == socket.AF_INET6 and a.address != "::1")
+            ],
+        )
+        for name, addrs in psutil.net_if_addrs().items()
+        if name in stats and "running" in stats[name].flags.split(",")
+    ]
     return tuple(name for name, addrs in found if addrs)
 
 

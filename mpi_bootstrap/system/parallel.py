@@ -38,14 +38,16 @@ class Workers(Generic[T, R]):
     def __init__(self, fn: Callable[[T], R], size: int, name: str = "worker") -> None:
         self.fn, self.size, self.name = fn, max(1, size), name
         self.tasks: queue.SimpleQueue[tuple[T] | None] = queue.SimpleQueue()
-        self.results: queue.SimpleQueue[tuple[T, R | None, BaseException | None]] = \
+        self.results: queue.SimpleQueue[tuple[T, R | None, BaseException | None]] = (
             queue.SimpleQueue()
+        )
         self.threads = 0
 
     def submit(self, item: T) -> None:
         if self.threads < self.size:
-            threading.Thread(target=self._work, name=f"{self.name}-{self.threads}",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._work, name=f"{self.name}-{self.threads}", daemon=True
+            ).start()
             self.threads += 1
         self.tasks.put((item,))
 
@@ -67,8 +69,7 @@ def map_all(fn: Callable[[T], R], items: Sequence[T], limit: int) -> list[R]:
     """[fn(x) for x in items], at most `limit` at once; the first exception (in the order
     of `items`) is raised once every call has ended, like Executor.map — unless the wait
     itself is interrupted (a signal handler's exception, children.Interrupted)."""
-    pool: Workers[int, R] = Workers(lambda i: fn(items[i]), min(limit, len(items)),
-                                    "parallel")
+    pool: Workers[int, R] = Workers(lambda i: fn(items[i]), min(limit, len(items)), "parallel")
     for i in range(len(items)):
         pool.submit(i)
     results: dict[int, R] = {}
@@ -85,8 +86,9 @@ def map_all(fn: Callable[[T], R], items: Sequence[T], limit: int) -> list[R]:
     return [results[i] for i in range(len(items))]
 
 
-def map_within(fn: Callable[[T], R], items: Sequence[T], deadline: float
-               ) -> list[tuple[R | None, BaseException | None] | None]:
+def map_within(
+    fn: Callable[[T], R], items: Sequence[T], deadline: float
+) -> list[tuple[R | None, BaseException | None] | None]:
     """Run fn on every item at once; by the monotonic `deadline`, each item's
     (result, None) or (None, exception), or None where the call has not finished."""
     pool: Workers[int, R] = Workers(lambda i: fn(items[i]), len(items), "within")

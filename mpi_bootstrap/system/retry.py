@@ -18,10 +18,16 @@ PEER = 0.1  # another pod: its record, its sshd's banner
 NETWORK = 0.2  # a request to another pod that failed: do not hammer it
 
 
-def retry_until(deadline: float, attempt: Callable[[], R | None], *, every: float,
-                backoff: float = 1.0, most: float = 2.0,
-                clock: Callable[[], float] = time.monotonic,
-                sleep: Callable[[float], None] = time.sleep) -> R | None:
+def retry_until(
+    deadline: float,
+    attempt: Callable[[], R | None],
+    *,
+    every: float,
+    backoff: float = 1.0,
+    most: float = 2.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> R | None:
     """attempt() until it returns something other than None; None once the monotonic
     `deadline` has passed (attempt() always runs at least once). The pause starts at
     `every` and is multiplied by `backoff` after each try, up to `most`; it never

@@ -91,8 +91,12 @@ def _write_in(parent: int, name: str, data: bytes, create: bool) -> bool:
 def _create(parent: int, name: str, data: bytes) -> bool:
     tmp = f".{name}.{secrets.token_hex(4)}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644, dir_fd=parent)
+        fd = os.open(
+            tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o644,
+            dir_fd=parent,
+        )
     except OSError:
         return False
     try:

@@ -1,18 +1,19 @@
 """The worker role: keys, a private sshd, the record, then the resident supervisor.
 
-    state dir → keys → sshd_config → sshd answers → record published → hand-off
-    (the supervisor keeps sshd alive, serves the net exchange, exits 0 on SIGTERM or
-    when the launcher marks the job done)
+state dir → keys → sshd_config → sshd answers → record published → hand-off
+(the supervisor keeps sshd alive, serves the net exchange, exits 0 on SIGTERM or
+when the launcher marks the job done)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import pwd
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import NoReturn
 
 from mpi_bootstrap.core import datanet, nccl, records
@@ -47,8 +48,10 @@ def mounted_keys(config: Config) -> tuple[keys.KeyPair, list[tuple[str, str]]] |
     otherwise only when the directory was set explicitly. Its default (~/.ssh) may hold
     keys baked into the image, which everyone who can pull the image has: `net` and
     `dir` bring their own key and never authorise those silently."""
-    if config.exchange not in ("secret", "none") and \
-            config.source("ssh_auth_dir").kind == "default":
+    if (
+        config.exchange not in ("secret", "none")
+        and config.source("ssh_auth_dir").kind == "default"
+    ):
         return None
     return keys.from_secret(config.ssh_auth_dir, config.state_dir)
 
@@ -58,17 +61,21 @@ def needs_exchange(config: Config) -> None:
     written (its state directory, its host key), saying what it looked for."""
     if config.exchange != "none" or mounted_keys(config) is not None:
         return
-    where = (f"`auto` found none: {config.exchange_reason.removeprefix('auto: ')}"
-             if config.source("exchange").kind == "default"
-             else f"{config.source('exchange')} is none and nothing is mounted at "
-                  f"{config.ssh_auth_dir}")
-    raise ConfigError([
-        f"the worker has no exchange ({where}); it needs one to authorise the launcher's "
-        f"key: secret (the MPIJob's ssh Secret mounted at {config.ssh_auth_dir}, as MPI "
-        "Operator does; MPI_BOOTSTRAP_SSH_AUTH_DIR names another path), dir "
-        "(MPI_BOOTSTRAP_EXCHANGE_DIR: a volume shared with the launcher) or net "
-        "(MPI_BOOTSTRAP_TOKEN_FILE: the same token as the launcher's, from a Secret "
-        "volume)"])
+    where = (
+        f"`auto` found none: {config.exchange_reason.removeprefix('auto: ')}"
+        if config.source("exchange").kind == "default"
+        else f"{config.source('exchange')} is none and nothing is mounted at {config.ssh_auth_dir}"
+    )
+    raise ConfigError(
+        [
+            f"the worker has no exchange ({where}); it needs one to authorise the launcher's "
+            f"key: secret (the MPIJob's ssh Secret mounted at {config.ssh_auth_dir}, as MPI "
+            "Operator does; MPI_BOOTSTRAP_SSH_AUTH_DIR names another path), dir "
+            "(MPI_BOOTSTRAP_EXCHANGE_DIR: a volume shared with the launcher) or net "
+            "(MPI_BOOTSTRAP_TOKEN_FILE: the same token as the launcher's, from a Secret "
+            "volume)"
+        ]
+    )
 
 
 def identity(config: Config, log: Log) -> Identity:
@@ -77,14 +84,20 @@ def identity(config: Config, log: Log) -> Identity:
     mounted = mounted_keys(config)
     if config.exchange == "secret":
         if mounted is None:
-            raise ConfigError([f"MPI_BOOTSTRAP_EXCHANGE: 'secret' but no key is mounted at "
-                               f"{config.ssh_auth_dir} (set MPI_BOOTSTRAP_SSH_AUTH_DIR to "
-                               "the MPIJob's sshAuthMountPath)"])
+            raise ConfigError(
+                [
+                    f"MPI_BOOTSTRAP_EXCHANGE: 'secret' but no key is mounted at "
+                    f"{config.ssh_auth_dir} (set MPI_BOOTSTRAP_SSH_AUTH_DIR to "
+                    "the MPIJob's sshAuthMountPath)"
+                ]
+            )
         pair, from_mount = mounted
         # The job's key is every sshd's host key, so clients can pin it with no exchange.
         return Identity(pair.private_path, pair.public, tuple(from_mount), None)
-    host = keys.generate(os.path.join(state, "ssh_host_ed25519_key"),
-                         f"mpi-bootstrap host key of {socket.gethostname()}")
+    host = keys.generate(
+        os.path.join(state, "ssh_host_ed25519_key"),
+        f"mpi-bootstrap host key of {socket.gethostname()}",
+    )
     authorized: list[tuple[str, str]] = list(mounted[1]) if mounted else []
     job = None
     if config.exchange == "dir" and config.exchange_dir:  # Config ensures the dir is set
@@ -104,8 +117,7 @@ def _authorize(state: str, ident: Identity, log: Log) -> str:
     path = os.path.join(state, "authorized_keys")
     atomic_write(path, "".join(k + "\n" for k, _ in ident.authorized), 0o600)
     for key, origin in ident.authorized:
-        log("key authorized", fingerprint=fingerprint(key), key_type=key.split()[0],
-            origin=origin)
+        log("key authorized", fingerprint=fingerprint(key), key_type=key.split()[0], origin=origin)
     return path
 
 
@@ -114,8 +126,12 @@ def _listen(config: Config, log: Log) -> tuple[list[str], str, str]:
     addresses = netif.addresses(config.control_iface, link_local=False)
     if addresses:
         return addresses, addresses[0], addresses[0]
-    log("control interface missing", level="warning", iface=config.control_iface,
-        reason="sshd listens on all addresses")
+    log(
+        "control interface missing",
+        level="warning",
+        iface=config.control_iface,
+        reason="sshd listens on all addresses",
+    )
     return [], "127.0.0.1", "0.0.0.0"  # noqa: S104 - no control interface: listen on all
 
 
@@ -126,51 +142,74 @@ def _net_listener(config: Config, bind_addr: str) -> socket.socket:
     try:
         listener.bind((bind_addr, config.exchange_port))
     except OSError as exc:
-        raise PeerUnavailableError(f"net exchange: cannot listen on {bind_addr}:"
-                                   f"{config.exchange_port} ({exc.strerror})",
-                                   phase="net exchange") from None
+        raise PeerUnavailableError(
+            f"net exchange: cannot listen on {bind_addr}:{config.exchange_port} ({exc.strerror})",
+            phase="net exchange",
+        ) from None
     listener.listen(64)
     listener.set_inheritable(True)
     return listener
 
 
-def _publish(config: Config, record: records.Record, ident: Identity, bind_addr: str, *,
-             authorized_path: str, log: Log) -> Spec:
+def _publish(
+    config: Config,
+    record: records.Record,
+    ident: Identity,
+    bind_addr: str,
+    *,
+    authorized_path: str,
+    log: Log,
+) -> Spec:
     """Make the record known to the launcher; what the resident PID 1 must keep doing
     (the spec's `stop` and `net`, to be completed by the caller)."""
     spec = Spec(argv=(), env={})
     if config.exchange == "dir" and config.exchange_dir:
         where = dirx.DirExchange(config.exchange_dir).publish(record)
-        spec = dataclasses.replace(spec, stop=Marker(
-            os.path.join(config.exchange_dir, records.DONE_FILE),
-            records.done_text(ident.job or "")))
+        spec = dataclasses.replace(
+            spec,
+            stop=Marker(
+                os.path.join(config.exchange_dir, records.DONE_FILE),
+                records.done_text(ident.job or ""),
+            ),
+        )
         log("record published", exchange="dir", path=where, port=record.port)
     elif config.exchange == "net" and config.token is not None:
         # detach(): the fd outlives this socket object (else its collection closes the
         # fd before the resident PID 1 inherits it).
         listener = _net_listener(config, bind_addr)
-        spec = dataclasses.replace(spec, net=NetExchange(
-            listener.detach(), config.token, record.to_dict(), authorized_path,
-            tuple(k for k, _ in ident.authorized)))
-        log("record published", exchange="net", port=record.port,
-            exchange_port=config.exchange_port)
+        spec = dataclasses.replace(
+            spec,
+            net=NetExchange(
+                listener.detach(),
+                config.token,
+                record.to_dict(),
+                authorized_path,
+                tuple(k for k, _ in ident.authorized),
+            ),
+        )
+        log(
+            "record published", exchange="net", port=record.port, exchange_port=config.exchange_port
+        )
     else:
         log("record published", exchange=config.exchange, port=record.port)
     # The local copy is what `mpi-bootstrap probe` checks (it is also the dir record).
-    atomic_write(os.path.join(config.state_dir, RECORD_FILE),
-                 json.dumps(record.to_dict()) + "\n", 0o644)
+    atomic_write(
+        os.path.join(config.state_dir, RECORD_FILE), json.dumps(record.to_dict()) + "\n", 0o644
+    )
     return spec
 
 
-def data_nic(config: Config, environ: Mapping[str, str], log: Log
-             ) -> tuple[datanet.DataNIC | None, tuple[str, ...]]:
+def data_nic(
+    config: Config, environ: Mapping[str, str], log: Log
+) -> tuple[datanet.DataNIC | None, tuple[str, ...]]:
     """This pod's data NIC for its record: the first interface NCCL would use here other
     than the control interface, by the rule the launcher applies (core/nccl.py: this
     pod's NCCL_SOCKET_IFNAME, else MPI_BOOTSTRAP_DATA_IFACE, else the first of net1,
     dranet0 present; None without one); and the interfaces NCCL could use here, in its
     order, to which the launcher applies the ranks' own NCCL_SOCKET_IFNAME."""
-    names = tuple(n for n in netif.nccl_order() if datanet.NIC_NAME.fullmatch(n)
-                  )[:datanet.MAX_IFACES]
+    names = tuple(n for n in netif.nccl_order() if datanet.NIC_NAME.fullmatch(n))[
+        : datanet.MAX_IFACES
+    ]
     rule = nccl.rule(config.data_iface, environ, names, DATA_IFACE_CANDIDATES)
     nics, why = rule.select(names)
     data = nccl.data_of(nics, config.control_iface)
@@ -181,31 +220,45 @@ def data_nic(config: Config, environ: Mapping[str, str], log: Log
     if "error" in report:
         log("data NIC missing", level="warning", nic=data[0], have=report.get("have"))
         return None, names
-    found = datanet.DataNIC(data[0], tuple(report["addresses"])[:16], int(report["mtu"]),
-                            tuple(report["rdma"])[:16])
-    log("data NIC", nic=data[0], mtu=found.mtu, addresses=list(found.addresses),
-        rdma=list(found.rdma), memlock=report["memlock"])
+    found = datanet.DataNIC(
+        data[0], tuple(report["addresses"])[:16], int(report["mtu"]), tuple(report["rdma"])[:16]
+    )
+    log(
+        "data NIC",
+        nic=data[0],
+        mtu=found.mtu,
+        addresses=list(found.addresses),
+        rdma=list(found.rdma),
+        memlock=report["memlock"],
+    )
     return found, names
 
 
-def fifos(config: Config, nic: datanet.DataNIC | None, openssh: tuple[int, int] | None,
-          log: Log) -> tuple[str | None, str | None]:
+def fifos(
+    config: Config, nic: datanet.DataNIC | None, openssh: tuple[int, int] | None, log: Log
+) -> tuple[str | None, str | None]:
     """The FIFOs through which PID 1 serves ssh sessions, when its sshd (OpenSSH
     `openssh`) can name them to the sessions (`SetEnv`): the data check's requests
     (pid1/dataserve.py), for a worker with a data NIC, else each session starts this
     worker's Python for the check; and the claims of launchers (pid1/watch.py), else
     this worker has no liveness."""
     if not sshd.takes_setenv(openssh):
-        log("no SetEnv", level="warning", sshd=config.sshd,
+        log(
+            "no SetEnv",
+            level="warning",
+            sshd=config.sshd,
             reason=f"sshd older than OpenSSH {'.'.join(map(str, sshd.SETENV_SINCE))} has no "
             "SetEnv: the data check starts Python, and no launcher can claim this worker "
-            "(no liveness)")
+            "(no liveness)",
+        )
         return None, None
     probe = dataserve.make_fifo(config.state_dir) if nic is not None else None
     return probe, make_control_fifo(os.path.join(config.state_dir, CONTROL_FIFO))
 
 
 def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
+    """Keys, a private sshd, the record published, then the resident PID 1 (module
+    docstring)."""
     state = config.state_dir
     needs_exchange(config)
     for warning in config.token_warnings:
@@ -217,41 +270,88 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
     listen, probe_addr, bind_addr = _listen(config, log)
     if os.geteuid() == 0:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # OpenSSH's privsep directory
-    config_path = os.path.join(state, "sshd_config")
     nic, ifaces = data_nic(config, environ, log)
     openssh = sshd.version(config.sshd)
     probe_fifo, control_fifo = fifos(config, nic, openssh, log)
-
-    def argv_for(port: int) -> list[str]:
-        text = sshd.config_text(port=port, listen=listen, host_key=ident.host_key_path,
-                                authorized_keys=authorized_path,
-                                pid_file=os.path.join(state, "sshd.pid"), user=account.pw_name,
-                                data_probe=probe_fifo, control=control_fifo)
-        atomic_write(config_path, text, 0o600)
-        return sshd_argv(config, config_path)
-
     env = {k: v for k, v in environ.items() if not k.startswith("MPI_BOOTSTRAP_")}
     short = socket.gethostname().split(".")[0]
     if config.exchange == "dir" and config.exchange_dir:
         # A restarted worker's previous record names a port nobody listens on: withdraw
         # it, so the launcher waits for the new one instead of a dead port.
         dirx.DirExchange(config.exchange_dir).withdraw(short)
-    pid, port, argv = sshd.start(argv_for, env, fixed_port=config.sshd_port or 0,
-                                 probe_address=probe_addr, bind_address=bind_addr, log=log)
-    record = records.Record(host=short, addresses=tuple(listen), port=port,
-                            host_key=ident.host_key_public, user=account.pw_name, data=nic,
-                            ifaces=ifaces,
-                            openssh=".".join(map(str, openssh)) if openssh else None)
-    duties = _publish(config, record, ident, bind_addr, authorized_path=authorized_path,
-                      log=log)
-    watch = Watch(control_fifo, probe_addr if listen else bind_addr, port,
-                  config.liveness_seconds, config.launcher_grace_seconds,
-                  config.exit_on_launcher_loss) if control_fifo else None
-    handoff(dataclasses.replace(
-        duties, argv=tuple(argv), env=env, role="worker", grace=config.grace_seconds,
-        log_level=config.log_level, log_format=config.log_format,
-        restart=Restart(restart.LIMIT, restart.WINDOW), adopt=pid,
-        termination=config.termination(), probe_fifo=probe_fifo, watch=watch))
+    settings = functools.partial(
+        sshd.config_text,
+        listen=listen,
+        host_key=ident.host_key_path,
+        authorized_keys=authorized_path,
+        pid_file=os.path.join(state, "sshd.pid"),
+        user=account.pw_name,
+        data_probe=probe_fifo,
+        control=control_fifo,
+    )
+    pid, port, argv = sshd.start(
+        functools.partial(_sshd_argv, config, settings),
+        env,
+        fixed_port=config.sshd_port or 0,
+        probe_address=probe_addr,
+        bind_address=bind_addr,
+        log=log,
+    )
+    record = records.Record(
+        host=short,
+        addresses=tuple(listen),
+        port=port,
+        host_key=ident.host_key_public,
+        user=account.pw_name,
+        data=nic,
+        ifaces=ifaces,
+        openssh=".".join(map(str, openssh)) if openssh else None,
+    )
+    duties = _publish(config, record, ident, bind_addr, authorized_path=authorized_path, log=log)
+    bound, grace, leave = (
+        config.liveness_seconds,
+        config.launcher_grace_seconds,
+        config.exit_on_launcher_loss,
+    )
+    address = probe_addr if listen else bind_addr
+    watch = Watch(control_fifo, address, port, bound, grace, leave) if control_fifo else None
+    _supervise(config, duties, argv=argv, env=env, pid=pid, probe_fifo=probe_fifo, watch=watch)
+
+
+def _supervise(
+    config: Config,
+    duties: Spec,
+    *,
+    argv: list[str],
+    env: dict[str, str],
+    pid: int,
+    probe_fifo: str | None,
+    watch: Watch | None,
+) -> NoReturn:
+    """sshd, running (`pid`), handed to the resident PID 1 with the worker's duties."""
+    handoff(
+        dataclasses.replace(
+            duties,
+            argv=tuple(argv),
+            env=env,
+            role="worker",
+            grace=config.grace_seconds,
+            log_level=config.log_level,
+            log_format=config.log_format,
+            restart=Restart(restart.LIMIT, restart.WINDOW),
+            adopt=pid,
+            termination=config.termination(),
+            probe_fifo=probe_fifo,
+            watch=watch,
+        )
+    )
+
+
+def _sshd_argv(config: Config, settings: Callable[..., str], port: int) -> list[str]:
+    """sshd's argv for `port`, its config written first (`settings`: the rest of it)."""
+    path = os.path.join(config.state_dir, "sshd_config")
+    atomic_write(path, settings(port=port), 0o600)
+    return sshd_argv(config, path)
 
 
 def probe(config: Config) -> int:
@@ -263,8 +363,9 @@ def probe(config: Config) -> int:
         if not state_dir(config.state_dir, create=False):
             print(f"not ready: no state directory {config.state_dir} yet")
             return int(ExitStatus.PEER_UNAVAILABLE)
-        raw = read_regular(os.path.join(config.state_dir, RECORD_FILE), records.MAX_MESSAGE,
-                           owner=os.geteuid())
+        raw = read_regular(
+            os.path.join(config.state_dir, RECORD_FILE), records.MAX_MESSAGE, owner=os.geteuid()
+        )
         record = records.decode(raw, RECORD_FILE)
     except ConfigError as exc:
         print(f"not ready: the state directory is refused: {'; '.join(exc.problems)}")
@@ -272,8 +373,11 @@ def probe(config: Config) -> int:
     except (OSError, records.RecordError) as exc:
         print(f"not ready: no record yet ({exc})")
         return int(ExitStatus.PEER_UNAVAILABLE)
-    if config.exchange == "dir" and config.exchange_dir and \
-            dirx.DirExchange(config.exchange_dir).read(record.host) != record:
+    if (
+        config.exchange == "dir"
+        and config.exchange_dir
+        and dirx.DirExchange(config.exchange_dir).read(record.host) != record
+    ):
         print(f"not ready: record not in {config.exchange_dir}")
         return int(ExitStatus.PEER_UNAVAILABLE)
     address = record.addresses[0] if record.addresses else "127.0.0.1"

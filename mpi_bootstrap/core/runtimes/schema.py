@@ -154,9 +154,14 @@ class LaunchLayer:
 
     def param(self, p: Param, value: str, reason: str) -> Default:
         names = (p.name, *p.aliases)
-        return Default(f"{self.flag} {p.name}", (self.flag, p.name, value), reason, mca=names,
-                       env=tuple(f"{self.env_prefix}{n}" for n in names),
-                       ignored_env=(f"OMPI_MCA_{p.legacy}",) if p.legacy else ())
+        return Default(
+            f"{self.flag} {p.name}",
+            (self.flag, p.name, value),
+            reason,
+            mca=names,
+            env=tuple(f"{self.env_prefix}{n}" for n in names),
+            ignored_env=(f"OMPI_MCA_{p.legacy}",) if p.legacy else (),
+        )
 
     def reaches(self, plm: str) -> bool:
         """Does a plm setting still start daemons on other hosts?"""

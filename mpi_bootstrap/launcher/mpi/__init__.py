@@ -30,9 +30,24 @@ from mpi_bootstrap.launcher.mpi.env import ENV_END, forwarded_names
 from mpi_bootstrap.launcher.mpi.launch import LaunchFacts, LaunchSpec
 
 __all__ = [
-    "ENV_END", "HOSTFILE_OPTIONS", "INTEL", "MPICH", "ORTE", "PRRTE", "RUNTIMES",
-    "LaunchFacts", "LaunchSpec", "MPIInfo", "Runtime", "build", "forwarded_names",
-    "identify", "is_launcher", "overridden", "parse_version", "scan_user_command",
+    "ENV_END",
+    "HOSTFILE_OPTIONS",
+    "INTEL",
+    "MPICH",
+    "ORTE",
+    "PRRTE",
+    "RUNTIMES",
+    "LaunchFacts",
+    "LaunchSpec",
+    "MPIInfo",
+    "Runtime",
+    "build",
+    "forwarded_names",
+    "identify",
+    "is_launcher",
+    "overridden",
+    "parse_version",
+    "scan_user_command",
 ]
 
 build = resolve.resolve  # the launch spec for `facts.mpi`'s runtime: the plan's name for it

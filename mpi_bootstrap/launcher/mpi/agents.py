@@ -27,20 +27,23 @@ def rsh_agent(row: RshAgent, c: Context) -> Part:
         # Through /bin/sh: every daemon is given mpirun's MCA parameters and looks the
         # agent's first word up on its own host, where the gate (the launcher's file) is
         # not: orted then failed, and mpirun waited for it (seen in containers).
-        agent = layer.param(row.agent, f"{GATE_SHELL} {f.ssh_gate}",
-                            "the launch gate: ssh to a worker once its checks passed "
-                            "(core/gate.py), run by a shell every worker has")
+        agent = layer.param(
+            row.agent,
+            f"{GATE_SHELL} {f.ssh_gate}",
+            "the launch gate: ssh to a worker once its checks passed "
+            "(core/gate.py), run by a shell every worker has",
+        )
         if theirs(agent, c):
             choice = (None, OWN_AGENT)
         else:
-            choice, pins = gating.choose(c, f.mpi.runtime.gate, _plm_why(row, c),
-                                         _plm_pin(row, c))
+            choice, pins = gating.choose(c, f.mpi.runtime.gate, _plm_why(row, c), _plm_pin(row, c))
             parts += [apply(d, c) for d in pins]
             if choice[0] is not None:
                 parts.append(apply(agent, c))
     if choice[0] is None:
-        parts.append(apply(layer.param(row.agent, " ".join(f.ssh_command),
-                                       "the agent's ssh settings"), c))
+        parts.append(
+            apply(layer.param(row.agent, " ".join(f.ssh_command), "the agent's ssh settings"), c)
+        )
     return join(*parts, Part(gate=choice))
 
 
@@ -64,9 +67,15 @@ def _plm_pin(row: RshAgent, c: Context) -> tuple[Default, ...]:
     layer = row.layer
     if "plm" in c.user_mca or f"{layer.env_prefix}plm" in c.facts.environ:
         return ()
-    return (Default(f"{layer.flag} plm", (layer.flag, "plm", layer.plm),
-                    f"the launch gate: daemons start over {layer.plm} only, whatever an MCA "
-                    "parameter file says", mca=("plm",)),)
+    return (
+        Default(
+            f"{layer.flag} plm",
+            (layer.flag, "plm", layer.plm),
+            f"the launch gate: daemons start over {layer.plm} only, whatever an MCA "
+            "parameter file says",
+            mca=("plm",),
+        ),
+    )
 
 
 def launch_exec(row: LaunchExec, c: Context) -> Part:
@@ -75,13 +84,19 @@ def launch_exec(row: LaunchExec, c: Context) -> Part:
     f = c.facts
 
     def exec_default(value: str, why: str) -> Default:
-        return Default(row.option, (row.option, value), f"hydra takes a single path: {why}",
-                       flags=row.flags, env=(row.env,))
+        return Default(
+            row.option,
+            (row.option, value),
+            f"hydra takes a single path: {why}",
+            flags=row.flags,
+            env=(row.env,),
+        )
 
     choice: Choice = (None, "")
     if f.ssh_gate:
-        through = exec_default(f.ssh_gate, "the launch gate: ssh to a worker once every "
-                               "check passed (core/gate.py)")
+        through = exec_default(
+            f.ssh_gate, "the launch gate: ssh to a worker once every check passed (core/gate.py)"
+        )
         pins: tuple[Default, ...] = ()
         if theirs(through, c):
             choice = (None, OWN_AGENT)
@@ -89,19 +104,22 @@ def launch_exec(row: LaunchExec, c: Context) -> Part:
             choice, pins = gating.choose(c, f.mpi.runtime.gate, _launcher_why(row, c))
         if choice[0] is not None:
             return join(*(apply(d, c) for d in pins), apply(through, c), Part(gate=choice))
-    wrapper = apply(exec_default(f.ssh_wrapper, "this wrapper adds the agent's ssh options"),
-                    c)
+    wrapper = apply(exec_default(f.ssh_wrapper, "this wrapper adds the agent's ssh options"), c)
     if not wrapper.args:
         return join(wrapper, Part(gate=choice))
     script = (
         "#!/bin/sh\n"
         "# Written by mpi-bootstrap: hydra's launcher-exec takes one path, so the ssh\n"
         "# options the agent needs live here.\n"
-        f"exec {shlex.join(f.ssh_command)} \"$@\"\n"
+        f'exec {shlex.join(f.ssh_command)} "$@"\n'
     )
-    return join(wrapper, Part(files=(PlannedFile(f.ssh_wrapper, script, 0o755,
-                                                 "ssh wrapper for hydra", shown=True),),
-                              gate=choice))
+    return join(
+        wrapper,
+        Part(
+            files=(PlannedFile(f.ssh_wrapper, script, 0o755, "ssh wrapper for hydra", shown=True),),
+            gate=choice,
+        ),
+    )
 
 
 def _launcher_why(row: LaunchExec, c: Context) -> str | None:

@@ -29,14 +29,18 @@ class UserCommand:
         return None
 
     def mca_names(self) -> set[str]:
-        return {values[0] for name, _, values in self.options
-                if name in MCA_OPTIONS and values}
+        return {values[0] for name, _, values in self.options if name in MCA_OPTIONS and values}
 
     def mca_value(self, param: str) -> str | None:
         """The value the user's command gives MCA parameter `param`, if it does."""
-        return next((values[1] for name, _, values in self.options
-                     if name in MCA_OPTIONS and values[:1] == (param,) and len(values) > 1),
-                    None)
+        return next(
+            (
+                values[1]
+                for name, _, values in self.options
+                if name in MCA_OPTIONS and values[:1] == (param,) and len(values) > 1
+            ),
+            None,
+        )
 
     def values(self, name: str) -> list[str]:
         return [v[0] for n, _, v in self.options if n == name and v]
@@ -59,10 +63,10 @@ def scan_user_command(argv: Sequence[str], runtime: Runtime) -> UserCommand:
         name, eq, inline = tok.lstrip("-").partition("=")
         n = arity.get(name, 0)
         if eq:
-            values: tuple[str, ...] = (inline, *argv[i + 1:i + n])
+            values: tuple[str, ...] = (inline, *argv[i + 1 : i + n])
             options.append((name, i, values))
             i += max(1, n)
             continue
-        options.append((name, i, tuple(argv[i + 1:i + 1 + n])))
+        options.append((name, i, tuple(argv[i + 1 : i + 1 + n])))
         i += 1 + n
     return UserCommand(argv=tuple(argv), options=tuple(options), program_index=i)

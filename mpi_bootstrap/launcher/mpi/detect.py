@@ -17,10 +17,19 @@ from mpi_bootstrap.core.errors import ConfigError
 from mpi_bootstrap.core.runtimes import RUNTIMES, Runtime
 
 # argv[0] basenames that make the user's command a launcher we wrap (wrap mode).
-LAUNCHER_NAMES = frozenset({
-    "mpirun", "mpiexec", "mpiexec.hydra", "orterun", "prterun", "mpirun.openmpi",
-    "mpiexec.openmpi", "mpirun.mpich", "mpiexec.mpich",
-})
+LAUNCHER_NAMES = frozenset(
+    {
+        "mpirun",
+        "mpiexec",
+        "mpiexec.hydra",
+        "orterun",
+        "prterun",
+        "mpirun.openmpi",
+        "mpiexec.openmpi",
+        "mpirun.mpich",
+        "mpiexec.mpich",
+    }
+)
 
 _DEVICE_RE = re.compile(r"--with-device=ch\d:([\w,]+)")
 
@@ -49,8 +58,7 @@ def _detect(text: str, runtimes: Sequence[Runtime]) -> tuple[Runtime, str] | Non
     return None
 
 
-def parse_version(text: str, runtimes: Sequence[Runtime] = RUNTIMES
-                  ) -> tuple[str, str] | None:
+def parse_version(text: str, runtimes: Sequence[Runtime] = RUNTIMES) -> tuple[str, str] | None:
     """(vendor, version) from `mpirun --version` output, or None if unknown."""
     found = _detect(text, runtimes)
     return None if found is None else (found[0].vendor, found[1])
@@ -67,17 +75,27 @@ def _either(words: Sequence[str]) -> str:
     return f"{', '.join(words[:-1])} or {words[-1]}" if len(words) > 1 else words[0]
 
 
-def identify(text: str, mpirun: str, choice: str, choice_source: str, *, prefix: str,
-             runtimes: Sequence[Runtime] = RUNTIMES) -> MPIInfo:
+def identify(
+    text: str,
+    mpirun: str,
+    choice: str,
+    choice_source: str,
+    *,
+    prefix: str,
+    runtimes: Sequence[Runtime] = RUNTIMES,
+) -> MPIInfo:
     """Decide the MPI from the version output and the MPI_BOOTSTRAP_MPI setting."""
     found = _detect(text, runtimes)
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     if choice == "auto":
         if found is None:
-            raise ConfigError([
-                f"cannot tell which MPI {mpirun} is from `mpirun --version` "
-                f"(said {first[:120]!r}); set MPI_BOOTSTRAP_MPI to "
-                f"{_either(_own(runtimes))}"])
+            raise ConfigError(
+                [
+                    f"cannot tell which MPI {mpirun} is from `mpirun --version` "
+                    f"(said {first[:120]!r}); set MPI_BOOTSTRAP_MPI to "
+                    f"{_either(_own(runtimes))}"
+                ]
+            )
         return MPIInfo(found[0], found[1], mpirun, first, "detected", prefix, _devices(text))
     chosen = [r for r in runtimes if choice in r.choices]
     if not chosen:
@@ -85,11 +103,15 @@ def identify(text: str, mpirun: str, choice: str, choice_source: str, *, prefix:
     vendor = chosen[0].vendor
     version = found[1] if found and found[0].vendor == vendor else "unknown"
     if len(chosen) > 1 and version == "unknown":
-        raise ConfigError([
-            f"{choice_source}: {choice!r} but {mpirun} --version does not say which "
-            f"major version; use {_either(_own(chosen))}"])
-    runtime = chosen[0] if len(chosen) == 1 else next(
-        (r for r in chosen if r.versions(version)), None)
+        raise ConfigError(
+            [
+                f"{choice_source}: {choice!r} but {mpirun} --version does not say which "
+                f"major version; use {_either(_own(chosen))}"
+            ]
+        )
+    runtime = (
+        chosen[0] if len(chosen) == 1 else next((r for r in chosen if r.versions(version)), None)
+    )
     if runtime is None:
         raise ConfigError([f"{choice_source}: {choice!r} launches no version {version}"])
     return MPIInfo(runtime, version, mpirun, first, choice_source, prefix, _devices(text))

@@ -19,8 +19,9 @@ DENY_PREFIXES = ("BASH_FUNC_", "MPI_BOOTSTRAP_")
 DENY_NAMES = frozenset({"OLDPWD"})
 
 
-def forwarded_names(environ: Mapping[str, str], extra: Sequence[str]) -> tuple[
-        list[str], list[Decision]]:
+def forwarded_names(
+    environ: Mapping[str, str], extra: Sequence[str]
+) -> tuple[list[str], list[Decision]]:
     """Names of variables to forward to every rank (values come from mpirun's env)."""
     decisions: list[Decision] = []
     patterns = [(p[:-1], True) for p in extra if p.endswith("*")]
@@ -37,13 +38,25 @@ def forwarded_names(environ: Mapping[str, str], extra: Sequence[str]) -> tuple[
             continue
         if name in DENY_NAMES or name.startswith(DENY_PREFIXES) or not is_env_name(name):
             if name in exact or any(name.startswith(p) for p, _ in patterns):
-                decisions.append(Decision(f"forward {name}", "no", "agent policy",
-                                          "never forwarded (shell state or agent secret)"))
+                decisions.append(
+                    Decision(
+                        f"forward {name}",
+                        "no",
+                        "agent policy",
+                        "never forwarded (shell state or agent secret)",
+                    )
+                )
             continue
         names.append(name)
     for name in sorted(exact - set(environ)):
-        decisions.append(Decision(f"forward {name}", "no", "MPI_BOOTSTRAP_FORWARD_ENV",
-                                  "asked for but not set in the environment"))
+        decisions.append(
+            Decision(
+                f"forward {name}",
+                "no",
+                "MPI_BOOTSTRAP_FORWARD_ENV",
+                "asked for but not set in the environment",
+            )
+        )
     return names, decisions
 
 
@@ -52,27 +65,46 @@ ENV_END = "MPI_BOOTSTRAP_ENV_END"  # sentinel that ends mpirun's environment (MP
 
 def forward(how: Forward, c: Context, env_set: Mapping[str, str]) -> tuple[Part, list[str]]:
     """The forwarded names as the runtime's mpirun takes them, and the names it gets."""
-    names, decisions = forwarded_names({**c.facts.environ, **env_set},
-                                       c.facts.forward_patterns)
+    names, decisions = forwarded_names({**c.facts.environ, **env_set}, c.facts.forward_patterns)
     said = Part(decisions=tuple(decisions))
     if isinstance(how, EachName):
-        user = {v.split("=", 1)[0] for v in c.user.values(how.flag.lstrip("-"))} \
-            if c.user else set()
-        parts = [decision(f"{how.flag} {n}", "(user's)", f"user flag {how.flag} {n}",
-                          "user wins") if n in user else Part((how.flag, n)) for n in names]
+        user = (
+            {v.split("=", 1)[0] for v in c.user.values(how.flag.lstrip("-"))} if c.user else set()
+        )
+        parts = [
+            decision(f"{how.flag} {n}", "(user's)", f"user flag {how.flag} {n}", "user wins")
+            if n in user
+            else Part((how.flag, n))
+            for n in names
+        ]
         return join(said, *parts), [n for n in names if n not in user]
     spelled = c.user.has(*how.modes) if c.user else None
     if spelled or (how.mode_env and how.mode_env in c.facts.environ):
-        return join(said, decision(
-            how.flag, "(user's)", f"user flag {spelled}" if spelled else f"env {how.mode_env}",
-            "user wins: hydra accepts one environment setting; the agent's list is not "
-            "added")), []
+        return join(
+            said,
+            decision(
+                how.flag,
+                "(user's)",
+                f"user flag {spelled}" if spelled else f"env {how.mode_env}",
+                "user wins: hydra accepts one environment setting; the agent's list is not added",
+            ),
+        ), []
     if not names:
         return said, names
-    listed = join(said, Part((how.flag, ",".join(names))), decision(
-        how.flag, f"{len(names)} names", "agent default",
-        "forward NCCL_*, UCX_*, LD_LIBRARY_PATH, PATH and FORWARD_ENV by name"))
+    listed = join(
+        said,
+        Part((how.flag, ",".join(names))),
+        decision(
+            how.flag,
+            f"{len(names)} names",
+            "agent default",
+            "forward NCCL_*, UCX_*, LD_LIBRARY_PATH, PATH and FORWARD_ENV by name",
+        ),
+    )
     if how.last:
-        listed = join(listed, Part(env=((ENV_END, "1"),)),
-                      decision(f"env {ENV_END}", "1", "agent default", how.last))
+        listed = join(
+            listed,
+            Part(env=((ENV_END, "1"),)),
+            decision(f"env {ENV_END}", "1", "agent default", how.last),
+        )
     return listed, names

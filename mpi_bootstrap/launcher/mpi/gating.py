@@ -33,13 +33,19 @@ from mpi_bootstrap.launcher.mpi.userwins import Choice, Context, theirs
 def _host_list(c: Context, g: Gate) -> str | None:
     """Why the hosts mpirun starts ranks on may not be the hostfile's, or None."""
     source = theirs(g.host_lists, c)
-    return None if source is None else (
-        f"a host list of the user's ({source}): mpirun may start ranks on hosts the "
-        "agent did not check, or on this pod without ssh")
+    return (
+        None
+        if source is None
+        else (
+            f"a host list of the user's ({source}): mpirun may start ranks on hosts the "
+            "agent did not check, or on this pod without ssh"
+        )
+    )
 
 
-def choose(c: Context, g: Gate, launcher: str | None, pins: tuple[Default, ...] = ()
-           ) -> tuple[Choice, tuple[Default, ...]]:
+def choose(
+    c: Context, g: Gate, launcher: str | None, pins: tuple[Default, ...] = ()
+) -> tuple[Choice, tuple[Default, ...]]:
     """The gate's mode (or None) and why, and the defaults it needs pinned.
 
     Each gate waits for its worker's check and one (the last worker's) for every check,
@@ -60,9 +66,14 @@ def choose(c: Context, g: Gate, launcher: str | None, pins: tuple[Default, ...] 
     vm = next((source for d in g.fewer if (source := theirs(d, c))), None)
     fewer = f"{vm}: {g.label} may start daemons on some hosts only"
     if vm is not None and local:
-        return (None, f"{fewer}, and {local} in the hostfile is this pod, whose ranks need "
-                      "none"), ()
+        return (
+            None,
+            f"{fewer}, and {local} in the hostfile is this pod, whose ranks need none",
+        ), ()
     if vm is None:
         return (gate.EACH, g.why), (*g.pins, *pins)
-    return (gate.EVERY, f"{fewer}, so each waits for every check; no host of the hostfile "
-                        "is this pod, so every rank needs one"), pins
+    return (
+        gate.EVERY,
+        f"{fewer}, so each waits for every check; no host of the hostfile "
+        "is this pod, so every rank needs one",
+    ), pins

@@ -39,11 +39,16 @@ def resolve(facts: LaunchFacts) -> LaunchSpec:
     launcher = facts.program[0] if c.user else facts.mpi.mpirun
     mode, why = whole.gate or (None, "")
     return LaunchSpec(
-        argv=(launcher, *whole.args, *_user_tail(c)), env_set=dict(whole.env),
-        forwarded=tuple(forwarded), files=whole.files, decisions=whole.decisions,
+        argv=(launcher, *whole.args, *_user_tail(c)),
+        env_set=dict(whole.env),
+        forwarded=tuple(forwarded),
+        files=whole.files,
+        decisions=whole.decisions,
         wrap=c.user is not None,
         program_index=1 + len(whole.args) + (c.user.program_index - 1 if c.user else 0),
-        gate=mode, gate_why=why)
+        gate=mode,
+        gate_why=why,
+    )
 
 
 def row_part(row: Row, c: Context) -> Part:
@@ -59,8 +64,11 @@ def _default(row: Default, c: Context) -> Part:
 
 def _note(row: Note, c: Context) -> Part:
     environ = c.facts.environ
-    return decision(f"env {row.var}", environ[row.var], f"env {row.var}", row.reason) \
-        if row.var in environ else Part()
+    return (
+        decision(f"env {row.var}", environ[row.var], f"env {row.var}", row.reason)
+        if row.var in environ
+        else Part()
+    )
 
 
 def _absent(row: Absent, c: Context) -> Part:
@@ -70,8 +78,11 @@ def _absent(row: Absent, c: Context) -> Part:
 def _ranks(row: Ranks, c: Context) -> Part:
     f = c.facts
     count = f.np if f.np is not None else f.total_slots
-    why = (f"from {f.np_source}" if f.np is not None
-           else f"sum of slots in the hostfile ({f.total_slots})")
+    why = (
+        f"from {f.np_source}"
+        if f.np is not None
+        else f"sum of slots in the hostfile ({f.total_slots})"
+    )
     return apply(Default("ranks", (row.flag, str(count)), why, flags=row.flags), c)
 
 
@@ -79,8 +90,9 @@ def _env_default(row: EnvDefault, c: Context) -> Part:
     if row.var in c.facts.environ:
         return decision(row.var, "(user's)", f"env {row.var}", "user wins")
     value = row.value.format_map(_values(c.facts))
-    return join(Part(env=((row.var, value),)),
-                decision(row.var, value, "agent default", row.reason))
+    return join(
+        Part(env=((row.var, value),)), decision(row.var, value, "agent default", row.reason)
+    )
 
 
 def _refuse(row: Refuse, c: Context) -> Part:
@@ -92,35 +104,61 @@ def _refuse(row: Refuse, c: Context) -> Part:
 
 def _values(f: LaunchFacts) -> dict[str, object]:
     """The facts a row may name in braces (core/runtimes/schema.py)."""
-    return {"prefix": f.mpi.prefix, "control_iface": f.control_iface,
-            "startup_timeout": f.startup_timeout}
+    return {
+        "prefix": f.mpi.prefix,
+        "control_iface": f.control_iface,
+        "startup_timeout": f.startup_timeout,
+    }
 
 
 def _filled(d: Default, f: LaunchFacts) -> Default:
     values = _values(f)
-    return dataclasses.replace(d, args=tuple(a.format_map(values) for a in d.args),
-                               reason=d.reason.format_map(values))
+    return dataclasses.replace(
+        d, args=tuple(a.format_map(values) for a in d.args), reason=d.reason.format_map(values)
+    )
 
 
 def _hostfile(row: Hostfile, c: Context) -> Part:
     """Point mpirun at the rewritten hostfile, however the user named a hostfile."""
     f, user = c.facts, c.user
     if user is not None and (spelled := user.has(*row.host_flags)):
-        return decision("hostfile", "(not passed)", f"user flag {spelled}",
-                        "user wins: the user's host list chooses the hosts")
+        return decision(
+            "hostfile",
+            "(not passed)",
+            f"user flag {spelled}",
+            "user wins: the user's host list chooses the hosts",
+        )
     if user is not None and user.has(*row.flags):
-        named = decision("hostfile", f.hostfile, "user flag",
-                         "the user's hostfile argument now names the rewritten copy")
+        named = decision(
+            "hostfile",
+            f.hostfile,
+            "user flag",
+            "the user's hostfile argument now names the rewritten copy",
+        )
     else:
-        named = join(Part((row.flag, f.hostfile)),
-                     decision("hostfile", f.hostfile, "agent default",
-                              f"rewritten copy of {f.input_hostfile}"))
-    return join(named, *(
-        join(Part(env=((var, f.hostfile),)), decision(
-            f"env {var}", f.hostfile, f"env {var}",
-            "pointed at the rewritten hostfile: a default hostfile with the old names "
-            "would conflict with it"))
-        for var in row.env if var in f.environ))
+        named = join(
+            Part((row.flag, f.hostfile)),
+            decision(
+                "hostfile", f.hostfile, "agent default", f"rewritten copy of {f.input_hostfile}"
+            ),
+        )
+    return join(
+        named,
+        *(
+            join(
+                Part(env=((var, f.hostfile),)),
+                decision(
+                    f"env {var}",
+                    f.hostfile,
+                    f"env {var}",
+                    "pointed at the rewritten hostfile: a default hostfile with the old names "
+                    "would conflict with it",
+                ),
+            )
+            for var in row.env
+            if var in f.environ
+        ),
+    )
 
 
 def _user_tail(c: Context) -> list[str]:
@@ -145,15 +183,29 @@ def _nccl(c: Context) -> Part:
     f = c.facts
     r = f.nccl_rule
     if r.by_agent and r.value is not None:
-        ifname = join(Part(env=((nccl.SOCKET_IFNAME, r.value),)), decision(
-            nccl.SOCKET_IFNAME, r.value, "agent default",
-            f"NCCL data on the data interface ({r.why}); control stays on {f.control_iface}"))
+        ifname = join(
+            Part(env=((nccl.SOCKET_IFNAME, r.value),)),
+            decision(
+                nccl.SOCKET_IFNAME,
+                r.value,
+                "agent default",
+                f"NCCL data on the data interface ({r.why}); control stays on {f.control_iface}",
+            ),
+        )
     elif r.value is not None:
-        ifname = decision(nccl.SOCKET_IFNAME, "(user's)", f"env {nccl.SOCKET_IFNAME}",
-                          f"user wins: NCCL reads {r.value!r} as written")
+        ifname = decision(
+            nccl.SOCKET_IFNAME,
+            "(user's)",
+            f"env {nccl.SOCKET_IFNAME}",
+            f"user wins: NCCL reads {r.value!r} as written",
+        )
     else:
-        ifname = decision(nccl.SOCKET_IFNAME, "(unset)", "agent default",
-                          "no data interface (net1, dranet0) found; NCCL picks its own")
+        ifname = decision(
+            nccl.SOCKET_IFNAME,
+            "(unset)",
+            "agent default",
+            "no data interface (net1, dranet0) found; NCCL picks its own",
+        )
     return join(ifname, _ib_hca(f))
 
 
@@ -166,21 +218,38 @@ def _ib_hca(f: LaunchFacts) -> Part:
     theirs = nccl.given(f.environ, nccl.IB_HCA)
     if theirs is not None:
         taken = nccl.hca_select(theirs, sorted(set(devices)))
-        return decision(nccl.IB_HCA, "(user's)", f"env {nccl.IB_HCA}",
-                        f"user wins: of the RDMA devices behind the data NICs ({seen}{more}) "
-                        f"it selects {', '.join(taken)}" if taken else
-                        f"user wins, but WARNING: it selects none of the RDMA devices "
-                        f"behind the data NICs ({seen}{more})")
+        return decision(
+            nccl.IB_HCA,
+            "(user's)",
+            f"env {nccl.IB_HCA}",
+            f"user wins: of the RDMA devices behind the data NICs ({seen}{more}) "
+            f"it selects {', '.join(taken)}"
+            if taken
+            else f"user wins, but WARNING: it selects none of the RDMA devices "
+            f"behind the data NICs ({seen}{more})",
+        )
     value = nccl.ib_hca(devices)
-    return join(Part(env=((nccl.IB_HCA, value),)), decision(
-        nccl.IB_HCA, value, "detected",
-        f"the RDMA devices behind the data NICs (sysfs device/infiniband): {seen}{more}; "
-        "NCCL uses no other HCA in the pod"))
+    return join(
+        Part(env=((nccl.IB_HCA, value),)),
+        decision(
+            nccl.IB_HCA,
+            value,
+            "detected",
+            f"the RDMA devices behind the data NICs (sysfs device/infiniband): {seen}{more}; "
+            "NCCL uses no other HCA in the pod",
+        ),
+    )
 
 
 # How each kind of row is read (tests/test_plan.py checks that every kind of `Row` has one).
 READERS: Mapping[type, Callable[[Any, Context], Part]] = {
-    Default: _default, Note: _note, Absent: _absent, Ranks: _ranks, Hostfile: _hostfile,
-    EnvDefault: _env_default, Refuse: _refuse, RshAgent: agents.rsh_agent,
+    Default: _default,
+    Note: _note,
+    Absent: _absent,
+    Ranks: _ranks,
+    Hostfile: _hostfile,
+    EnvDefault: _env_default,
+    Refuse: _refuse,
+    RshAgent: agents.rsh_agent,
     LaunchExec: agents.launch_exec,
 }

@@ -34,8 +34,9 @@ class Context:
 
 
 def context(facts: LaunchFacts) -> Context:
-    user = scan_user_command(facts.program, facts.mpi.runtime) \
-        if is_launcher(facts.program) else None
+    user = (
+        scan_user_command(facts.program, facts.mpi.runtime) if is_launcher(facts.program) else None
+    )
     return Context(facts, user, frozenset(user.mca_names()) if user else frozenset())
 
 
@@ -51,11 +52,13 @@ class Part:
 
 
 def join(*parts: Part) -> Part:
-    return Part(args=tuple(a for p in parts for a in p.args),
-                env=tuple(e for p in parts for e in p.env),
-                decisions=tuple(d for p in parts for d in p.decisions),
-                files=tuple(f for p in parts for f in p.files),
-                gate=next((p.gate for p in reversed(parts) if p.gate is not None), None))
+    return Part(
+        args=tuple(a for p in parts for a in p.args),
+        env=tuple(e for p in parts for e in p.env),
+        decisions=tuple(d for p in parts for d in p.decisions),
+        files=tuple(f for p in parts for f in p.files),
+        gate=next((p.gate for p in reversed(parts) if p.gate is not None), None),
+    )
 
 
 def decision(setting: str, value: str, source: str, reason: str) -> Part:
@@ -82,20 +85,31 @@ def apply(d: Default, c: Context) -> Part:
     """`d`'s arguments unless the user set it, and the decision either way."""
     value = d.args[-1] if len(d.args) > 1 else "on"
     if source := theirs(d, c):
-        return decision(d.setting, "(user's)", source,
-                        f"user wins: agent default {value!r} not added")
+        return decision(
+            d.setting, "(user's)", source, f"user wins: agent default {value!r} not added"
+        )
     environ = c.facts.environ
     for var in d.env:
         if var in environ:
-            return Part(d.args, decisions=(Decision(
-                d.setting, value, f"env {var}",
-                f"overrides {var}={environ[var]!r} (from the image's environment?): "
-                f"{d.why}; a flag in the command itself would win"),))
+            return Part(
+                d.args,
+                decisions=(
+                    Decision(
+                        d.setting,
+                        value,
+                        f"env {var}",
+                        f"overrides {var}={environ[var]!r} (from the image's environment?): "
+                        f"{d.why}; a flag in the command itself would win",
+                    ),
+                ),
+            )
     if d.only_to_override:
         return Part()
     reason = d.reason
     if ignored := [v for v in d.ignored_env if v in environ]:
         mpi = c.facts.mpi
-        reason += f"; {', '.join(ignored)} is set but ignored by {mpi.vendor} " \
-                  f"{mpi.version} (mpi-operator #731)"
+        reason += (
+            f"; {', '.join(ignored)} is set but ignored by {mpi.vendor} "
+            f"{mpi.version} (mpi-operator #731)"
+        )
     return Part(d.args, decisions=(Decision(d.setting, value, "agent default", reason),))
