@@ -107,7 +107,7 @@ def client_config(
 ) -> str:
     """`ssh -F` config: pinned host keys, batch mode, the job's key, LD_LIBRARY_PATH sent;
     with `control_dir`, connections kept for reuse (control_lines); with `kex`, the key
-    exchange algorithms (settings.py checked the list)."""
+    exchange algorithms (core/settings/ checked the list)."""
     common = [
         f"  IdentityFile {_path(identity)}",
         "  IdentitiesOnly yes",
