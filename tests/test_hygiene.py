@@ -1,0 +1,78 @@
+"""Nothing a test or a benchmark starts outlives it, pass, fail or signal: its processes
+(a PID namespace's PID 1 and what runs in it included), and for the simulated cluster
+its namespaces, /etc/netns entries, state directories and daemons. And no simulated pod
+runs this machine's login files (a pyenv set-up there takes a lock that a killed shell
+leaves behind, and every later ssh session then waits 60 s for it)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.support import leaky
+from tests.support.pid1 import agent_argv, agent_pid
+from tests.support.wait import wait_until
+
+pytestmark = [pytest.mark.timeout(120)]
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not: it has ended, its parent not yet asked)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class TestStarted:
+    """The `started` fixture and the PID-1 helper end everything a test started."""
+
+    def test_a_failing_test_leaves_no_process(self, tmp_path: Path) -> None:
+        """A test that fails with a PID namespace (PID 1 and its child) and a shell with
+        background children running leaves none of them once its session has ended."""
+        record = tmp_path / "pids"
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", leaky.__file__],
+            env={**os.environ, "MPIB_LEAKY_PIDS": str(record)},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+        assert "1 failed" in done.stdout, done.stdout + done.stderr
+        pids = [int(p) for p in record.read_text().split()]
+        try:
+            assert len(pids) == 6, pids
+            wait_until(
+                lambda: not [p for p in pids if alive(p)],
+                5,
+                lambda: f"these to be gone: {[p for p in pids if alive(p)]}",
+            )
+        finally:  # ours, by PID: so that this test, failing, leaks nothing either
+            for pid in pids:
+                if alive(pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+
+    def test_killing_unshare_ends_the_namespace(self) -> None:
+        """agent_argv's `unshare --kill-child`: when unshare is killed (all a test holds),
+        the agent, PID 1 of the namespace, goes with it, and so does its child."""
+        p = subprocess.Popen(agent_argv("sleep", "300"), stderr=subprocess.DEVNULL)
+        try:
+            agent = agent_pid(p)
+            p.kill()
+            p.wait(timeout=10)
+            wait_until(lambda: not alive(agent), 5, "the namespace's PID 1 to end")
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
