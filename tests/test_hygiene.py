@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.support import leaky
+from tests.support.cluster import Cluster
 from tests.support.pid1 import agent_argv, agent_pid
 from tests.support.wait import wait_until
 
@@ -76,3 +77,13 @@ class TestStarted:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+@pytest.mark.netns
+def test_pods_never_run_the_machines_login_files() -> None:
+    """A simulated pod's root has empty shell start-up files, as in an image: an ssh
+    session there (bash reads ~/.bashrc for it) never runs this machine's, nor takes a
+    lock of theirs that a killed shell would leave behind for every later session."""
+    with Cluster(["job-launcher"]) as c:
+        done = c.pods[0].run(["sh", "-c", "cat /root/.bashrc /root/.profile 2>/dev/null; true"])
+    assert done.returncode == 0 and done.stdout == ""
