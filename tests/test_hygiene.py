@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
-from tests.support import leaky
+from tests.support import leaky, proctree
 from tests.support.cluster import Cluster
 from tests.support.pid1 import agent_argv, agent_pid
 from tests.support.wait import wait_until
@@ -77,6 +79,71 @@ class TestStarted:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+CHAOS = str(ROOT / "tests" / "bench" / "chaos.py")
+MADE = re.compile(r"cluster (\w+): namespaces \S+, files in (\S+)")
+
+
+def started_at(pid: int) -> str | None:
+    """A process's start time (field 22 of its stat): a PID reused later differs."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return None
+
+
+def pid_file(d: Path) -> str:
+    try:
+        return (d / "dnsmasq.pid").read_text().strip()
+    except OSError:
+        return ""
+
+
+@pytest.mark.netns
+@pytest.mark.realmpi
+class TestBenchSignal:
+    """A bench ended by SIGTERM removes what it made (tests/support/interrupt.py)."""
+
+    @pytest.mark.parametrize("to", ["process", "group"])
+    def test_chaos_sigterm_mid_run_leaves_nothing(self, to: str) -> None:
+        """The chaos bench on 2 workers, SIGTERMed while a worker pod is frozen and the
+        launcher waits on it — sent to the bench alone (as `make` passes it on) or to its
+        whole process group (as `timeout` sends it) —: it exits 143, and no namespace,
+        /etc/netns entry, netns mount, state directory or process of it is left."""
+        argv = [sys.executable, CHAOS, "--family", "job", "--faults", "frozen"]
+        argv += ["--workers", "2", "--runs", "1", "--give-up", "60", "--seed", "1"]
+        p = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(p.stdout or []), daemon=True)
+        reader.start()
+        try:
+            wait_until(
+                lambda: any("run 1: frozen" in ln for ln in lines), 90, lambda: "".join(lines)
+            )
+            made = next(m for ln in lines if (m := MADE.search(ln)))
+            ours = [(pid, started_at(pid)) for pid in proctree.tree([p.pid])]
+            (os.killpg if to == "group" else os.kill)(p.pid, signal.SIGTERM)
+            assert p.wait(timeout=60) == 143, "".join(lines)
+        finally:
+            proctree.end([p])
+        cluster, files = made[1], made[2]
+        tag = f"-{cluster}-"
+        netns = subprocess.run(["ip", "netns"], capture_output=True, text=True, check=True).stdout
+        assert tag not in netns
+        assert not [e for e in os.listdir("/etc/netns") if tag in e]
+        assert tag not in Path("/proc/self/mountinfo").read_text()
+        assert not Path(files).exists()
+        left = [pid for pid, at in ours if at is not None and started_at(pid) == at and alive(pid)]
+        assert left == [], [Path(f"/proc/{pid}/cmdline").read_text() for pid in left]
+        pids = {str(pid) for pid, _ in ours}  # dnsmasq's files: /tmp/mpib-dnsmasq-*
+        assert not [d for d in Path("/tmp").glob("mpib-dnsmasq-*") if pid_file(d) in pids]
 
 
 @pytest.mark.netns
