@@ -14,9 +14,9 @@ MPI_VENVS := .venv-mpi
 # setuptools' build warns about editable installs in a box of asterisks on every install;
 # the warning is about a layout this project does not have (tests import the package).
 NOWARN := PYTHONWARNINGS=ignore
-# Debian packages the tests and the demo use.
+# Debian packages the tests, the benchmarks and the demo use (nftables: chaos's packet loss).
 DEB_PACKAGES := openmpi-bin libopenmpi-dev openssh-server openssh-client dnsmasq-base \
-                iproute2 tcpdump procps util-linux podman runc debootstrap hyperfine \
+                iproute2 nftables tcpdump procps util-linux podman runc debootstrap hyperfine \
                 tini dumb-init docker.io docker-compose
 # PyPI MPIs, each in its own venv: their mpirun binaries would overwrite each other.
 OPENMPI5_VERSION := 5.0.11
@@ -24,7 +24,7 @@ MPICH_VERSION := 5.0.2
 # 2021.19 needs a libfabric wheel PyPI does not have; 2021.18.1 bundles its own.
 IMPI_VERSION := 2021.18.1
 
-.PHONY: install system-deps mpi-venvs wheelhouse test test-fast compose-test lint bench bench-scale soak chaos demo clean
+.PHONY: install system-deps mpi-venvs wheelhouse test test-fast compose-test lint bench bench-scale soak chaos loaded demo clean
 
 install: $(VENV)/.installed
 
@@ -119,16 +119,26 @@ bench-scale: install $(BENCH_VENV)/.installed
 
 # Reliability in figures (docs/benchmarks.md "Reliability"): RUNS launches against the same 16
 # worker pods for each exchange (tests/bench/soak.py); faults at random moments of the
-# launch on 64 worker pods (tests/bench/chaos.py; SEED= replays a run).
+# launch and of the job's run on 64 worker pods (tests/bench/chaos.py; SEED= replays a run,
+# CHAOS_ARGS="--family job --mpi openmpi5 --workers 16" and the like choose); one long job
+# on a saturated, lossy, slow cluster, which must end with 0 (tests/bench/loaded.py). Each
+# of them, ended by SIGTERM or Ctrl-C, removes what it made first.
 RUNS ?= 200
 soak: system-deps install
 	$(PY) tests/bench/soak.py --runs $(RUNS) --json bench-soak.json
 
 CHAOS_RUNS ?= 50
 SEED ?=
+CHAOS_ARGS ?=
 chaos: system-deps install
 	$(PY) tests/bench/chaos.py --runs $(CHAOS_RUNS) $(if $(SEED),--seed $(SEED)) \
-		--json bench-chaos.json
+		$(CHAOS_ARGS) --json bench-chaos.json
+
+LOADED_MINUTES ?= 30
+LOADED_ARGS ?=
+loaded: system-deps install
+	@mkdir -p .bench
+	$(PY) tests/bench/loaded.py --minutes $(LOADED_MINUTES) $(LOADED_ARGS) --json .bench/loaded.json
 
 # A real MPI job through the agent on a simulated 3-pod cluster (tests/demo.py).
 # `make demo DEMO_ARGS="--mpi mpich --workers 4"` picks another MPI or size. Only the

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import proctree
 from tests.support.cluster import Cluster
 from tests.support.netns import Netns, available
 
@@ -213,13 +214,14 @@ def base(uid1000: str) -> Iterator[Path]:
 
 @pytest.fixture
 def started() -> Iterator[list[subprocess.Popen[Any]]]:
-    """Processes a test starts; killed (by PID, only these) if the test fails."""
+    """Processes a test starts; each one still running at the end, pass or fail, is killed
+    with every descendant it has (a PID namespace's PID 1 among them: tests/support/
+    proctree.py), by PID, only these."""
     procs: list[subprocess.Popen[Any]] = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    try:
+        yield procs
+    finally:
+        proctree.end(procs)
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from tests.conftest import MPI_VENVS, REAL_MPIS
 from tests.support import logs
 from tests.support.cluster import Cluster
+from tests.support.interrupt import run_main
 from tests.support.job import Job
 from tests.support.programs import LINE, compile_allreduce
 
@@ -162,4 +163,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)  # a signal ends it as Ctrl-C does: what it made is removed

@@ -230,6 +230,7 @@ class TestLauncherPhases:
                 "unshare",
                 "--pid",
                 "--fork",
+                "--kill-child",
                 "--mount-proc",
                 "env",
                 "-i",

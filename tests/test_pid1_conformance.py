@@ -309,7 +309,7 @@ class TestTerminal:
         mpirun.chmod(0o755)
         argv = [
             *pod.netns.prefix(),
-            *["unshare", "--pid", "--fork", "--mount-proc"],  # the agent is PID 1
+            *["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"],  # the agent: PID 1
             *[AGENT, "--hostfile", str(hostfile), "--exchange", "none", "--mpirun", str(mpirun)],
             *[f"--state-dir={pod.tmp / 'state'}", "--log-format", "json"],
             *(["--signal-group"] if group else []),

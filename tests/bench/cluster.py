@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.demo import run_job
+from tests.support.interrupt import run_main
 
 
 def main() -> dict[str, Any]:
@@ -49,4 +50,4 @@ def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)  # a signal ends it as Ctrl-C does: what it made is removed

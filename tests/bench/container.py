@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.support.engines import AGENT, BASE, DEMO
 from tests.support.engines import podman_session as session
+from tests.support.interrupt import run_main
 
 
 def size(pm: Any, image: str) -> int:
@@ -70,4 +71,4 @@ def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)  # a signal ends it as Ctrl-C does: what it made is removed

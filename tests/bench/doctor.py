@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.conftest import AGENT
 from tests.support.cluster import DNS_ADDRESS, Cluster
+from tests.support.interrupt import run_main
 
 
 def main() -> dict[str, Any]:
@@ -56,4 +57,4 @@ def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)  # a signal ends it as Ctrl-C does: what it made is removed

@@ -21,6 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.support.interrupt import run_main
 from tests.support.netns import Netns
 
 PY = str(ROOT / ".venv" / "bin" / "python")
@@ -144,7 +145,9 @@ STAMPER = (
 
 
 def as_pid1(argv: list[str], **kw: Any) -> subprocess.Popen[str]:
-    return subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", *argv], text=True, **kw)
+    return subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", *argv], text=True, **kw
+    )
 
 
 def stop(p: subprocess.Popen[str]) -> None:
@@ -300,4 +303,4 @@ def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)  # a signal ends it as Ctrl-C does: what it made is removed

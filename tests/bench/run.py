@@ -14,7 +14,6 @@ could not run.
 
 from __future__ import annotations
 
-import contextlib
 import cProfile
 import dataclasses
 import io
@@ -25,7 +24,6 @@ import platform
 import pstats
 import shlex
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -45,6 +43,7 @@ from mpi_bootstrap.system import files
 from tests.support import dnsmasq as dnsmasq_mod
 from tests.support import netns as netns_mod
 from tests.support.dnsmasq import Dnsmasq
+from tests.support.interrupt import run_main, shielded
 from tests.support.netns import Netns
 
 INNER = os.path.join(ROOT, "tests", "bench", "inner.py")
@@ -509,10 +508,23 @@ PID1 = os.path.join(ROOT, "tests", "bench", "pid1.py")
 def run_script(name: str, timeout: float) -> dict[str, Any]:
     """Run tests/bench/<name>.py as it runs alone; its stdout is one JSON object."""
     path = os.path.join(ROOT, "tests", "bench", f"{name}.py")
-    done = subprocess.run([PY, path], capture_output=True, text=True, timeout=timeout, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{name}.py exited {done.returncode}: {done.stderr.strip()[-2000:]}")
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
+    p = subprocess.Popen([PY, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except BaseException:
+        # Not subprocess.run's SIGKILL: SIGTERM lets the script remove its pods, daemons and
+        # files (it ends on SIGTERM as on Ctrl-C: tests/support/interrupt.py) before it goes.
+        with shielded():
+            p.terminate()
+            try:
+                p.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+        raise
+    if p.returncode != 0:
+        raise RuntimeError(f"{name}.py exited {p.returncode}: {err.strip()[-2000:]}")
+    return json.loads(out)  # type: ignore[no-any-return]
 
 
 def bench_pid1() -> dict[str, Any]:
@@ -859,10 +871,6 @@ def skip(results: dict[str, Any], keys: Sequence[str], why: str) -> None:
 
 
 def main() -> int:
-    def on_term(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)  # run every `finally` (namespace, dnsmasq, files)
-
-    signal.signal(signal.SIGTERM, on_term)
     t_start = time.monotonic()
     results: dict[str, Any] = {"meta": meta(), "benchmarks": {}}
     workdir = tempfile.mkdtemp(prefix="mpib-bench-")
@@ -917,6 +925,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
-        sys.exit(main())
-    sys.exit(130)
+    run_main(main)  # a signal ends it as Ctrl-C does: every `finally` runs (namespace, files)

@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.support import logs
 from tests.support.cluster import Cluster, Pod, agent_env
+from tests.support.interrupt import run_main
 
 PATH = "/usr/local/bin:/usr/bin:/bin"
 PHASES = (  # (with preflight, its first ssh to each worker is the wait for its sshd)
@@ -446,6 +447,7 @@ def one_size(
         return result
     except (Exception, KeyboardInterrupt) as exc:  # what was measured is kept and shown
         result["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+        result["stopped"] = isinstance(exc, KeyboardInterrupt)  # no next size, then
         print(f"{n} workers: stopped: {result['error']}", file=sys.stderr)
         return result
     finally:
@@ -610,6 +612,8 @@ def main(argv: list[str] | None = None) -> int:
         print(table([r]).splitlines()[-1], flush=True)
         if args.json:  # after each size: a later one that fails loses nothing before it
             args.json.write_text(json.dumps(results, indent=2))
+        if r.get("stopped"):
+            break
     print()
     print(
         f"cores: {os.cpu_count()}; mpirun: {args.mpirun}; runs per size: {args.runs}; "
@@ -620,8 +624,8 @@ def main(argv: list[str] | None = None) -> int:
         print(data_table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
-    return 0
+    return 130 if results and results[-1].get("stopped") else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)  # a signal ends it as Ctrl-C does: what it made is removed

@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.support.interrupt import run_main
 from tests.support.longrun import EXPECTED, Soak, flat, run_soak
 
 SERIES = (
@@ -100,4 +101,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)  # a signal ends it as Ctrl-C does: what it made is removed

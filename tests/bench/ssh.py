@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.support import logs
 from tests.support.cluster import Cluster
+from tests.support.interrupt import run_main
 
 AGENT = str(ROOT / ".venv" / "bin" / "mpi-bootstrap")
 PY = str(ROOT / ".venv" / "bin" / "python")
@@ -157,4 +158,4 @@ def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)  # a signal ends it as Ctrl-C does: what it made is removed

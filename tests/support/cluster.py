@@ -15,7 +15,11 @@ Names, two ways:
   only itself. `fqdn_only=True` drops the bare `cluster.local` from the search list, so
   `x.job.ns.svc` stops resolving: a cluster where only the FQDN works. `late` names pods
   whose records are added only when the test calls `add_record`.
-No lookup ever leaves the namespaces. Everything is removed by close().
+No lookup ever leaves the namespaces. Everything is removed by close(), also when a
+signal cuts the program short (a bench ended by SIGTERM: tests/support/interrupt.py, and
+what close() does is not itself cut short), and what was registered with `on_close` (the
+faults of tests/support/faults.py) is undone first. Every namespace's name holds the
+cluster's `id` (`mpib-pod-<id>-…`, `mpib-sw-<id>-…`): what a cluster made can be found.
 """
 
 from __future__ import annotations
@@ -27,11 +31,13 @@ import shlex
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
 from tests.support.dnsmasq import Dnsmasq
+from tests.support.interrupt import shielded
 from tests.support.netns import Netns, _ip
 
 CTL_NET = "10.250"  # /16 each: pod i is .(i+10)/256.(i+10)%256, 10.250.0.10 for the first
@@ -52,8 +58,10 @@ class Pod:
     netns: Netns
     pid1: bool = False  # commands run as PID 1 of their own PID namespace
     # Root's shell start-up files empty, as in an image, not this machine's: bash reads
-    # ~/.bashrc for every ssh session, and a pyenv set-up there costs 100 ms each.
-    private_root: bool = False
+    # ~/.bashrc for every ssh session, and a pyenv set-up there costs 100 ms each and
+    # takes a lock (pyenv's rehash, a file in its shims folder) that a shell killed at the
+    # wrong moment leaves behind: every later ssh session on the machine then waits 60 s.
+    private_root: bool = True
 
     @property
     def address(self) -> str:
@@ -137,7 +145,7 @@ class Cluster:
         late: Sequence[str] = (),
         pid1: bool = False,
         data: bool = True,
-        private_root: bool = False,
+        private_root: bool = True,
     ) -> None:
         """Pods named `names` (the first is usually the launcher). With `domain` (and
         `dns=False`), the hosts files also carry `name.domain`."""
@@ -148,7 +156,10 @@ class Cluster:
         self._pid1: set[int] = set()  # started in a PID-1 pod: the program is unshare's child
         self.dnsmasq: Dnsmasq | None = None
         self.job, self.namespace = job, namespace
-        self.switch = Netns("mpib-sw", resolv_conf=f"nameserver {DNS_ADDRESS}\n")
+        self.data = data
+        self.id = uuid.uuid4().hex[:6]
+        self._on_close: list[Callable[[], None]] = []
+        self.switch = Netns(f"mpib-sw-{self.id}", resolv_conf=f"nameserver {DNS_ADDRESS}\n")
         try:
             for br in ("br-ctl", "br-data") if data else ("br-ctl",):
                 self.switch.exec_checked(["ip", "link", "add", br, "type", "bridge"])
@@ -167,10 +178,10 @@ class Cluster:
                         "options ndots:5 timeout:1 attempts:2\n"
                     )
                     own = f"127.0.0.1 localhost\n{_host(CTL_NET, i)} {self.fqdn(name)} {name}\n"
-                    ns = Netns("mpib-pod", resolv_conf=resolv, hosts=own)
+                    ns = Netns(f"mpib-pod-{self.id}", resolv_conf=resolv, hosts=own)
                 else:
                     ns = Netns(
-                        "mpib-pod",
+                        f"mpib-pod-{self.id}",
                         resolv_conf="nameserver 127.0.0.1\noptions ndots:5 timeout:1 attempts:1\n",
                         hosts=hosts,
                     )
@@ -264,7 +275,18 @@ class Cluster:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid_of(p) if p.pid in self._pid1 else p.pid, signum)
 
+    def on_close(self, undo: Callable[[], None]) -> None:
+        """Have close() call `undo` first (the last registered first)."""
+        self._on_close.append(undo)
+
     def close(self) -> None:
+        with shielded():
+            self._close()
+
+    def _close(self) -> None:
+        while self._on_close:
+            with contextlib.suppress(Exception):
+                self._on_close.pop()()
         for p in self.procs:
             if p.poll() is None:
                 self.signal(p)

@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 
+from tests.support.interrupt import shielded
 from tests.support.netns import Netns
 
 DNSMASQ = "/usr/sbin/dnsmasq"
@@ -197,8 +198,9 @@ class Dnsmasq:
         return "\n".join(parts)
 
     def close(self) -> None:
-        self.stop()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        with shielded():
+            self.stop()
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> Dnsmasq:
         return self

@@ -19,6 +19,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.support.interrupt import shielded
+
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 BASE = "docker.io/library/debian:bookworm-slim"
 AGENT = "localhost/mpi-bootstrap:latest"
@@ -181,9 +183,10 @@ def podman_session() -> Iterator[Podman]:
         pm.load_images()
         yield pm
     finally:
-        pm.compose("down", "-v", timeout=120)
-        pm("system", "reset", "--force", check=False, timeout=300)
-        shutil.rmtree(store, ignore_errors=True)
+        with shielded():  # a second signal must not leave the storage half-removed
+            pm.compose("down", "-v", timeout=120)
+            pm("system", "reset", "--force", check=False, timeout=300)
+            shutil.rmtree(store, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -230,22 +233,23 @@ def docker_session() -> Iterator[Docker]:
         dk.load_images()
         yield dk
     finally:
-        with contextlib.suppress(Exception):
-            dk.compose("down", "-v", timeout=120)
-            dk("system", "prune", "-af", "--volumes", check=False, timeout=300)
-        if daemon.poll() is None:
-            daemon.send_signal(signal.SIGTERM)  # our dockerd, by the PID we started
-            try:
-                daemon.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
-        log.close()
-        mounts = [
-            ln.split()[1]
-            for ln in Path("/proc/mounts").read_text().splitlines()
-            if ln.split()[1].startswith(str(root))
-        ]
-        for mount in sorted(mounts, reverse=True):
-            subprocess.run(["umount", "-l", mount], check=False)
-        shutil.rmtree(root, ignore_errors=True)
+        with shielded():  # a second signal must not leave dockerd or its mounts behind
+            with contextlib.suppress(Exception):
+                dk.compose("down", "-v", timeout=120)
+                dk("system", "prune", "-af", "--volumes", check=False, timeout=300)
+            if daemon.poll() is None:
+                daemon.send_signal(signal.SIGTERM)  # our dockerd, by the PID we started
+                try:
+                    daemon.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    daemon.kill()
+                    daemon.wait()
+            log.close()
+            mounts = [
+                ln.split()[1]
+                for ln in Path("/proc/mounts").read_text().splitlines()
+                if ln.split()[1].startswith(str(root))
+            ]
+            for mount in sorted(mounts, reverse=True):
+                subprocess.run(["umount", "-l", mount], check=False)
+            shutil.rmtree(root, ignore_errors=True)

@@ -17,6 +17,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 
+from tests.support.interrupt import shielded
+
 ETC_NETNS = "/etc/netns"
 
 
@@ -90,6 +92,10 @@ class Netns:
         return [int(p) for p in out.split()]
 
     def close(self) -> None:
+        with shielded():
+            self._close()
+
+    def _close(self) -> None:
         if self._made:
             # Only processes inside our own namespace: nothing else can be in it.
             for pid in self.pids():

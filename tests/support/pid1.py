@@ -17,7 +17,10 @@ def agent_argv(
     *program: str, grace: float = 1.0, pid1: bool = True, options: tuple[str, ...] = ()
 ) -> list[str]:
     argv = [PY, "-m", "mpi_bootstrap.pid1", "--grace", str(grace), *options, "--", *program]
-    return ["unshare", "--pid", "--fork", "--mount-proc", *argv] if pid1 else argv
+    # --kill-child: when unshare goes (a test's clean-up kills it), so does the agent, and
+    # with the namespace's PID 1 everything in it; without it, both outlive the test.
+    pid = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]
+    return [*pid, *argv] if pid1 else argv
 
 
 def run(

@@ -10,6 +10,7 @@ from tests.conftest import REAL_MPIS, RealMPI
 
 SOURCE = Path(__file__).resolve().parent / "allreduce.c"
 DISTGRAPH = Path(__file__).resolve().parent / "distgraph.c"
+TICKER = Path(__file__).resolve().parent / "ticker.c"  # ranks that run for a while
 # What each rank prints: rank, size, host, sum, expected, verdict (and its start time).
 LINE = re.compile(r"rank (\d+)/(\d+) on (\S+): allreduce sum (\d+) \(expected (\d+)\) (OK|WRONG)")
 
