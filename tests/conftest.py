@@ -230,7 +230,7 @@ def programs() -> Iterator[Path]:
     import shutil
     import tempfile
 
-    d = Path(tempfile.mkdtemp(prefix="mpib-e2e-", dir="/tmp"))
+    d = Path(tempfile.mkdtemp(prefix="mpib-e2e-", dir="/run"))
     d.chmod(0o755)
     yield d
     shutil.rmtree(d, ignore_errors=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from mpi_bootstrap.core import liveness
 from tests.conftest import AGENT, REAL_MPIS, RealMPI
 from tests.support import logs
 from tests.support.cluster import Cluster, Pod
@@ -37,7 +38,7 @@ def trains() -> Iterator[dict[str, Path]]:
     """The training loop, built for each real MPI (in a directory every pod can read)."""
     import shutil
 
-    d = Path(tempfile.mkdtemp(prefix="mpib-train-", dir="/tmp"))
+    d = Path(tempfile.mkdtemp(prefix="mpib-train-", dir="/run"))
     d.chmod(0o755)
     try:
         yield {kind: compile_program(m, d, SOURCE) for kind, m in REAL_MPIS.items()}
@@ -312,7 +313,13 @@ class TestStrangers:
         )
         try:
             wait_until(lambda: "listening on" in (dump.stderr.readline() or "x"), 10, "tcpdump")
-            assert world.launcher(steps=15).finish(timeout=120)[0] == 0
+            # Ended by SIGTERM, as a launcher restarted by its Job: a job that succeeded
+            # would write job-done, on which the workers end (the dir exchange).
+            first = world.launcher()
+            world.running(first)
+            time.sleep(2 * liveness.PING_S)  # pings and pongs on the wire
+            first.signal(signal.SIGTERM)
+            assert first.finish(timeout=60)[0] == 143
             time.sleep(0.5)  # the last datagrams written (--immediate-mode, -U)
         finally:
             dump.terminate()

@@ -341,7 +341,7 @@ def runtime_for_others() -> Iterator[Path]:
     import psutil
     import structlog
 
-    root = Path(tempfile.mkdtemp(prefix="mpib-rt-", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix="mpib-rt-", dir="/run"))
     root.chmod(0o755)
     try:
         here = Path(__file__).resolve().parent.parent

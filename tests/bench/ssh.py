@@ -52,7 +52,7 @@ os.unlink(record)
 
 
 def worker_ready(runs: int = 10) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="mpib-bench-ssh-"))
+    tmp = Path(tempfile.mkdtemp(prefix="mpib-bench-ssh-", dir="/run"))
     times = []
     try:
         with Cluster(["job-launcher", "job-worker-0"]) as c:
@@ -82,7 +82,7 @@ def worker_ready(runs: int = 10) -> dict[str, Any]:
 
 def preflight_16() -> dict[str, Any]:
     names = ["job-launcher", *(f"job-worker-{i}" for i in range(16))]
-    tmp = Path(tempfile.mkdtemp(prefix="mpib-bench-pf-"))
+    tmp = Path(tempfile.mkdtemp(prefix="mpib-bench-pf-", dir="/run"))
     try:
         with Cluster(names) as c:
             for pod in c.pods[1:]:

@@ -4,7 +4,9 @@
     pod netns:    eth0 → br-ctl, net1 → br-data (unless `data=False`), its own
                   /etc/hosts and resolv.conf;
                   commands run in their own UTS namespace with the pod's hostname, and
-                  (`pid1=True`) as PID 1 of their own PID namespace.
+                  (`pid1=True`) as PID 1 of their own PID namespace; with
+                  `private_root` (the default) in their own mount namespace, root's
+                  shell start-up files empty and the pod's own /tmp (`Pod.tmp`).
 
 Names, two ways:
 - `dns=False`: every pod's hosts file knows every pod (short names, and `name.domain`).
@@ -28,8 +30,10 @@ import contextlib
 import dataclasses
 import os
 import shlex
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -62,6 +66,12 @@ class Pod:
     # takes a lock (pyenv's rehash, a file in its shims folder) that a shell killed at the
     # wrong moment leaves behind: every later ssh session on the machine then waits 60 s.
     private_root: bool = True
+    # The pod's own /tmp (with private_root): a directory of the cluster's, bind-mounted
+    # over /tmp for every command in the pod, as a container has its own. On one shared
+    # /tmp, Open MPI 5's mpirun (PID 9 in every launcher pod, hostname job-launcher) found
+    # another session's PMIx rendezvous files, or a killed pod's, under its own name and
+    # exited 213 ("The PMIx server's listener thread failed to start").
+    tmp: str | None = None
 
     @property
     def address(self) -> str:
@@ -78,14 +88,14 @@ class Pod:
         # --kill-child: if unshare goes, so does the pod's PID 1 (and with it the pod).
         pid = ["--pid", "--fork", "--mount-proc", "--kill-child"] if self.pid1 else []
         mount = ["--mount"] if self.private_root else []
-        root = (
-            (
+        root = ""
+        if self.private_root:
+            root = (
                 "for f in /root/.bashrc /root/.profile; do [ ! -e $f ] || "
                 "mount --bind /dev/null $f || exit; done && "
             )
-            if self.private_root
-            else ""
-        )
+            if self.tmp is not None:
+                root += f"mount --bind {shlex.quote(self.tmp)} /tmp && "
         return [
             *self.netns.prefix(),
             "unshare",
@@ -159,6 +169,8 @@ class Cluster:
         self.data = data
         self.id = uuid.uuid4().hex[:6]
         self._on_close: list[Callable[[], None]] = []
+        # The pods' own /tmp directories (Pod.tmp), removed by close().
+        self.root = tempfile.mkdtemp(prefix=f"mpib-cluster-{self.id}-", dir="/run")
         self.switch = Netns(f"mpib-sw-{self.id}", resolv_conf=f"nameserver {DNS_ADDRESS}\n")
         try:
             for br in ("br-ctl", "br-data") if data else ("br-ctl",):
@@ -186,6 +198,7 @@ class Cluster:
                         hosts=hosts,
                     )
                 pod = Pod(name, i, ns, pid1=pid1, private_root=private_root)
+                pod.tmp = self._tmp(i) if private_root else None
                 self.pods.append(pod)
                 self._wire(pod, "eth0", "br-ctl", pod.address)
                 if data:
@@ -201,6 +214,13 @@ class Cluster:
         except BaseException:
             self.close()
             raise
+
+    def _tmp(self, index: int) -> str:
+        """A pod's own /tmp: sticky and open to all, as /tmp is."""
+        path = os.path.join(self.root, f"{index}-tmp")
+        os.mkdir(path)
+        os.chmod(path, 0o1777)  # noqa: S103 - it is the pod's /tmp
+        return path
 
     def fqdn(self, name: str) -> str:
         """MPI Operator's name for a pod: `<pod>.<job>.<ns>.svc.cluster.local`."""
@@ -302,6 +322,7 @@ class Cluster:
         for pod in self.pods:
             pod.netns.close()  # kills whatever is left in the pod, by PID
         self.switch.close()
+        shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> Cluster:
         return self
