@@ -5,10 +5,12 @@ client key and the workers' records. All the launcher's I/O before planning is h
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
@@ -108,9 +110,17 @@ def input_hostfile(config: Config, info: mpimod.MPIInfo) -> tuple[str, list[Deci
 
 
 def wait_for_dns(
-    config: Config, hostfile: hf.Hostfile, own_name: str, log: Log
+    config: Config,
+    hostfile: hf.Hostfile,
+    own_name: str,
+    log: Log,
+    *,
+    resolved: Callable[[Answer], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> dict[str, Answer]:
-    """Resolve every host (and the launcher itself) or raise DNSTimeoutError."""
+    """Resolve every host (and the launcher itself) or raise DNSTimeoutError. Each name
+    that resolves is handed to `resolved` as it does (the pipelined launch); `stop` ends
+    the wait early, unresolved names then said as on the deadline."""
     answers: dict[str, Answer] = {}
     names: list[str] = []
     for host in hostfile.hosts:
@@ -125,6 +135,8 @@ def wait_for_dns(
     def on_answer(answer: Answer, previous: Answer | None) -> None:
         if answer.ok:
             log("DNS OK", host=answer.name, address=answer.addresses[0])
+            if resolved is not None:
+                resolved(answer)
         elif previous is None or previous.error_kind != answer.error_kind:
             log("DNS WAIT", host=answer.name, reason=answer.error_kind, detail=answer.detail)
 
@@ -140,6 +152,7 @@ def wait_for_dns(
         interval=config.dns_wait_interval,
         concurrency=config.dns_concurrency,
         on_answer=on_answer,
+        stop=stop,
     )
     answers.update(result.answers)
     log(
@@ -149,20 +162,27 @@ def wait_for_dns(
         lookups=result.lookups,
         elapsed_s=round(result.elapsed, 3),
     )
-    if not result.ok and not config.explain:
+    if not result.ok and not config.explain and not (stop is not None and stop.is_set()):
         failing = [result.answers[n] for n in result.unresolved]
-        summary = some([f"{a.name} ({a.error_kind})" for a in failing], shown=5)
-        from mpi_bootstrap.doctor import diagnose
-
-        doctor = diagnose.for_dump([a.name for a in failing[:16]])
-        raise DNSTimeoutError(
-            f"DNS: {len(failing)} of {len(names)} names did not resolve within "
-            f"{config.dns_wait_seconds:g} s: {summary}",
-            details=dns_dump(hostfile, failing, own_name) + "\n--- doctor (each "
-            "nameserver asked directly)\n" + doctor,
-            host=failing[0].name,
-        )
+        raise dns_timeout(config, hostfile, failing, len(names), own_name)
     return answers
+
+
+def dns_timeout(
+    config: Config, hostfile: hf.Hostfile, failing: list[Answer], asked: int, own_name: str
+) -> DNSTimeoutError:
+    """Names that did not resolve by the deadline: which, and what the doctor finds."""
+    summary = some([f"{a.name} ({a.error_kind})" for a in failing], shown=5)
+    from mpi_bootstrap.doctor import diagnose
+
+    doctor = diagnose.for_dump([a.name for a in failing[:16]])
+    return DNSTimeoutError(
+        f"DNS: {len(failing)} of {asked} names did not resolve within "
+        f"{config.dns_wait_seconds:g} s: {summary}",
+        details=dns_dump(hostfile, failing, own_name) + "\n--- doctor (each "
+        "nameserver asked directly)\n" + doctor,
+        host=failing[0].name,
+    )
 
 
 def _read(path: str) -> str:
@@ -229,6 +249,21 @@ def dns_decision(config: Config, answers: Mapping[str, Answer]) -> Decision:
 
 
 def gather(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Gathered, list[Decision]]:
+    """Every fact the Plan needs: this pod's first (before_dns), then every host's
+    address and every remote worker's record (resolved)."""
+    facts, notes = before_dns(config, environ, log)
+    answers = wait_for_dns(config, facts.hostfile, socket.gethostname(), log)
+    if config.explain:
+        notes.append(dns_decision(config, answers))
+    return resolved(config, facts, answers, log), notes
+
+
+def before_dns(
+    config: Config, environ: Mapping[str, str], log: Log
+) -> tuple[Gathered, list[Decision]]:
+    """What this pod alone says: the MPI, the hostfile, its interfaces, the job's client
+    key and its ssh's key exchanges; the workers remote by name (an address may make one
+    local later: `resolved`). No host resolved, no record read."""
     # One deadline for DNS, the workers' records, sshd readiness and preflight.
     deadline = time.monotonic() + config.dns_wait_seconds
     log("exchange", mode=config.exchange, reason=config.exchange_reason)
@@ -239,43 +274,53 @@ def gather(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Gather
     path, more = input_hostfile(config, info)
     notes.extend(more)
     hostfile = read_hostfile(config, path)
-    own = socket.gethostname()
-    answers = wait_for_dns(config, hostfile, own, log)
-    if config.explain:
-        notes.append(dns_decision(config, answers))
-    mine = frozenset(netif.addresses())
-    remote = [
-        (e.name, e.rewritten_to, e.address)
-        for e in host_entries(config, hostfile, answers)
-        if not peers.is_local(e.rewritten_to, e.address, own, mine)
-    ]
-    client = peers.client_key(config, write=not config.explain, log=log)
-    records = {}
-    if client is not None and remote:
-        records = peers.collect(config, remote, client, deadline, log, fetch=not config.explain)
-        log("records", exchange=config.exchange, found=len(records), remote=len(remote))
     interfaces = netif.present()
-    rdma = {
-        nic: tuple(devs)
-        for nic in interfaces
-        if (devs := dataprobe.rdma_devices(nic, config.sysfs))
-    }
     facts = Gathered(
         environ=env,
         hostfile=hostfile,
-        answers=answers,
+        answers={},
         mpi=info,
         interfaces=interfaces,
-        rdma=rdma,
+        rdma={
+            nic: tuple(devs)
+            for nic in interfaces
+            if (devs := dataprobe.rdma_devices(nic, config.sysfs))
+        },
         is_root=os.geteuid() == 0,
         is_pid1=os.getpid() == 1,
-        client=client,
-        records=records,
-        remote=tuple(new for _, new, _ in remote),
         deadline=deadline,
-        ssh_kex=ssh_kex(config, env, bool(remote)),
     )
-    return facts, notes
+    remote = remote_hosts(config, facts)
+    return dataclasses.replace(
+        facts,
+        client=peers.client_key(config, write=not config.explain, log=log),
+        remote=tuple(new for _, new, _ in remote),
+        ssh_kex=ssh_kex(config, env, bool(remote)),
+    ), notes
+
+
+def remote_hosts(config: Config, facts: Gathered) -> list[tuple[str, str, str | None]]:
+    """(name in the hostfile, name mpirun uses, address) of each host mpirun reaches
+    over ssh, by the answers so far (none: by name alone)."""
+    own, mine = socket.gethostname(), frozenset(netif.addresses())
+    return [
+        (e.name, e.rewritten_to, e.address)
+        for e in host_entries(config, facts.hostfile, facts.answers)
+        if not peers.is_local(e.rewritten_to, e.address, own, mine)
+    ]
+
+
+def resolved(config: Config, facts: Gathered, answers: Mapping[str, Answer], log: Log) -> Gathered:
+    """The facts with every host's address, and the records of the remote workers."""
+    facts = dataclasses.replace(facts, answers=dict(answers))
+    remote = remote_hosts(config, facts)
+    records = {}
+    if facts.client is not None and remote:
+        records = peers.collect(
+            config, remote, facts.client, facts.deadline, log, fetch=not config.explain
+        )
+        log("records", exchange=config.exchange, found=len(records), remote=len(remote))
+    return dataclasses.replace(facts, records=records, remote=tuple(new for _, new, _ in remote))
 
 
 def ssh_kex(config: Config, env: Mapping[str, str], remote: bool) -> tuple[str, ...]:

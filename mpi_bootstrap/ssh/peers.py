@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import pwd
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from mpi_bootstrap.core.config import Config
-from mpi_bootstrap.core.errors import ConfigError, PeerUnavailableError, some
+from mpi_bootstrap.core.errors import BootstrapError, ConfigError, PeerUnavailableError, some
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.model import ClientKey, PlannedFile
 from mpi_bootstrap.core.names import is_ip_literal
@@ -103,14 +103,9 @@ def collect(
     `hosts` is (name in the input, name mpirun uses, address). `fetch=False` (explain)
     reads what is already there and never talks to a worker.
     """
-    user = config.ssh_user or pwd.getpwuid(os.geteuid()).pw_name
     if config.exchange == "secret":
         assert key is not None  # noqa: S101 - client_key() returns one in this mode
-        port = config.sshd_port or SECRET_SSHD_PORT  # Config sets it: never 0 here
-        return {
-            new: Record(new, (addr,) if addr else (), port, key.public, user)
-            for _, new, addr in hosts
-        }
+        return {new: secret_record(config, key, new, addr) for _, new, addr in hosts}
     records: dict[str, Record] = {}
     last: dict[str, str] = {}  # the last failure per worker, for the error message
     if config.exchange == "dir" and config.exchange_dir:
@@ -118,26 +113,40 @@ def collect(
             dirx.DirExchange(config.exchange_dir), hosts, deadline, last, fetch=fetch
         )
     elif config.exchange == "net" and fetch:
-        assert key is not None and config.token is not None  # noqa: S101 - see Config
-        records = _collect_net(
-            config.token, config.exchange_port, key.public, hosts, deadline=deadline, last=last
+        assert key is not None  # noqa: S101 - see Config
+        found = parallel.map_all(
+            lambda host: fetch_net(config, key, host, deadline, last), list(hosts), 32
         )
+        records = {new: r for (_, new, _), r in zip(hosts, found, strict=True) if r is not None}
     if fetch:
         missing = [new for _, new, _ in hosts if new not in records]
         if missing:
-            where = (
-                f"in {config.exchange_dir}"
-                if config.exchange == "dir"
-                else f"on port {config.exchange_port}"
-            )
-            raise PeerUnavailableError(
-                f"no record from {some(missing)} {where} before the deadline: is the worker "
-                "running `mpi-bootstrap worker`?",
-                details="\n".join(f"last attempt: {last[m]}" for m in missing if m in last),
-                phase="records",
-                host=missing[0],
-            )
+            raise no_record(config, missing, last)
     return records
+
+
+def secret_record(config: Config, key: ClientKey, new: str, address: str | None) -> Record:
+    """The secret exchange's record of a worker: nothing to fetch (the job's key is its
+    host key, its sshd on the agreed port)."""
+    user = config.ssh_user or pwd.getpwuid(os.geteuid()).pw_name
+    port = config.sshd_port or SECRET_SSHD_PORT  # Config sets it: never 0 here
+    return Record(new, (address,) if address else (), port, key.public, user)
+
+
+def no_record(config: Config, missing: Sequence[str], last: Mapping[str, str]) -> BootstrapError:
+    """Records still missing at the deadline: whose, where looked, the last failures."""
+    where = (
+        f"in {config.exchange_dir}"
+        if config.exchange == "dir"
+        else f"on port {config.exchange_port}"
+    )
+    return PeerUnavailableError(
+        f"no record from {some(list(missing))} {where} before the deadline: is the worker "
+        "running `mpi-bootstrap worker`?",
+        details="\n".join(f"last attempt: {last[m]}" for m in missing if m in last),
+        phase="records",
+        host=missing[0],
+    )
 
 
 def target_of(name: str) -> str:
@@ -157,56 +166,57 @@ def _collect_dir(
     records: dict[str, Record] = {}
 
     def attempt() -> bool | None:
-        for orig, new, addr in hosts:
-            if new in records:
-                continue
-            try:
-                rec = (
-                    ex.read_by_address(orig)
-                    if is_ip_literal(orig)
-                    else ex.read(orig)
-                    or ex.read(new)
-                    or (ex.read_by_address(addr) if addr else None)
-                )
-            except RecordError as exc:
-                last[new] = str(exc)
-                continue
-            if rec is not None:
-                records[new] = rec
+        for host in hosts:
+            if host[1] not in records and (rec := read_dir(ex, host, last)) is not None:
+                records[host[1]] = rec
         return True if len(records) == len(hosts) or not fetch else None
 
     retry_until(deadline, attempt, every=PEER)
     return records
 
 
-def _collect_net(
-    token: str,
-    port: int,
-    public: str,
-    hosts: Sequence[tuple[str, str, str | None]],
-    *,
+def read_dir(
+    ex: dirx.DirExchange, host: tuple[str, str, str | None], last: dict[str, str]
+) -> Record | None:
+    """A worker's record in the exchange directory, if it is there yet: by the name in
+    the hostfile, the name mpirun uses, or (once it resolved) its address."""
+    orig, new, addr = host
+    try:
+        return (
+            ex.read_by_address(orig)
+            if is_ip_literal(orig)
+            else ex.read(orig) or ex.read(new) or (ex.read_by_address(addr) if addr else None)
+        )
+    except RecordError as exc:
+        last[new] = str(exc)
+        return None
+
+
+def fetch_net(
+    config: Config,
+    key: ClientKey,
+    host: tuple[str, str, str | None],
     deadline: float,
     last: dict[str, str],
-) -> dict[str, Record]:
-    def one(host: tuple[str, str, str | None]) -> Record | None:
-        orig, new, _ = host
+) -> Record | None:
+    """A worker's record from its agent (the net exchange), asked until `deadline`."""
+    assert config.token is not None  # noqa: S101 - Config requires it with `net`
+    token, port = config.token, config.exchange_port
+    orig, new, _ = host
 
-        def attempt() -> Record | None:
-            try:
-                return exchange.fetch(
-                    new, port, token, public, target=target_of(orig), deadline=deadline
-                )
-            except exchange.ExchangeRefused as exc:
-                raise PeerUnavailableError(str(exc), phase="records", host=new) from None
-            except RecordError as exc:
-                last[new] = str(exc)  # e.g. a replayed reply: ask again
-            except TimeoutError as exc:  # the deadline: the last answer says more
-                last.setdefault(new, f"{new}: {exc}")
-            except OSError as exc:
-                last[new] = f"{new}: {exc.strerror or exc}"
-            return None
+    def attempt() -> Record | None:
+        try:
+            return exchange.fetch(
+                new, port, token, key.public, target=target_of(orig), deadline=deadline
+            )
+        except exchange.ExchangeRefused as exc:
+            raise PeerUnavailableError(str(exc), phase="records", host=new) from None
+        except RecordError as exc:
+            last[new] = str(exc)  # e.g. a replayed reply: ask again
+        except TimeoutError as exc:  # the deadline: the last answer says more
+            last.setdefault(new, f"{new}: {exc}")
+        except OSError as exc:
+            last[new] = f"{new}: {exc.strerror or exc}"
+        return None
 
-        return retry_until(deadline, attempt, every=NETWORK)
-
-    found = parallel.map_all(one, list(hosts), 32)
-    return {new: rec for (_, new, _), rec in zip(hosts, found, strict=True) if rec is not None}
+    return retry_until(deadline, attempt, every=NETWORK)

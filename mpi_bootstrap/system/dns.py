@@ -18,6 +18,7 @@ import collections
 import dataclasses
 import queue
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 
@@ -154,8 +155,10 @@ def wait_for(
     concurrency: int = 32,
     on_answer: Callable[[Answer, Answer | None], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    stop: threading.Event | None = None,
 ) -> WaitResult:
-    """Look every name up until all resolve or `deadline` seconds pass.
+    """Look every name up until all resolve or `deadline` seconds pass (or `stop` is set:
+    the launch failed elsewhere).
 
     `deadline == 0` means one round: every name is asked once, nothing is retried.
     `on_answer(answer, previous)` is called in the caller's thread for each answer.
@@ -171,7 +174,7 @@ def wait_for(
     )
     end = start + deadline
     while w.pending or w.in_flight:
-        if w.retry and clock() >= end:
+        if (w.retry and clock() >= end) or (stop is not None and stop.is_set()):
             break
         wait_token = w.feed(clock())
         # Sleep until the next token when one is needed; else only answers wake us up.
