@@ -242,6 +242,7 @@ EXPECTED: dict[str, Callable[[object], bool]] = {
     "ssh_user": _optional(lambda v: type(v) is str and names.is_user_name(v)),
     "preflight": lambda v: type(v) is bool,
     "ssh_reuse": lambda v: type(v) is bool,
+    "pipeline": lambda v: type(v) is bool,
     "ssh_kex": _optional(lambda v: type(v) is str and names.is_kex_list(v)),
     "data_check": lambda v: type(v) is bool,
     "sysfs": _is_path,

@@ -998,6 +998,53 @@ class TestLaunchGate:
         assert '[ "$h" = all ]' in text and "pass .all; fi" in text
 
 
+class TestLaunchOrder:
+    """Whether the launcher takes each worker as it arrives (launcher/pipeline.py) or every
+    worker first; `--explain` says which and why (the `launch order` decision)."""
+
+    plan = TestSSHTrust.plan  # the same workers, records and key
+    PRIVATE = TestSSHTrust.PRIVATE
+
+    @staticmethod
+    def decision(plan: Plan) -> tuple[str, str]:
+        d = next(d for d in plan.decisions if d.setting == "launch order")
+        return d.value, d.reason
+
+    @pytest.mark.parametrize(
+        ("kind", "then"),
+        [
+            ("openmpi4", "its daemon starts through the gate as its checks pass"),
+            ("openmpi5", "its daemon starts through the gate as its checks pass"),
+            ("mpich", "mpirun's ssh waits for every check"),
+            ("intel", "mpirun's ssh waits for every check"),
+        ],
+    )
+    def test_pipelined_behind_the_gate(self, kind: str, then: str) -> None:
+        """Behind the launch gate, each worker is taken as it arrives; Open MPI's daemons
+        start as their workers pass, hydra's proxies wait for every check."""
+        plan = self.plan(kind, "dir")
+        value, why = self.decision(plan)
+        assert (plan.pipeline, value) == (True, "pipelined"), why
+        assert then in why and "no rank starts before every worker passed every check" in why
+
+    @pytest.mark.parametrize(
+        ("flags", "why"),
+        [
+            (("--pipeline", "off"), "disabled: every name resolves"),
+            (("--rewrite", "ip"), "--rewrite ip writes the addresses"),
+            (("--exec", "true"), "no launch gate"),
+            (("--preflight", "off"), "no launch gate"),
+        ],
+    )
+    def test_every_worker_first(self, flags: tuple[str, ...], why: str) -> None:
+        """Where the plan needs every answer (the IP rewrite), has no gate to hold the
+        ranks, or is told not to: every name and record first, as the decision says."""
+        plan = self.plan("openmpi4", "dir", *flags)
+        value, reason = self.decision(plan)
+        assert (plan.pipeline, value) == (False, "every worker first")
+        assert why in reason, reason
+
+
 class TestLocalRule:
     """mpirun's rule for a host it runs without ssh, which decides preflight's hosts too."""
 

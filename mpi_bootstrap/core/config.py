@@ -76,6 +76,7 @@ class Config:
     ssh_user: str | None
     preflight: bool
     ssh_reuse: bool
+    pipeline: bool
     ssh_kex: str | None
     data_check: bool
     sysfs: str

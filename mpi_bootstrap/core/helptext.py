@@ -58,6 +58,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "ssh_user",
             "preflight",
             "ssh_reuse",
+            "pipeline",
             "ssh_kex",
             "ssh_connect_timeout",
         ),

@@ -80,6 +80,8 @@ class Plan:
     # The launch gate (core/gate.py): mpirun starts with the checks, its ssh to a worker
     # waits for them. None: the checks run first, mpirun after them.
     gate: str | None = None  # gate.EACH or gate.EVERY
+    # Each worker taken as soon as it is ready (launcher/pipeline.py), not every one first.
+    pipeline: bool = False
     done_file: str | None = None  # dir exchange: `job-done`, written after success
     done_text: str = ""
     deadline: float = 0.0

@@ -182,6 +182,7 @@ def build_plan(config: Config, facts: Gathered) -> Plan:
     spec, check, (mode, gate_files, gate_decision) = _mpirun(
         config, facts, entries, data, preflight=preflight, ssh_cmd=ssh.command
     )
+    pipeline, order = _order(config, mode)
     decisions = (
         *_base_decisions(config, facts),
         form,
@@ -194,6 +195,7 @@ def build_plan(config: Config, facts: Gathered) -> Plan:
         *run_decisions,
         check,
         gate_decision,
+        order,
     )
     files = (*_hostfiles(config, facts, text), *ssh.files, *spec.files, *gate_files)
     done, done_text = _job_done(config, facts)
@@ -224,6 +226,7 @@ def build_plan(config: Config, facts: Gathered) -> Plan:
         data_value=data.rule.value,
         published_data={h: r.data for h, r in facts.records.items() if r.data and h in remote},
         gate=mode,
+        pipeline=pipeline,
     )
 
 
@@ -247,6 +250,41 @@ def _mpirun(
     )
     check = _data_check(config, data, preflight)
     return spec, check, launch_gate(config, facts, spec, ssh_cmd, preflight)
+
+
+def _order(config: Config, mode: str | None) -> tuple[bool, Decision]:
+    """Whether each worker is taken as soon as it is ready (the launcher's pipeline:
+    launcher/pipeline.py) or after every name resolved and every record was read."""
+    source = str(config.source("pipeline"))
+    why = (
+        "disabled: every name resolves and every record is read before the first ssh"
+        if not config.pipeline
+        else "no launch gate (see above): the checks come first, so every worker is "
+        "awaited before them"
+        if mode is None
+        else "--rewrite ip writes the addresses the DNS wait finds into mpirun's hostfile: "
+        "every name must resolve before mpirun starts"
+        if config.rewrite == "ip"
+        else None
+    )
+    if why is not None:
+        return False, Decision("launch order", "every worker first", source, why)
+    then = (
+        "its daemon starts through the gate as its checks pass"
+        if mode == gate.EACH
+        else "mpirun's ssh waits for every check (its ranks start as it connects)"
+    )
+    return True, Decision(
+        "launch order",
+        "pipelined",
+        source,
+        "while the others are awaited, each worker is trusted and checked as soon as its "
+        f"name resolves and its record is in, and {then}; mpirun starts once the first "
+        "worker is in, planned from what is known then (once every worker is in where the "
+        "first's record lists RDMA devices: NCCL_IB_HCA names every worker's; a later "
+        "worker that would change its command or environment fails the launch, exit 69); "
+        "no rank starts before every worker passed every check",
+    )
 
 
 def _hostfiles(config: Config, facts: Gathered, text: str) -> tuple[PlannedFile, ...]:

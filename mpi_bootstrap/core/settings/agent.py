@@ -163,6 +163,15 @@ ROWS: tuple[Setting, ...] = (
         "the state dir) so mpirun's ssh reuses it instead of connecting again",
     ),
     Setting(
+        "pipeline",
+        "--pipeline",
+        ("MPI_BOOTSTRAP_PIPELINE",),
+        True,
+        v.boolean,
+        "trust, check and let mpirun's ssh through to each worker as soon as it resolves "
+        "and publishes its record, while the others are awaited (off: every name first)",
+    ),
+    Setting(
         "ssh_kex",
         "--ssh-kex",
         ("MPI_BOOTSTRAP_SSH_KEX",),
