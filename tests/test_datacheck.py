@@ -6,6 +6,7 @@ rejecting TCP, an MTU mismatch and a path that drops jumbo frames."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import PeerUnavailableError
 from mpi_bootstrap.core.model import Answer, ClientKey
 from mpi_bootstrap.dataplane import probe as dataprobe
-from mpi_bootstrap.launcher import checks, preflight
+from mpi_bootstrap.launcher import checks, pipeline, preflight
 from mpi_bootstrap.launcher.plan import Gathered, Plan, build_plan
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.ssh import datacheck
@@ -114,6 +115,20 @@ def plan_with(
     """A launcher plan for test_plan's two workers whose records carry `nics` (by short
     name) and list `ifaces` (by short name; lo, eth0, net1 unless given), the launcher
     having eth0 and net1."""
+    return build_plan(
+        *facts_with(nics, *flags, env=env, exchange=exchange, rdma=rdma, ifaces=ifaces)
+    )
+
+
+def facts_with(
+    nics: dict[str, datanet.DataNIC | None],
+    *flags: str,
+    env: dict[str, str] | None = None,
+    exchange: str = "dir",
+    rdma: dict[str, tuple[str, ...]] | None = None,
+    ifaces: dict[str, tuple[str, ...] | None] | None = None,
+) -> tuple[Config, Gathered]:
+    """plan_with's config and facts."""
     listed = {"pi-worker-0": POD, "pi-worker-1": POD, **(ifaces or {})}
     environ = {
         **BASE_ENV,
@@ -147,7 +162,7 @@ def plan_with(
         remote=tuple(ADDRESSES),
         rdma=rdma or {},
     )
-    return build_plan(config, facts)
+    return config, facts
 
 
 def decision(plan: Plan, setting: str) -> Any:
@@ -224,6 +239,23 @@ class TestPlan:
         assert "NCCL_IB_HCA" in plan.forwarded
         d = decision(plan, "NCCL_IB_HCA")
         assert "launcher: mlx5_0" in d.reason and "pi-worker-0.pi.default.svc: mlx5_3" in d.reason
+
+    def test_pipelined_launch_refuses_a_changed_environment(self) -> None:
+        """The pipelined launch started mpirun from the first worker's record (no RDMA
+        behind its data NIC); the second's lists mlx5_1, so NCCL_IB_HCA would differ:
+        the launch fails (69) naming the variable, before any rank. Alike: the Plan of
+        every fact is the one started."""
+        plain = datanet.DataNIC("net1", ("10.2.0.10",), 9000)
+        config, one = facts_with({"pi-worker-0": plain})
+        one = dataclasses.replace(one, records={w: r for w, r in one.records.items() if "-0." in w})
+        first = build_plan(config, one)
+        assert "NCCL_IB_HCA" not in first.env_set
+        _, every = facts_with({"pi-worker-0": plain, "pi-worker-1": NIC1})
+        with pytest.raises(PeerUnavailableError, match="NCCL_IB_HCA==mlx5_1") as err:
+            pipeline._final(config, first, every)
+        assert "MPI_BOOTSTRAP_PIPELINE=off" in err.value.message
+        _, alike = facts_with({"pi-worker-0": plain, "pi-worker-1": plain})
+        assert pipeline._final(config, first, alike).argv == first.argv
 
     def test_user_ib_hca_wins(self) -> None:
         """A user's NCCL_IB_HCA is left alone, and --explain says so."""

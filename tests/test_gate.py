@@ -18,16 +18,15 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import AGENT, REAL_MPIS, RealMPI
-from tests.support import logs
+from tests.support import logs, ranks
 from tests.support.cluster import Cluster, Pod
 from tests.support.job import Agent, Job, pod_processes, sshd_of
+from tests.support.ranks import JOB_PROCESSES, hide, left
 from tests.support.wait import holds_for, wait_until
 
 pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.timeout(180)]
 
 W3 = ["job-worker-0", "job-worker-1", "job-worker-2"]
-# What a launch may leave behind: the MPIs' daemons, and ssh (the launcher's masters).
-JOB_PROCESSES = {"orted", "prted", "hydra_pmi_proxy", "hydra_bstrap_proxy", "ssh", "mpirun"}
 
 
 @dataclass
@@ -38,11 +37,6 @@ class Fault:
     setup: Callable[[Path], str] = lambda _: ""
     after: Callable[[Cluster], None] = lambda _: None
     said: tuple[str, ...] = ()
-
-
-def hide(programs: Path) -> str:
-    """The program's directory, empty in worker-1's pod (a tmpfs over it)."""
-    return f"mount -t tmpfs none {shlex.quote(str(programs))}"
 
 
 def lose_ld(programs: Path) -> str:
@@ -67,16 +61,7 @@ FAULTS = {
 @pytest.fixture
 def marker(programs: Path) -> Iterator[tuple[Path, Path]]:
     """A program that writes one marker per rank (`<host>.<pid>`), and their directory."""
-    marks = programs / "marks"
-    marks.mkdir(mode=0o777, exist_ok=True)
-    for old in marks.iterdir():
-        old.unlink()
-    prog = programs / "marker"
-    prog.write_text(f'#!/bin/sh\n: > {shlex.quote(str(marks))}/"$(hostname).$$"\n')
-    prog.chmod(0o755)
-    yield prog, marks
-    for m in marks.iterdir():
-        m.unlink()
+    yield from ranks.marker(programs)
 
 
 def start(c: Cluster, work: Path, m: RealMPI, fault: Fault, programs: Path) -> Job:
@@ -90,12 +75,6 @@ def start(c: Cluster, work: Path, m: RealMPI, fault: Fault, programs: Path) -> J
         job.wait_ready(w)
     fault.after(c)
     return job
-
-
-def left(c: Cluster) -> dict[str, list[str]]:
-    """The job's processes still running, by pod."""
-    found = {p.name: sorted(set(pod_processes(p)) & JOB_PROCESSES) for p in c.pods}
-    return {name: procs for name, procs in found.items() if procs}
 
 
 def daemons_while(launcher: Agent, pod: Pod) -> set[str]:

@@ -100,18 +100,22 @@ class Preflight:
         except NotSetUpError:
             raise  # said all there is to say; DNS and the Service are beside the point
         except PeerUnavailableError as exc:
-            from mpi_bootstrap.doctor import diagnose
-
-            found = diagnose.run(config, deadline_s=5.0, data=False)
-            problems = [f.line() for f in found if not f.ok]
-            exc.details = "\n".join(
-                filter(
-                    None, [exc.details, "--- doctor", *(problems or ["(no other problem found)"])]
-                )
-            )
-            raise
+            raise with_doctor(exc, config) from None
         job.opened.update(done.opened)
         job.claims.update(done.claims)
+
+
+def with_doctor(exc: PeerUnavailableError, config: Config) -> PeerUnavailableError:
+    """A worker preflight could not pass, with what the doctor finds beside it (DNS, the
+    Service, the exchange) in its details."""
+    from mpi_bootstrap.doctor import diagnose
+
+    found = diagnose.run(config, deadline_s=5.0, data=False)
+    problems = [f.line() for f in found if not f.ok]
+    exc.details = "\n".join(
+        filter(None, [exc.details, "--- doctor", *(problems or ["(no other problem found)"])])
+    )
+    return exc
 
 
 class DataNetwork:
@@ -142,12 +146,15 @@ class DataNetwork:
 
 
 # In order: what can fail without ssh first, then each worker, then all of them together.
-CHECKS: tuple[Check, ...] = (NcclSelects(), Preflight(), DataNetwork())
+# The pipelined launch (launcher/pipeline.py) takes the first two worker by worker as
+# each arrives, then ACROSS.
+ACROSS: tuple[Check, ...] = (DataNetwork(),)
+CHECKS: tuple[Check, ...] = (NcclSelects(), Preflight(), *ACROSS)
 
 
-def run(job: Job) -> Job:
-    """Every check the plan asks for, in order; the job, with what they left."""
-    for check in CHECKS:
+def run(job: Job, these: tuple[Check, ...] = CHECKS) -> Job:
+    """Every check of `these` the plan asks for, in order; the job, with what they left."""
+    for check in these:
         if check.wanted(job):
             check.run(job)
     return job

@@ -68,7 +68,7 @@ def _launcher(
     )
 
 
-def _worker(
+def worker(
     host: str, rule: nccl.Rule, rec: records.Record | None, own: Sequence[str], control: str
 ) -> tuple[tuple[str, ...], str | None, Decision]:
     """One worker's data NICs, why NCCL finds none there (None: it does), its decision.
@@ -145,7 +145,7 @@ def plan(
         )
     for host in remote:
         rec = recs.get(host)
-        data, why, decision = _worker(host, rule, rec, own, control)
+        data, why, decision = worker(host, rule, rec, own, control)
         if exchange != "secret":
             decisions.append(decision)
         if why is not None:

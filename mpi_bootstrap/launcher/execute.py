@@ -9,11 +9,12 @@ Without it (`--exec`, no preflight, the user's own ssh agent), the checks come f
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import NoReturn
 
 from mpi_bootstrap.core import gate
@@ -33,21 +34,48 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> No
     checks behind the launch gate (`gated`), or after them — then replacing the agent
     (`--exec`) or supervised by the resident PID 1. Every way ends in an exec: the
     supervisor exits with mpirun's code."""
+    write_files(p, config, log)
+    env = p.environment(environ)
+    if p.ssh_targets and not p.preflight:
+        preflight.wait_sshd(p.ssh_targets, p.deadline, log)
+    job = checks.Job(p, config, env, log, session_key(p, config))
+    if p.gate is not None:
+        gated = Gated.of(job)
+        started = gated.start(job)
+        with ending(job, gated):
+            passed = gated.marks.open if p.gate == gate.EACH else None
+            checks.run(dataclasses.replace(job, passed=passed))
+            gated.marks.open(gate.ALL)
+        hand_over(job, started)
+    checks.run(job)
+    if config.exec:
+        log("mpirun exec", argv=list(p.argv), forwarded=list(p.forwarded))
+        handoff.exec_replace(p.argv, env)
+    log("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded))
+    handoff.start_and_handoff(dataclasses.replace(spec_of(job), monitor=monitor(job)))
+
+
+def write_files(p: Plan, config: Config, log: Log) -> None:
+    """The state directory and every file of the plan."""
     files.state_dir(config.state_dir)
     for f in p.files:
         files.atomic_write(f.path, f.text, f.mode)
         log("wrote", level="debug", path=f.path, purpose=f.purpose)
-    env = p.environment(environ)
     if p.control_dir is not None:
         files.state_dir(p.control_dir, "the ssh ControlPath directory")
-    if p.ssh_targets and not p.preflight:
-        preflight.wait_sshd(p.ssh_targets, p.deadline, log)
-    # This launch's session (core/liveness.py): preflight claims every worker with it.
-    session = secrets.token_hex(32) if p.preflight and config.exchange != "none" else None
-    job = checks.Job(p, config, env, log, session)
-    spec = Spec(
+
+
+def session_key(p: Plan, config: Config) -> str | None:
+    """This launch's session (core/liveness.py): preflight claims every worker with it."""
+    return secrets.token_hex(32) if p.preflight and config.exchange != "none" else None
+
+
+def spec_of(job: checks.Job) -> Spec:
+    """What the resident PID 1 is handed, less what only the hand-over knows."""
+    p, config = job.p, job.config
+    return Spec(
         argv=tuple(p.argv),
-        env=dict(env),
+        env=dict(job.env),
         role=config.role,
         grace=config.grace_seconds,
         group=config.signal_group,
@@ -57,57 +85,85 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> No
         done=Marker(p.done_file, p.done_text) if p.done_file else None,
         termination=config.termination(),
     )
-    if p.gate is not None:
-        gated(job, spec)
-    checks.run(job)
-    if config.exec:
-        log("mpirun exec", argv=list(p.argv), forwarded=list(p.forwarded))
-        handoff.exec_replace(p.argv, env)
-    log("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded))
-    handoff.start_and_handoff(dataclasses.replace(spec, monitor=monitor(job)))
 
 
-def gated(job: checks.Job, spec: Spec) -> NoReturn:
-    """mpirun started now, in a process group of its own (so that ending it ends its
-    gates and ssh clients too), the checks beside it; mpirun handed over once they all
-    passed. A failed check ends mpirun's group, then raises as without the gate."""
-    p, config, log = job.p, job.config, job.log
-    marks = Marks(config.state_dir, p.remote)
-    started = handoff.start(p.argv, job.env, group=True)
-    log("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded), gate=p.gate)
+@dataclasses.dataclass
+class Gated:
+    """mpirun behind the launch gate: its gates' marks, and mpirun once started."""
+
+    marks: Marks
+    started: handoff.Started | None = None
+
+    @classmethod
+    def of(cls, job: checks.Job) -> Gated:
+        return cls(Marks(job.config.state_dir, job.p.remote))
+
+    def start(self, job: checks.Job) -> handoff.Started:
+        """mpirun started now, in a process group of its own (so that ending it ends its
+        gates and ssh clients too)."""
+        p = job.p
+        self.started = handoff.start(p.argv, job.env, group=True)
+        job.log(
+            "mpirun start",
+            argv=list(p.argv),
+            forwarded=list(p.forwarded),
+            gate=p.gate,
+            pipelined=p.pipeline,
+        )
+        return self.started
+
+
+@contextlib.contextmanager
+def ending(job: checks.Job, gated: Gated) -> Iterator[None]:
+    """The checks beside a gated mpirun: a failed one (any exception) ends mpirun's
+    group, then is raised as without the gate."""
     t0 = time.monotonic()
     try:
-        checks.run(dataclasses.replace(job, passed=marks.open if p.gate == gate.EACH else None))
-        marks.open(gate.ALL)
+        yield
     except BaseException as exc:
-        # Exited by itself already (a bad option, say): then it is not the gate that
-        # ended it, and what it did is its own to say (its output), not the agent's.
-        before = children.exited(started.pid)
-        marks.fail()  # the gates that wait exit without connecting: mpirun gives up
-        ended = (
-            before
-            if before is not None
-            else children.end(started.pid, config.grace_seconds, patience=GIVE_UP_S)
-        )
-        marks.remove()
-        failed = f"a check failed ({type(exc).__name__})"
-        log(
-            "mpirun ended",
-            level="warning",
-            pid=started.pid,
-            code=ended,
-            reason=f"{failed}: no rank has started (the gate held every one)"
-            if before is None
-            else f"{failed}; mpirun had exited by itself before, "
-            f"with code {before} (its own output says why)",
-        )
+        # Exited by itself already (a bad option, say): then it is not the gate that ended
+        # it, and what it did is its own to say (its output), not the agent's.
+        started = gated.started
+        before = children.exited(started.pid) if started is not None else None
+        gated.marks.fail()  # the gates that wait exit without connecting: mpirun gives up
+        if started is not None:
+            _end(job, started, before, exc)
+        gated.marks.remove()
         raise
-    log("checks passed", workers=len(p.remote), elapsed_s=round(time.monotonic() - t0, 3))
-    # mpirun's late gates still read the marks: the resident removes them at the end.
+    job.log("checks passed", workers=len(job.p.remote), elapsed_s=round(time.monotonic() - t0, 3))
+
+
+def _end(job: checks.Job, started: handoff.Started, before: int | None, exc: BaseException) -> None:
+    """mpirun ended after a failed check (its gates refused; `before`: the code it had
+    exited with by itself), and the log saying so."""
+    ended = (
+        before
+        if before is not None
+        else children.end(started.pid, job.config.grace_seconds, patience=GIVE_UP_S)
+    )
+    failed = f"a check failed ({type(exc).__name__})"
+    job.log(
+        "mpirun ended",
+        level="warning",
+        pid=started.pid,
+        code=ended,
+        reason=f"{failed}: no rank has started (the gate held every one)"
+        if before is None
+        else f"{failed}; mpirun had exited by itself before, "
+        f"with code {before} (its own output says why)",
+    )
+
+
+def hand_over(job: checks.Job, started: handoff.Started) -> NoReturn:
+    """Every check passed: the gated mpirun to the resident PID 1, which watches the
+    workers while ranks run (mpirun's late gates still read the marks: the resident
+    removes them at the end)."""
     handoff.adopt(
         started,
         dataclasses.replace(
-            spec, gate_dir=os.path.join(config.state_dir, gate.DIR), monitor=monitor(job)
+            spec_of(job),
+            gate_dir=os.path.join(job.config.state_dir, gate.DIR),
+            monitor=monitor(job),
         ),
     )
 

@@ -103,9 +103,9 @@ def run(
         return sessions[host].until_done(deadline, endpoints.get(host), passed)
 
     try:
-        _raise_failures(list(hosts), sessions, _failures(list(hosts), one))
+        raise_failures(list(hosts), sessions, _failures(list(hosts), one))
     except BaseException:
-        _release(sessions.values())
+        release(sessions.values())
         raise
     log("preflight ok", workers=len(hosts), elapsed_s=round(time.monotonic() - started, 3))
     return Passed(
@@ -123,7 +123,7 @@ class Passed:
     claims: Mapping[str, liveness.Claimed]
 
 
-def _raise_failures(
+def raise_failures(
     hosts: list[str], sessions: Mapping[str, Session], failed: Mapping[str, str]
 ) -> None:
     unreachable = {h: s.unreachable for h, s in sessions.items() if s.unreachable is not None}
@@ -140,7 +140,7 @@ def _raise_failures(
         )
 
 
-def _release(sessions: Iterable[Session]) -> None:
+def release(sessions: Iterable[Session]) -> None:
     """End every kept session (all at once)."""
     sessions = list(sessions)
     children.close_all([s.kept.child for s in sessions if s.kept is not None], 1.0)

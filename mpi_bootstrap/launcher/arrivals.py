@@ -1,0 +1,171 @@
+"""Workers as they become ready, for the pipelined launch (launcher/pipeline.py).
+
+The DNS wait runs in a thread of its own, and each remote worker's record is read (the
+dir exchange: one thread polls the directory), fetched (net: once its name resolved) or
+made (secret) as soon as it can be. A worker is *ready* once its name resolved and its
+record is in. The threads only put what they learn on one queue of events; the
+caller's thread takes them (`wait`), holds all the state (`handle`), and learns which
+workers became ready. Every thread is a daemon and stops when `stop` is set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from mpi_bootstrap.core import hostfile as hf
+from mpi_bootstrap.core.config import Config
+from mpi_bootstrap.core.log import Log
+from mpi_bootstrap.core.model import Answer
+from mpi_bootstrap.core.names import is_ip_literal
+from mpi_bootstrap.core.records import Record
+from mpi_bootstrap.launcher import gather
+from mpi_bootstrap.launcher.model import Gathered
+from mpi_bootstrap.ssh import dirx, peers
+from mpi_bootstrap.system import parallel
+from mpi_bootstrap.system.retry import PEER
+
+Event = tuple[str, Any, Any]  # (kind, what, more): see Arrivals.handle
+# How long `wait` sleeps for a first event: the caller's loop also checks the deadline.
+TICK = 0.5
+
+
+@dataclasses.dataclass
+class Worker:
+    orig: str  # as the hostfile names it
+    new: str  # as mpirun names it
+    lookup: str  # the name the DNS wait asks
+    address: str | None = None
+    record: Record | None = None
+    ready: bool = False
+
+
+class Arrivals:
+    """The remote workers of `facts` (before_dns's: remote by name), as they arrive."""
+
+    def __init__(self, config: Config, facts: Gathered, log: Log) -> None:
+        self.config, self.base, self.log = config, facts, log
+        self.events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        self.stop = threading.Event()
+        self.workers = {
+            new: Worker(orig, new, hf.lookup_name(orig, config.rewrite, config.cluster_domain))
+            for orig, new, _ in gather.remote_hosts(config, facts)
+        }
+        self.answers: dict[str, Answer] = {}
+        self.dns_done = False
+        self.last: dict[str, str] = {}  # the last failure reading each worker's record
+        self.records = facts.client is not None
+        self.fetches: parallel.Workers[Worker, None] | None = None
+
+    def start(self) -> None:
+        threading.Thread(target=self._dns, name="dns", daemon=True).start()
+        if self.records and self.config.exchange == "dir" and self.config.exchange_dir:
+            threading.Thread(target=self._dir, name="records", daemon=True).start()
+        if self.records and self.config.exchange == "net":
+            self.fetches = parallel.Workers(self._fetch, 32, "records")
+        for w in self.workers.values():  # an address as written resolves at once
+            if is_ip_literal(w.lookup):
+                self.events.put(("answer", Answer(w.lookup, addresses=(w.lookup,)), None))
+
+    def wait(self, timeout: float = TICK) -> list[Event]:
+        """The events so far: the first within `timeout`, then all that are queued."""
+        try:
+            out = [self.events.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                out.append(self.events.get_nowait())
+            except queue.Empty:
+                return out
+
+    def handle(self, event: Event) -> list[str]:
+        """Take one event in; the workers it made ready. A failure is raised here."""
+        kind, what, more = event
+        if kind == "error":
+            raise what
+        if kind == "dns":
+            self.dns_done = True
+            self.answers.update(what)
+            return []
+        if kind == "answer":
+            self.answers[what.name] = what
+            found = [w for w in self.workers.values() if w.lookup == what.name]
+            for w in found:
+                w.address = what.addresses[0]
+                if self.records and self.config.exchange == "secret":
+                    assert self.base.client is not None  # noqa: S101 - self.records
+                    w.record = peers.secret_record(self.config, self.base.client, w.new, w.address)
+                elif self.fetches is not None and w.record is None:
+                    self.fetches.submit(w)
+            return self._ready(found)
+        if kind == "record":  # (new, Record), or (new, None): not found by the deadline
+            if more is None:
+                raise peers.no_record(self.config, [what], self.last)
+            self.workers[what].record = more
+            return self._ready([self.workers[what]])
+        raise ValueError(f"unknown event {kind!r}")
+
+    def _ready(self, workers: list[Worker]) -> list[str]:
+        newly = []
+        for w in workers:
+            if not w.ready and w.address is not None and (w.record or not self.records):
+                w.ready = True
+                newly.append(w.new)
+        return newly
+
+    def complete(self) -> bool:
+        """Every name resolved (the launcher's own too) and every worker ready."""
+        return self.dns_done and all(w.ready for w in self.workers.values())
+
+    def facts(self) -> Gathered:
+        """The facts so far: every answer, and the records of the workers that are in."""
+        records: Mapping[str, Record] = {
+            w.new: w.record for w in self.workers.values() if w.record is not None
+        }
+        return dataclasses.replace(self.base, answers=dict(self.answers), records=records)
+
+    def _dns(self) -> None:
+        try:
+            answers = gather.wait_for_dns(
+                self.config,
+                self.base.hostfile,
+                socket.gethostname(),
+                self.log,
+                resolved=lambda a: self.events.put(("answer", a, None)),
+                stop=self.stop,
+            )
+            self.events.put(("dns", answers, None))
+        except BaseException as exc:  # DNSTimeoutError, above all: the caller raises it
+            self.events.put(("error", exc, None))
+
+    def _dir(self) -> None:
+        """Poll the exchange directory for every record not yet in, until all are or the
+        deadline (then each missing one is said)."""
+        ex = dirx.DirExchange(self.config.exchange_dir or "")
+        todo = dict(self.workers)
+        while todo and not self.stop.is_set():
+            for new, w in list(todo.items()):
+                if (rec := peers.read_dir(ex, (w.orig, w.new, w.address), self.last)) is not None:
+                    del todo[new]
+                    self.events.put(("record", new, rec))
+            if time.monotonic() >= self.base.deadline:
+                for new in todo:
+                    self.events.put(("record", new, None))
+                return
+            time.sleep(PEER)
+
+    def _fetch(self, w: Worker) -> None:
+        assert self.base.client is not None  # noqa: S101 - net: a client key is made
+        host, deadline = (w.orig, w.new, w.address), self.base.deadline
+        try:
+            rec = peers.fetch_net(self.config, self.base.client, host, deadline, self.last)
+        except BaseException as exc:  # refused by the worker: said as is
+            self.events.put(("error", exc, None))
+            return
+        self.events.put(("record", w.new, rec))
