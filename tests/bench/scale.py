@@ -35,6 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.bench import stagger
 from tests.support import logs
 from tests.support.cluster import Cluster, Pod, agent_env
 from tests.support.interrupt import run_main
@@ -69,7 +70,15 @@ class Scale:
     """N workers up in a fresh cluster; the jobs run against them."""
 
     def __init__(
-        self, n: int, work: Path, agent: str, mpirun: str, data: bool = False, *, kex: str = ""
+        self,
+        n: int,
+        work: Path,
+        agent: str,
+        mpirun: str,
+        data: bool = False,
+        *,
+        kex: str = "",
+        stagger: bool = False,
     ) -> None:
         self.n, self.work, self.agent, self.mpirun, self.kex = n, work, agent, mpirun, kex
         self.profile: Path | None = None  # where Profile keeps its files, when asked
@@ -77,7 +86,15 @@ class Scale:
         self.xdir = work / "exchange"
         self.xdir.mkdir()
         t0 = time.monotonic()
-        self.c = Cluster(["launcher", *self.workers], pid1=True, data=data, private_root=True)
+        # --stagger: names from dnsmasq, each worker's record added as it becomes ready
+        self.c = Cluster(
+            ["launcher", *self.workers],
+            pid1=True,
+            data=data,
+            private_root=True,
+            dns=stagger,
+            late=self.workers if stagger else (),
+        )
         self.build_s = time.monotonic() - t0
         self.hostfile = work / "hostfile"
         self.hostfile.write_text("".join(f"{w} slots=1\n" for w in self.workers))
@@ -163,24 +180,29 @@ class Scale:
             raise SystemExit(f"--explain failed: {done.stderr}")
         return list(json.loads(done.stdout)["argv"])
 
-    def bare(self, argv: list[str]) -> dict[str, Any]:
-        """mpirun by hand: the plan's flags, its ssh pointed at a hand-made config."""
+    def bare(
+        self, argv: list[str], *, kex: str | None = None, names: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """mpirun by hand: the plan's flags, its ssh pointed at a hand-made config (`kex`:
+        its KexAlgorithms, else --kex's; `names`: the hostfile's name of each worker)."""
         hand = self.work / "by-hand"
         hand.mkdir(exist_ok=True)
+        kex = self.kex if kex is None else kex
         recs = {w: json.loads((self.xdir / f"{w}.json").read_text()) for w in self.workers}
+        alias = {w: (names or {}).get(w, w) for w in self.workers}
         (hand / "known_hosts").write_text(
-            "".join(f"{w} {r['host_key']}\n" for w, r in recs.items())
+            "".join(f"{alias[w]} {r['host_key']}\n" for w, r in recs.items())
         )
         cfg = "".join(
-            f"Host {w}\n  HostName {r['addresses'][0]}\n  Port {r['port']}\n  User {r['user']}\n"
-            f"  HostKeyAlias {w}\n"
+            f"Host {alias[w]}\n  HostName {r['addresses'][0]}\n  Port {r['port']}\n"
+            f"  User {r['user']}\n  HostKeyAlias {alias[w]}\n"
             for w, r in recs.items()
         )
         cfg += (
             f"Host *\n  IdentityFile {self.xdir}/job-key/id\n  IdentitiesOnly yes\n"
             f"  UserKnownHostsFile {hand}/known_hosts\n  StrictHostKeyChecking yes\n"
             "  BatchMode yes\n  LogLevel ERROR\n"
-        ) + (f"  KexAlgorithms {self.kex}\n" if self.kex else "")
+        ) + (f"  KexAlgorithms {kex}\n" if kex else "")
         (hand / "ssh_config").write_text(cfg)
         ssh = f"ssh -F {hand}/ssh_config"
         # The agent's files → ours: its ssh command (or its launch gate), the hostfile.
@@ -198,6 +220,7 @@ class Scale:
             "exit_code": done.returncode,
             "all_hosts_ran": self._all_ran(done.stdout),
             "ssh": ssh,
+            "kex": kex or "ssh default",
             "stderr_tail": done.stderr[-500:] if done.returncode else "",
         }
 
@@ -397,8 +420,10 @@ def one_size(
     kex: str = "",
     profile: Path | None = None,
     other: str = "",
+    bare_kex: str = "",
 ) -> dict[str, Any]:
-    """`runs` rounds on one cluster of `n` workers: workers started, the bare mpirun, then
+    """`runs` rounds on one cluster of `n` workers: workers started, the bare mpirun (and,
+    with `bare_kex`, the bare mpirun with that key exchange: the agent's), then
     the agent's job (which ends the workers). With `compare`, as many rounds again with
     the agent's ssh reuse off. With `data`, the pods have a data NIC (net1) and as many
     rounds again run with the data check off (its cost). With `other` (another agent, an
@@ -415,6 +440,7 @@ def one_size(
         "agent_reuse_off": [],
         "agent_data_check_off": [],
         "agent_b": [],
+        "bare_kex": [],
     }
     table_ = NeighbourTable(n + 1)
     try:
@@ -442,19 +468,76 @@ def one_size(
                 argv = result["argv"] = s.plan_argv()
             if key == "agent":
                 result["bare"].append(s.counted(lambda argv=argv: s.bare(argv)))
+                if bare_kex:
+                    result["bare_kex"].append(
+                        s.counted(lambda argv=argv: s.bare(argv, kex=bare_kex))
+                    )
             result[key].append(s.counted(lambda extra=extra: s.agent_job(**extra)))
             s.end_workers()
         return result
     except (Exception, KeyboardInterrupt) as exc:  # what was measured is kept and shown
-        result["error"] = f"{type(exc).__name__}: {exc}"[:2000]
-        result["stopped"] = isinstance(exc, KeyboardInterrupt)  # no next size, then
-        print(f"{n} workers: stopped: {result['error']}", file=sys.stderr)
-        return result
+        return _stopped(n, result, exc)
     finally:
         if s is not None:
             s.close()
         table_.__exit__()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _stopped(n: int, result: dict[str, Any], exc: BaseException) -> dict[str, Any]:
+    """A size that stopped on an error or a signal: what was measured, and why not more."""
+    result["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+    result["stopped"] = isinstance(exc, KeyboardInterrupt)  # no next size, then
+    print(f"{n} workers: stopped: {result['error']}", file=sys.stderr)
+    return result
+
+
+def one_stagger(
+    n: int, agent: str, mpirun: str, runs: int, *, spread: float, bare_kex: str
+) -> dict[str, Any]:
+    """`runs` rounds on one cluster of `n` workers that become ready over `spread` s
+    (tests/bench/stagger.py): the bare run with ssh's defaults, the agent, and (with
+    `bare_kex`) the bare run with the agent's key exchange."""
+    work = Path(tempfile.mkdtemp(prefix="mpib-stagger-", dir="/run"))
+    work.chmod(0o755)  # sshd's StrictModes: the keys' directories not writable by others
+    result: dict[str, Any] = {"workers": n, "stagger_s": spread, "bare_kex_name": bare_kex}
+    s = None
+    table_ = NeighbourTable(n + 1)
+    try:
+        s = Scale(n, work, agent, mpirun, stagger=True)
+        result["cluster_build_s"] = round(s.build_s, 2)
+        argv = result["argv"] = s.plan_argv()
+        result.update(stagger.rounds(s, runs, spread, argv, bare_kex))
+        return result
+    except (Exception, KeyboardInterrupt) as exc:
+        return _stopped(n, result, exc)
+    finally:
+        if s is not None:
+            s.close()
+        table_.__exit__()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def stagger_table(results: list[dict[str, Any]]) -> str:
+    head = (
+        "| workers | spread | last ready | agent: after the last | bare: after the last "
+        "| agent/bare | bare, agent's kex: after the last | agent/that | agent total "
+        "| bare total |\n" + "|---" * 10 + "|\n"
+    )
+    rows = []
+    for r in results:
+        a, b, k = r.get("agent", []), r.get("bare", []), r.get("bare_kex", [])
+        aa, bb = _median(a, "after_last_ready_s"), _median(b, "after_last_ready_s")
+        kk = _median(k, "after_last_ready_s")
+        ok = all(x["exit_code"] == 0 and x["all_hosts_ran"] for x in a + b + k) and bool(a)
+        rows.append(
+            f"| {r['workers']} | {r['stagger_s']:g} s | {_median(a, 'last_ready_s')} s "
+            f"| {aa} s | {bb} s | {f'{aa / bb:.2f}x' if aa and bb else 'n/a'} "
+            f"| {kk if k else ''} | {f'{aa / kk:.2f}x' if aa and kk else ''} "
+            f"| {_median(a, 'total_s')} s | {_median(b, 'total_s')} s |"
+            + ("" if ok and "error" not in r else f" FAILED {r.get('error', '')[:200]}")
+        )
+    return head + "\n".join(rows) + "\n"
 
 
 def _median(runs: list[dict[str, Any]], *keys: str) -> float | None:
@@ -591,25 +674,47 @@ def main(argv: list[str] | None = None) -> int:
         help="profile every job (perf record -a, process accounting): where the CPU went, "
         "by program, and how many processes of each; files kept in this directory",
     )
+    ap.add_argument(
+        "--bare-kex",
+        default="",
+        help="also run the bare mpirun with this key exchange (the agent's: "
+        "curve25519-sha256 with OpenSSH before 9.9), beside the one with --kex's",
+    )
+    ap.add_argument(
+        "--stagger",
+        type=float,
+        default=None,
+        metavar="S",
+        help="workers ready one after another over S seconds (tests/bench/stagger.py): "
+        "each run's time after the last worker was ready, agent and bare",
+    )
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("needs root (network namespaces)")
     agent = args.agent or _agent()
     results = []
+    show = stagger_table if args.stagger is not None else table
     for n in args.workers:
-        r = one_size(
-            n,
-            agent,
-            args.mpirun,
-            args.runs,
-            args.compare_reuse,
-            data=args.data,
-            kex=args.kex,
-            profile=args.profile,
-            other=args.compare_agent,
+        r = (
+            one_stagger(
+                n, agent, args.mpirun, args.runs, spread=args.stagger, bare_kex=args.bare_kex
+            )
+            if args.stagger is not None
+            else one_size(
+                n,
+                agent,
+                args.mpirun,
+                args.runs,
+                args.compare_reuse,
+                data=args.data,
+                kex=args.kex,
+                profile=args.profile,
+                other=args.compare_agent,
+                bare_kex=args.bare_kex,
+            )
         )
         results.append(r)
-        print(table([r]).splitlines()[-1], flush=True)
+        print(show([r]).splitlines()[-1], flush=True)
         if args.json:  # after each size: a later one that fails loses nothing before it
             args.json.write_text(json.dumps(results, indent=2))
         if r.get("stopped"):
@@ -619,7 +724,7 @@ def main(argv: list[str] | None = None) -> int:
         f"cores: {os.cpu_count()}; mpirun: {args.mpirun}; runs per size: {args.runs}; "
         f"key exchange: {args.kex or 'ssh default'}"
     )
-    print(table(results))
+    print(show(results))
     if args.data:
         print(data_table(results))
     if args.json:
