@@ -172,7 +172,8 @@ class TestProcesses:
         with Cluster(["a", "b"], pid1=True) as c:
             f = Faults(c)
             hog = f.cpu_hog(c.pods[1], 2)
-            assert len(c.pods[1].netns.pids()) == 2
+            # (each enters the pod's netns a moment after its start: `ip netns exec`)
+            wait_until(lambda: len(c.pods[1].netns.pids()) == 2, 10, "two busy loops in b")
             time.sleep(0.2)
             assert "R" in states(c.pods[1])
             f.delay(c.pods, 10)

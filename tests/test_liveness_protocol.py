@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import secrets
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 
 from mpi_bootstrap.core import liveness as lv
 from mpi_bootstrap.core import spec
+from mpi_bootstrap.pid1 import tree, watch
 
 KEY = secrets.token_hex(32)
 OTHER = secrets.token_hex(32)
@@ -215,3 +218,17 @@ class TestVerdict:
         assert "exit 205 (mpirun's own exit code)" in own and "signal" not in own
         killed = termination.text(role="launcher", code=137, phase="mpirun", error="x")
         assert "exit 137 (ended by SIGKILL)" in killed
+
+
+class TestReplySweep:
+    """A claim's session that ended mid-claim leaves its reply FIFO behind; the watch
+    removes it at the next claim (a worker claimed by launch after launch would gather
+    them: tests/test_soak.py counts the state files)."""
+
+    def test_only_the_gone_sessions(self, tmp_path: Path) -> None:
+        gone, here = tmp_path / "control-999999999.out", tmp_path / f"control-{os.getpid()}.out"
+        for fifo in (gone, here):
+            os.mkfifo(fifo, 0o600)
+        (tmp_path / "control").write_text("")  # the control FIFO itself: never swept
+        watch.sweep(str(tmp_path), tree.parents())
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["control", here.name]

@@ -31,6 +31,11 @@ DAEMONS = runtimes.DAEMONS
 Fields = dict[str, str]
 
 
+# The signature of a worker mpirun lost while the job ran (pid1/verdict.py, pid1/lost.py:
+# Open MPI 5 exits 0 all the same).
+WORKER_LOST = "worker-lost"
+
+
 @dataclasses.dataclass(frozen=True)
 class Signature:
     name: str
@@ -160,7 +165,7 @@ SIGNATURES = (
     # failure: captured by killing a worker pod mid-job (tests/test_liveness.py;
     # tests/fixtures/mpirun-failures/*-worker-lost.txt). Open MPI 5 then even exits 0.
     Signature(
-        "worker-lost",
+        WORKER_LOST,
         (
             "has lost communication with a remote daemon",
             "assert (!closed) failed",

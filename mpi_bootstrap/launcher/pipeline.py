@@ -129,6 +129,7 @@ class Each:
             self._one, parallel.SSH_AT_ONCE, "preflight"
         )
         self.started = time.monotonic()
+        self.said = False  # the `records` line
 
     def run(self, ready: list[str]) -> None:
         """Until every worker passed; what preflight leaves goes into the job."""
@@ -138,6 +139,7 @@ class Each:
                     self._trust()
                     for host in ready:
                         self._start(host)
+                    self._records()
                 _overdue(self.arrivals, self.job.p.deadline)
                 ready = []
                 for event in self.arrivals.wait():
@@ -148,11 +150,19 @@ class Each:
         except BaseException:
             preflight.release(self.sessions.values())
             raise
-        log, n = self.job.log, len(self.sessions)
-        log("records", exchange=self.job.config.exchange, found=n, remote=n)
-        log("preflight ok", workers=n, elapsed_s=round(time.monotonic() - self.started, 3))
+        n = len(self.sessions)
+        self.job.log("preflight ok", workers=n, elapsed_s=round(time.monotonic() - self.started, 3))
         self.job.opened.update({h: s.kept for h, s in self.sessions.items() if s.kept})
         self.job.claims.update({h: s.claimed for h, s in self.sessions.items() if s.claimed})
+
+    def _records(self) -> None:
+        """Said once, when every worker's record is in (as the launch of every worker
+        first says it)."""
+        workers = self.arrivals.workers.values()
+        if self.arrivals.records and not self.said and all(w.record for w in workers):
+            self.said = True
+            n = len(workers)
+            self.job.log("records", exchange=self.job.config.exchange, found=n, remote=n)
 
     def _trust(self) -> None:
         """The ssh config and known_hosts, rewritten with every worker in so far (ssh

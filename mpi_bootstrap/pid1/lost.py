@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from mpi_bootstrap.core import failures
 from mpi_bootstrap.core import liveness as lv
 from mpi_bootstrap.core.errors import MEANINGS, ExitStatus, some
 from mpi_bootstrap.core.log import Log
@@ -47,7 +48,17 @@ def monitor(spec: Monitor, sup: Supervisor, log: Log) -> MonitorService:
         sup.output.write(f"mpi-bootstrap: worker {reason}; {ending} (exit {code})\n".encode())
         sup.end_main(code, f"worker {reason}", MEANINGS[code][1], found[0][0].name)
 
+    def exited(code: int) -> None:
+        # Open MPI 5 exits 0 after losing a daemon (pid1/verdict.py): mpirun's own words
+        # then make every worker answer once more too, so the one gone is named by what
+        # the agent saw of it, as after any other failure.
+        said = bytes(sup.tee.tail).decode("utf-8", "replace") if sup.tee else ""
+        found = failures.explain(said) if code == 0 else None
+        service.main_exited(
+            code, verify=code != 0 or getattr(found, "signature", "") == failures.WORKER_LOST
+        )
+
     service = MonitorService(spec, log, sup.readers, lost)
     sup.duties.append(service)
-    sup.on_exit.append(service.main_exited)
+    sup.on_exit.append(exited)
     return service

@@ -253,12 +253,13 @@ class MonitorService:
         if lost:
             self._report(lost, now)
 
-    def main_exited(self, code: int) -> None:
-        """mpirun has ended with `code`: a failure makes every worker answer once more."""
+    def main_exited(self, code: int, *, verify: bool | None = None) -> None:
+        """mpirun has ended with `code`: a failure (or `verify`) makes every worker answer
+        once more."""
         now = time.monotonic()
         if self.state != "watching":
             return
-        if code == 0:
+        if not (code != 0 if verify is None else verify):
             self.stop("job over", now)
             return
         self.state, self.until, self.next_ping = "verifying", now + VERIFY_S, now

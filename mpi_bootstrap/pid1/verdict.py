@@ -30,7 +30,7 @@ class Verdict:
         (core/failures.py) and return the agent's code. A 0 stays 0, unless mpirun said
         it lost a worker: Open MPI 5 then exits 0 although the ranks there are gone."""
         found = failures.explain(tail.decode("utf-8", "replace"), stop=stop)
-        if found is None or (code == 0 and found.signature != "worker-lost"):
+        if found is None or (code == 0 and found.signature != failures.WORKER_LOST):
             return code
         log("mpirun failure explained", signature=found.signature, code=code)
         if code == 0:

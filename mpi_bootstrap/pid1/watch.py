@@ -30,7 +30,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 
 from mpi_bootstrap.core import liveness as lv
 from mpi_bootstrap.core.log import Log
@@ -142,6 +142,7 @@ class WatchService:
             self.armed, self.lost_at = False, None
         self.log("claimed", session=sid, requester=pid)
         table = tree.parents()
+        sweep(os.path.dirname(self.spec.fifo), table)
         spared = {*tree.ancestors(pid, table), *tree.descendants(pid, table)}
         self.end_launch(reason, spared, lambda n, names: self.answer(fd, n, names))
 
@@ -270,6 +271,19 @@ def _bind(address: str) -> socket.socket:
     udp.bind((address, 0))
     udp.setblocking(False)
     return udp
+
+
+def sweep(directory: str, alive: Mapping[int, int]) -> None:
+    """The reply FIFOs of sessions gone before they removed their own (an ssh session
+    ended mid-claim): `control-PID.out` whose PID is no process of this pod's."""
+    for name in os.listdir(directory):
+        m = _REPLY.fullmatch(name)
+        if m is not None and int(m[1]) not in alive:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
+
+
+_REPLY = re.compile(r"control-([0-9]{1,10})\.out")
 
 
 def make_fifo(path: str) -> str:

@@ -37,7 +37,6 @@ class Stagger:
         self.s, self.spread = scale, spread_s
         self.names = [f"{w}.r{rnd}.default.svc" for w in scale.workers]
         self.ready: list[float] = []  # monotonic, in order
-        self.procs: list[subprocess.Popen[bytes]] = []
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.error: BaseException | None = None
 
@@ -59,13 +58,12 @@ class Stagger:
                 if delay > 0:
                     time.sleep(delay)
                 with open(s.work / f"{pod.name}.log", "a") as out:
-                    self.procs.append(
-                        subprocess.Popen(
-                            pod.argv([s.agent, "worker"], s.env(pod)),
-                            stdout=out,
-                            stderr=subprocess.STDOUT,
-                        )
+                    p = subprocess.Popen(
+                        pod.argv([s.agent, "worker"], s.env(pod)),
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
                     )
+                s.c.procs.append(p)  # stopped by the cluster's close() if need be
                 dns.add([(f"{name}.cluster.local", pod.address)], wait=False)
                 self.ready.append(time.monotonic())
         except BaseException as exc:  # said by the round
@@ -77,10 +75,9 @@ class Stagger:
             raise RuntimeError(f"the stagger did not finish: {self.error!r}")
         return self.ready[-1]
 
-    def end(self, timeout: float = 60) -> None:
-        """The round's workers ended: by themselves after a job that succeeded (its
-        job-done), else stopped."""
-        self.s.c.procs += self.procs
+    def end(self, timeout: float) -> None:
+        """The round's workers ended: by themselves within `timeout` (a job that
+        succeeded wrote job-done), else stopped."""
         self.s.end_workers(timeout)
 
 
@@ -96,7 +93,7 @@ def agent_round(s: Any, rnd: int, spread: float, **extra: str) -> dict[str, Any]
     done = pod.run(argv, env, timeout=600)
     end = time.monotonic()
     last = st.last_ready()
-    st.end()
+    st.end(60)
     ev = {e["event"]: e for e in logs.events(done.stderr, partial=True)}
     phases = {
         k: round(logs.stamp(ev[k]) - wall0, 3)
@@ -133,7 +130,7 @@ def bare_round(s: Any, rnd: int, spread: float, argv: list[str], kex: str) -> di
     result = s.bare(argv, kex=kex, names=dict(zip(s.workers, st.names, strict=True)))
     end = time.monotonic()
     last = st.last_ready()
-    st.end()
+    st.end(0.1)  # no job-done after a bare run: stopped
     return {
         **result,
         "total_s": round(end - t0, 3),
