@@ -5,6 +5,7 @@
 #   make lint    ruff (rules and format), mypy, import-linter (the architecture's rules)
 #   make bench   benchmarks; numbers go to docs/benchmarks.md
 #   make bench-scale N="16 32 64 128"   one job on N worker pods, agent vs bare mpirun
+#   make bench-stagger N="16 64"         the same, the workers ready one after another
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -24,7 +25,7 @@ MPICH_VERSION := 5.0.2
 # 2021.19 needs a libfabric wheel PyPI does not have; 2021.18.1 bundles its own.
 IMPI_VERSION := 2021.18.1
 
-.PHONY: install system-deps mpi-venvs wheelhouse test test-fast compose-test lint bench bench-scale soak chaos loaded demo clean
+.PHONY: install system-deps mpi-venvs wheelhouse test test-fast compose-test lint bench bench-scale bench-stagger soak chaos loaded demo clean
 
 install: $(VENV)/.installed
 
@@ -115,7 +116,16 @@ N ?= 16 32 64 128
 MPIRUN ?= $(shell command -v mpirun)
 bench-scale: install $(BENCH_VENV)/.installed
 	$(PY) tests/bench/scale.py $(N) --mpirun $(MPIRUN) --agent $(BENCH_VENV)/bin/mpi-bootstrap \
-		--compare-reuse --json bench-scale.json
+		--compare-reuse --bare-kex $(AGENT_KEX) --json bench-scale.json
+
+# Workers ready one after another over STAGGER seconds (tests/bench/stagger.py): each
+# run's time after the last worker was ready, the agent against a careful script's DNS
+# wait and bare mpirun (ssh's defaults, and the agent's key exchange).
+STAGGER ?= 10
+AGENT_KEX ?= curve25519-sha256
+bench-stagger: install $(BENCH_VENV)/.installed
+	$(PY) tests/bench/scale.py $(N) --mpirun $(MPIRUN) --agent $(BENCH_VENV)/bin/mpi-bootstrap \
+		--stagger $(STAGGER) --bare-kex $(AGENT_KEX) --json bench-stagger.json
 
 # Reliability in figures (docs/benchmarks.md "Reliability"): RUNS launches against the same 16
 # worker pods for each exchange (tests/bench/soak.py); faults at random moments of the

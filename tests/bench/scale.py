@@ -122,7 +122,8 @@ class Scale:
                         stderr=subprocess.STDOUT,
                     )
                 )
-        self.c.procs += procs
+        for pod, p in zip(self.c.pods[1:], procs, strict=True):
+            self.c.adopt(pod, p)  # signalled as the pod's program (its PID 1)
         deadline = t0 + timeout
         while time.monotonic() < deadline:
             if all(_mtime(self.xdir / f"{w}.json") > wall for w in self.workers):

@@ -63,7 +63,7 @@ class Stagger:
                         stdout=out,
                         stderr=subprocess.STDOUT,
                     )
-                s.c.procs.append(p)  # stopped by the cluster's close() if need be
+                s.c.adopt(pod, p)  # signalled as the pod's program, stopped by close()
                 dns.add([(f"{name}.cluster.local", pod.address)], wait=False)
                 self.ready.append(time.monotonic())
         except BaseException as exc:  # said by the round

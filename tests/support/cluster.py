@@ -39,6 +39,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from tests.support.dnsmasq import Dnsmasq
 from tests.support.interrupt import shielded
@@ -162,7 +163,7 @@ class Cluster:
         if len(names) > MAX_PODS:
             raise ValueError(f"{len(names)} pods: one bridge holds at most {MAX_PODS}")
         self.pods: list[Pod] = []
-        self.procs: list[subprocess.Popen[str]] = []
+        self.procs: list[subprocess.Popen[Any]] = []
         self._pid1: set[int] = set()  # started in a PID-1 pod: the program is unshare's child
         self.dnsmasq: Dnsmasq | None = None
         self.job, self.namespace = job, namespace
@@ -267,7 +268,11 @@ class Cluster:
         self, pod: Pod, argv: Sequence[str], env: Mapping[str, str] | None = None
     ) -> subprocess.Popen[str]:
         """Start a long-running process in `pod`; stopped by close() if still running."""
-        p = pod.start(argv, env)
+        return self.adopt(pod, pod.start(argv, env))
+
+    def adopt(self, pod: Pod, p: subprocess.Popen[Any]) -> subprocess.Popen[Any]:
+        """A process started in `pod` by other means (`pod.argv`, its output to a file):
+        signalled as the pod's program (`signal`) and stopped by close()."""
         self.procs.append(p)
         if pod.pid1:
             self._pid1.add(p.pid)
