@@ -175,25 +175,27 @@ def _kind(exc: OSError) -> str:
     return f"error: {exc.strerror or exc}"
 
 
-def _tcp(src: str, addr: str, port: int, timeout: float) -> str | None:
-    """None if a TCP connection from `src` echoes our hello, else the kind of failure."""
+def _tcp(src: str, addr: str, port: int, timeout: float) -> tuple[str | None, float]:
+    """(None, the echo's round trip in seconds) if a TCP connection from `src` echoes our
+    hello, else (the kind of failure, 0)."""
     s = _socket.socket(_family(addr), _socket.SOCK_STREAM)
     s.settimeout(timeout)
     try:
         s.bind((src, 0))
         s.connect((addr, port))
+        sent = time.monotonic()
         s.sendall(HELLO)
         got = b""
         while len(got) < len(HELLO):
             chunk = s.recv(len(HELLO) - len(got))
             if not chunk:
-                return "closed by the peer"
+                return "closed by the peer", 0.0
             got += chunk
     except OSError as exc:
-        return _kind(exc)
+        return _kind(exc), 0.0
     finally:
         s.close()
-    return None
+    return None, time.monotonic() - sent
 
 
 def _udp_passes(s: _socket.socket, payload: int, tries: int, wait: float) -> bool:
@@ -214,10 +216,20 @@ def _udp_passes(s: _socket.socket, payload: int, tries: int, wait: float) -> boo
     return False
 
 
-def _mtu(src: str, addr: str, port: int, mtu: int) -> tuple[str | None, int]:
+# A lost datagram is asked again (each try waits for its answer a few round trips, the
+# echo's over TCP): a lossy, slow, saturated network (20% loss each way, 100 ms each way,
+# every CPU busy: tests/bench/loaded.py) is no MTU problem. The full-MTU datagram gets
+# TRIES tries, which a path losing 36% of round trips fails once in 3·10^4; a real MTU
+# problem (every try lost) costs TRIES waits, then the bisection says how large passes.
+TRIES, BISECT_TRIES = 10, 2
+WAIT_S, WAIT_RTTS, MAX_WAIT_S = 0.3, 4, 2.0
+
+
+def _mtu(src: str, addr: str, port: int, mtu: int, rtt: float) -> tuple[str | None, int]:
     """(None, mtu) when a full-MTU packet passes; else (why, the largest that passes)."""
     v6 = ":" in addr
     header = 48 if v6 else 28
+    wait = min(MAX_WAIT_S, max(WAIT_S, WAIT_RTTS * rtt))
     s = _socket.socket(_family(addr), _socket.SOCK_DGRAM)
     try:
         if v6:
@@ -226,15 +238,16 @@ def _mtu(src: str, addr: str, port: int, mtu: int) -> tuple[str | None, int]:
             s.setsockopt(_socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
         s.bind((src, 0))
         s.connect((addr, port))
-        if _udp_passes(s, mtu - header, 3, 0.3):
+        if _udp_passes(s, mtu - header, TRIES, wait):
             return None, mtu
         low = min(MIN_PACKET, mtu)
-        if not _udp_passes(s, low - header, 3, 0.3):
+        if not _udp_passes(s, low - header, TRIES, wait):
             return "udp", 0
         high = mtu  # low passes, high does not
         while high - low > 1:
             mid = (low + high) // 2
-            low, high = (mid, high) if _udp_passes(s, mid - header, 2, 0.15) else (low, mid)
+            passes = _udp_passes(s, mid - header, BISECT_TRIES, wait)
+            low, high = (mid, high) if passes else (low, mid)
         return "mtu", low
     finally:
         s.close()
@@ -247,9 +260,9 @@ def probe_one(src: str, mtu: int, target: str, seconds: float) -> dict[str, obje
     port = int(port_text)
     path_mtu = min(mtu, int(peer_mtu))
     out: dict[str, object] = {"peer": name, "address": addr, "port": port, "mtu": path_mtu}
-    why = _tcp(src, addr, port, seconds)
+    why, rtt = _tcp(src, addr, port, seconds)
     if why is None:
-        why, out["reaches"] = _mtu(src, addr, port, path_mtu)
+        why, out["reaches"] = _mtu(src, addr, port, path_mtu, rtt)
     out["ok"] = why is None
     if why is not None:
         out["kind"] = why
