@@ -36,7 +36,7 @@ from tests.support.workers import (
     wait_ready,
 )
 
-pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.timeout(240)]
 
 # Long enough for the workers' look for job-done (once a second) to come round.
 JOB_DONE_POLLS_S = 1.5
@@ -712,7 +712,7 @@ class TestTokenNotInEnviron:
     Secret volume's file. In the environment it would be (the control), and the agent,
     --explain and the doctor say so."""
 
-    def test_no_process_has_it(self, base: Path) -> None:
+    def test_no_process_has_it(self, base: Path, netns: None) -> None:
         """With the token in a file, a rank scanning its pod's /proc/*/environ for 6 s, while the
         readiness probe and the doctor are exec'd into the pods with the container's
         environment again and again, finds it nowhere; nor does a scan from outside."""
@@ -726,7 +726,7 @@ class TestTokenNotInEnviron:
         assert [r["found"] for r in reports] == [{}, {}, {}], reports
         assert outside == {}, outside
 
-    def test_control_environment_form(self, base: Path) -> None:
+    def test_control_environment_form(self, base: Path, netns: None) -> None:
         """The same job with MPI_BOOTSTRAP_TOKEN in the environment: the ranks find the token in
         the readiness probes' and the doctor's environment (what round 3 reported), so the
         scan above would have seen it."""

@@ -147,7 +147,6 @@ def fake_mpirun(tmp_path: Path) -> str:
     return str(path)
 
 
-@pytest.mark.netns
 class TestForReal:
     """The agent for real, each surface fed escapes by what it reads."""
 

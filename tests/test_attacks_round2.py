@@ -28,7 +28,7 @@ from tests.support.job import Agent, Job, sshd_of
 from tests.support.wait import holds_for, wait_until
 from tests.support.workers import launcher_env, start_workers
 
-pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.timeout(240)]
 
 W3 = ["job-worker-0", "job-worker-1", "job-worker-2"]
 NOFILE = resource.getrlimit(resource.RLIMIT_NOFILE)[1]  # as high as this machine allows
@@ -206,7 +206,7 @@ def data_port(pod: Pod) -> int:
 
 
 @pytest.fixture
-def five() -> Iterator[Cluster]:
+def five(netns: None, realmpi: None) -> Iterator[Cluster]:
     """A launcher, three workers and a stranger: a pod on the same networks, in no job."""
     with Cluster(["job-launcher", *W3, "stranger"]) as c:
         yield c
@@ -388,7 +388,9 @@ FORGERIES = {
 
 
 @pytest.fixture(scope="class")
-def compromised(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Job]]:
+def compromised(
+    tmp_path_factory: pytest.TempPathFactory, netns: None, realmpi: None
+) -> Iterator[tuple[Cluster, Job]]:
     """Three workers (worker-1 about to be compromised) and a stranger, kept for the
     class: every forged run fails, so the workers stay up."""
     work = tmp_path_factory.mktemp("compromised")

@@ -38,7 +38,6 @@ def fail(pod: Pod, log: Path, writer: str) -> tuple[int, int]:
     return code, wanted
 
 
-@pytest.mark.netns
 class TestSwappedDirectory:
     """A directory above the message's path swapped for a symlink by uid 1000."""
 

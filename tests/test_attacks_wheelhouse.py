@@ -30,7 +30,7 @@ import pytest
 
 from tests.support.engines import wheelhouse
 
-pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "container" / "Dockerfile"
@@ -137,7 +137,7 @@ def agent_version(venv: Path) -> str:
 
 
 @pytest.fixture
-def house(tmp_path: Path) -> tuple[Path, Path]:
+def house(tmp_path: Path, container: None) -> tuple[Path, Path]:
     """A copy of the real wheelhouse and its lock (`make wheelhouse`'s, once a session)."""
     wheelhouse()
     copy = tmp_path / "wheelhouse"

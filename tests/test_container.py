@@ -29,14 +29,14 @@ from tests.support.engines import (
 )
 from tests.support.wait import wait_until
 
-pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.timeout(900)]
 
 USERBASE = "localhost/mpib-test-userbase:latest"  # "your MPI image": python3 and a package
 FOREIGN = "localhost/mpib-test-foreign:latest"
 
 
 @pytest.fixture(scope="module", params=["podman", "docker"])
-def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
+def engine(request: pytest.FixtureRequest, container: None) -> Iterator[Engine]:
     """Each engine in turn, with the base, agent and demo images built."""
     import shutil
 
@@ -223,7 +223,7 @@ def test_agent_venv_leaves_the_image_python_alone(engine: Engine) -> None:
     assert version.startswith("mpi-bootstrap ")
 
 
-def test_wheelhouse_serves_every_python() -> None:
+def test_wheelhouse_serves_every_python(container: None) -> None:
     """`make wheelhouse` holds wheels for CPython 3.10-3.13 on x86-64 and aarch64: for each,
     pip resolves `mpi-bootstrap` from it alone (no index), as an offline image build does."""
     import subprocess

@@ -98,21 +98,27 @@ class TestStateDir:
         files.state_dir(str(d))
         assert d.stat().st_mode & 0o777 == 0o700
 
-    @pytest.mark.parametrize("kind", ["file", "symlink", "other-owner"])
+    @pytest.mark.parametrize("kind", ["file", "symlink"])
     def test_refused(self, tmp_path: Path, kind: str) -> None:
-        """A state dir that is a file, a symlink or another user's directory is refused (64), naming
-        it, so nobody else decides where the agent's keys and ssh config land."""
+        """A state dir that is a file or a symlink is refused (64), naming it, so nobody else
+        decides where the agent's keys and ssh config land."""
         d = tmp_path / "state"
         if kind == "file":
             d.write_text("")
-        elif kind == "symlink":
+        else:
             (tmp_path / "elsewhere").mkdir()
             d.symlink_to(tmp_path / "elsewhere")
-        else:
-            if os.geteuid() != 0:
-                pytest.skip("needs root to make a directory someone else owns")
-            d.mkdir(mode=0o777)
-            os.chown(d, 1000, 1000)
+        self.assert_refused(d)
+
+    def test_other_owners_refused(self, tmp_path: Path, root: None) -> None:
+        """Another user's directory is refused (64), naming it (only root can make one)."""
+        d = tmp_path / "state"
+        d.mkdir(mode=0o777)
+        os.chown(d, 1000, 1000)
+        self.assert_refused(d)
+
+    @staticmethod
+    def assert_refused(d: Path) -> None:
         with pytest.raises(ConfigError) as exc:
             files.state_dir(str(d))
         assert exc.value.status == 64

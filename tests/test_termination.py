@@ -153,7 +153,6 @@ def message(path: Path) -> dict[str, str]:
     return out
 
 
-@pytest.mark.netns
 class TestLauncher:
     """The launcher for real, once per exit code: the message names the phase, the host at
     fault where there is one, the code and its fix."""
@@ -291,7 +290,6 @@ class TestLauncher:
         assert reference.exists() and not Path("/proc/mpib-no").exists()
 
 
-@pytest.mark.netns
 class TestWorker:
     """The worker: its configuration, its sshd, a stop."""
 

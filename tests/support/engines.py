@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.support import resources
 from tests.support.interrupt import shielded
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
@@ -145,6 +146,7 @@ def wheelhouse() -> None:
     container/Dockerfile's offline install: `make wheelhouse`'s own script, once a session
     (it also checks that each Python resolves from it alone)."""
     global _WHEELHOUSE_MADE  # noqa: PLW0603 - once per test session
+    resources.need("container", "the wheelhouse")
     if _WHEELHOUSE_MADE:
         return
     done = subprocess.run(
@@ -168,6 +170,7 @@ def _project(store: Path) -> str:
 @contextlib.contextmanager
 def podman_session() -> Iterator[Podman]:
     """A private podman storage with the base, agent and demo images; wiped on exit."""
+    resources.need("container", "podman")
     store = Path(tempfile.mkdtemp(prefix="mpib-podman-"))
     (store / "storage.conf").write_text(
         f'[storage]\ndriver = "overlay"\ngraphroot = "{store}/root"\nrunroot = "{store}/run"\n'
@@ -195,6 +198,7 @@ def docker_session() -> Iterator[Docker]:
     iptables rules, no default bridge — with the base, agent and demo images; on exit
     the project is taken down, dockerd is stopped by its pid file, and its directory
     (mounts included) is removed."""
+    resources.need("container", "Docker Engine")
     root = Path(tempfile.mkdtemp(prefix="mpib-docker-"))
     sock = root / "docker.sock"
     pidfile = root / "dockerd.pid"
