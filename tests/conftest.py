@@ -272,23 +272,15 @@ def probe(tmp_path: Path) -> list[str]:
     return [sys.executable, str(path)]
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def uid1000(root: None) -> Iterator[str]:
     """A user with uid 1000 (MPI Operator's and Trainer's non-root images use it; the
-    attacks in test_attacks.py are made as it)."""
-    import pwd
-    import subprocess
+    attacks in test_attacks.py are made as it): the machine's, or one made for as long as
+    a session of the suite uses it (tests/support/users.py)."""
+    from tests.support.users import uid1000 as shared
 
-    try:
-        yield pwd.getpwuid(1000).pw_name
-        return
-    except KeyError:
-        pass
-    subprocess.run(["useradd", "-u", "1000", "-M", "-s", "/bin/sh", "mpiuser"], check=True)
-    try:
-        yield "mpiuser"
-    finally:
-        subprocess.run(["userdel", "mpiuser"], check=False)
+    with shared() as name:
+        yield name
 
 
 @pytest.fixture
