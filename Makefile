@@ -75,10 +75,10 @@ test: system-deps install mpi-venvs lint
 	$(MAKE) --no-print-directory test-unit UNIT="unit or fuzz"
 	$(PY) -m pytest -q -m "not unit and not fuzz"
 
-# The images and the compose simulation under podman and Docker Engine (also part of
-# `make test`).
+# The images and the compose simulation under podman and Docker Engine, and the wheelhouse
+# they install from: the `container` tier (also part of `make test`).
 compose-test: system-deps install
-	$(PY) -m pytest -q tests/test_container.py
+	$(PY) -m pytest -q -m container
 
 # Wheels of the agent and its dependencies, for container/Dockerfile's offline install,
 # and container/wheelhouse.lock, the sha256 of each, which the Dockerfile requires.
