@@ -2,6 +2,7 @@
 #
 #   make demo    the main job (see README)
 #   make test    everything CI runs
+#   make test-unit   the unit tier, as an unprivileged user: ~30 s (docs/development.md)
 #   make lint    ruff (rules and format), mypy, import-linter (the architecture's rules)
 #   make bench   benchmarks; numbers go to docs/benchmarks.md
 #   make bench-scale N="16 32 64 128"   one job on N worker pods, agent vs bare mpirun
@@ -18,14 +19,14 @@ NOWARN := PYTHONWARNINGS=ignore
 # Debian packages the tests, the benchmarks and the demo use (nftables: chaos's packet loss).
 DEB_PACKAGES := openmpi-bin libopenmpi-dev openssh-server openssh-client dnsmasq-base \
                 iproute2 nftables tcpdump procps util-linux podman runc debootstrap hyperfine \
-                tini dumb-init docker.io docker-compose
+                tini dumb-init docker.io docker-compose python3-venv
 # PyPI MPIs, each in its own venv: their mpirun binaries would overwrite each other.
 OPENMPI5_VERSION := 5.0.11
 MPICH_VERSION := 5.0.2
 # 2021.19 needs a libfabric wheel PyPI does not have; 2021.18.1 bundles its own.
 IMPI_VERSION := 2021.18.1
 
-.PHONY: install system-deps mpi-venvs wheelhouse test test-fast compose-test lint bench bench-scale bench-stagger soak chaos loaded demo clean
+.PHONY: install system-deps mpi-venvs wheelhouse test test-unit test-fast compose-test lint bench bench-scale bench-stagger soak chaos loaded demo clean
 
 install: $(VENV)/.installed
 
@@ -69,22 +70,60 @@ $(MPI_VENVS)/impi/.installed:
 	touch $@
 
 # Lint first: the bandit rules (no shell, no hard-coded secret) are a promise (SECURITY.md).
+# Then the tiers that need no root (unit, fuzz) as an unprivileged user, then all the rest
+# (tests/support/resources.py derives each test's tier from the fixtures it uses).
 test: system-deps install mpi-venvs lint
-	$(PY) -m pytest -q
+	$(MAKE) --no-print-directory test-unit UNIT="unit or fuzz"
+	$(PY) -m pytest -q -m "not unit and not fuzz"
 
-# The images and the compose simulation under podman and Docker Engine (also part of
-# `make test`).
+# The images and the compose simulation under podman and Docker Engine, and the wheelhouse
+# they install from: the `container` tier (also part of `make test`).
 compose-test: system-deps install
-	$(PY) -m pytest -q tests/test_container.py
+	$(PY) -m pytest -q -m container
 
 # Wheels of the agent and its dependencies, for container/Dockerfile's offline install,
 # and container/wheelhouse.lock, the sha256 of each, which the Dockerfile requires.
 wheelhouse: install
 	$(PY) container/wheelhouse.py
 
-# Unit tests only: no real MPI, no namespaces (seconds).
+# The unit tier (`-m unit`: no root, namespace, MPI, dnsmasq, container, nor fuzzer; ~700
+# tests, ~30 s here) as an unprivileged user: as root, as nobody, so that a test that needs
+# root cannot hide in it. nobody cannot run an interpreter that lies below /root (pyenv's):
+# the tier then runs in a venv of the system's Python (.venv-unit). If nobody cannot read
+# the clone itself, it runs as root without any capability. UNIT="unit or fuzz" adds the
+# fuzzers (~40 s more), as `make test` does.
+UNIT ?= unit
+UNIT_VENV := .venv-unit
+SYSTEM_PYTHON := /usr/bin/python3
+UNIT_ENV := PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin LANG=C.UTF-8 \
+            PYTHONDONTWRITEBYTECODE=1 GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory \
+            GIT_CONFIG_VALUE_0='*'
+UNIT_PYTEST := -m pytest -q -p no:cacheprovider -m "$(UNIT)"
+test-unit: install
+	@if [ "$$(id -u)" != 0 ]; then exec $(PY) $(UNIT_PYTEST); fi; \
+	py=$(CURDIR)/$(PY); as="runuser -u nobody --"; \
+	if ! runuser -u nobody -- test -r $(CURDIR)/tests/conftest.py; then \
+	  echo "test-unit: nobody cannot read $(CURDIR): as root without capabilities"; \
+	  as="setpriv --inh-caps=-all --bounding-set=-all --"; \
+	elif ! runuser -u nobody -- $$py -c "" 2>/dev/null; then \
+	  $(MAKE) --no-print-directory -q $(UNIT_VENV)/.installed || \
+	    $(MAKE) --no-print-directory $(UNIT_VENV)/.installed || exit; \
+	  py=$(CURDIR)/$(UNIT_VENV)/bin/python; \
+	fi; \
+	home=$$(mktemp -d /tmp/mpib-unit-XXXXXXXX) && chown nobody: $$home || exit; \
+	$$as env -i HOME=$$home TMPDIR=$$home $(UNIT_ENV) $$py $(UNIT_PYTEST); \
+	rc=$$?; rm -rf $$home; exit $$rc
+
+$(UNIT_VENV)/.installed: pyproject.toml
+	rm -rf $(UNIT_VENV)
+	$(SYSTEM_PYTHON) -m venv $(UNIT_VENV)
+	$(NOWARN) $(UNIT_VENV)/bin/pip install -q -e ".[test]"
+	touch $@
+
+# The unit tier as you are (root too), e.g. `UPDATE_SNAPSHOTS=1 make test-fast` to rewrite
+# the plan snapshots (tests/test_plan.py), which nobody may not write: ~30 s, no root needed.
 test-fast: install
-	$(PY) -m pytest -q -m "not realmpi and not netns and not dnsmasq and not container"
+	$(PY) -m pytest -q -m unit
 
 # lint-imports checks the contracts in pyproject.toml: the plan is pure, the resident
 # PID 1 loads only the standard library, the layers (docs/architecture.md).
@@ -161,4 +200,4 @@ demo: system-deps $(VENV)/.base
 	$(PY) tests/demo.py $(DEMO_ARGS)
 
 clean:
-	rm -rf $(VENV) $(MPI_VENVS) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(UNIT_VENV) $(MPI_VENVS) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,5 +1,6 @@
-"""Shared fixtures: the real MPIs, a simulated one-node pod (a private netns), and a
-simulated cluster of pods (tests/support/cluster.py)."""
+"""Shared fixtures: the privileged resources (each a fixture, from which a test's marker
+is derived: tests/support/resources.py), the real MPIs, a simulated one-node pod (a
+private netns), and a simulated cluster of pods (tests/support/cluster.py)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,22 @@ from typing import Any
 
 import pytest
 
-from tests.support import proctree
+from tests.support import proctree, resources
 from tests.support.cluster import Cluster
 from tests.support.netns import Netns, available
 
 ROOT = Path(__file__).resolve().parent.parent
-AGENT = str(ROOT / ".venv" / "bin" / "mpi-bootstrap")
 MPI_VENVS = ROOT / ".venv-mpi"
+
+
+def _agent() -> str:
+    """The agent of the venv the tests run in (`make test-unit`, as an unprivileged user,
+    may run them in a venv of its own when it cannot run .venv's Python: Makefile)."""
+    here = Path(sys.executable).parent / "mpi-bootstrap"
+    return str(here) if here.exists() else str(ROOT / ".venv" / "bin" / "mpi-bootstrap")
+
+
+AGENT = _agent()
 
 
 # Agents under test keep their state below pytest's tmp dirs, and a worker's sshd
@@ -28,6 +38,7 @@ MPI_VENVS = ROOT / ".venv-mpi"
 # not). As root, the tmp dirs go below /run instead, which only root writes: a directory
 # of this session's own, so that two sessions of the suite on one machine (two clones
 # tested at once) never empty each other's (a fixed --basetemp is emptied at start).
+# Not root (the unit tier), a private directory below $TMPDIR: /run is root's.
 # Short: pods take their HOME below it, and Open MPI 5 (PRRTE) failed "The PMIx server's
 # listener thread failed to start" (exit 213) under a HOME 9 characters longer than this.
 RUN_PREFIX = "mpib-t-"
@@ -42,17 +53,25 @@ def _terminated(signum: int, _frame: object) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    if config.option.basetemp is None and os.geteuid() == 0:
+    if config.option.basetemp is None:
         import tempfile
 
-        _session_tmp.append(tempfile.mkdtemp(prefix=RUN_PREFIX, dir="/run"))
+        where = "/run" if os.geteuid() == 0 else None
+        _session_tmp.append(tempfile.mkdtemp(prefix=RUN_PREFIX, dir=where))
         config.option.basetemp = _session_tmp[0]
+    if not os.access(ROOT, os.W_OK):  # a clone the user may only read (the unit tier)
+        from hypothesis import settings
+
+        settings.register_profile("read-only-clone", database=None)  # no .hypothesis/ there
+        settings.load_profile("read-only-clone")
     import signal
 
     signal.signal(signal.SIGTERM, _terminated)
     config.addinivalue_line(
         "markers", "workers(n): the `cluster` fixture builds n worker pods (default 2)"
     )
+    for name, meaning in resources.TIERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning} (derived, never set by hand)")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -62,12 +81,84 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by them
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test's markers, from the fixtures it uses: `netns` for one that uses `netns`
+    (or `pod`, `cluster`, which use it), ..., `fuzz` for a fuzzer, and `unit` for one
+    that is none of these. A marker set by hand is refused: it is what the fixtures say,
+    or it is wrong."""
+    by_hand = sorted(
+        f"{item.nodeid}: {m.name}"
+        for item in items
+        for m in item.iter_markers()
+        if m.name in resources.TIERS
+    )
+    if by_hand:
+        raise pytest.UsageError(
+            "markers set by hand (they are derived from the fixtures a test uses: "
+            "tests/support/resources.py; ask for the fixture instead):\n" + "\n".join(by_hand)
+        )
+    for item in items:
+        fuzzer = getattr(getattr(item, "obj", None), resources.FUZZER, False)
+        for name in resources.markers(getattr(item, "fixturenames", ()), fuzzer):
+            item.add_marker(name)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """While a test runs (its fixtures too), the resources it asked for are the ones it may
+    use (resources.need)."""
+    resources.grant(m.name for m in item.iter_markers() if m.name in resources.RESOURCES)
+    try:
+        yield
+    finally:
+        resources.grant(None)
+
+
+# ---------------------------------------------------------------- the resources
+
+
+@pytest.fixture(scope="session")
+def root() -> None:
+    """Root: PID namespaces, sshd, other users, directories under /run."""
+    if os.geteuid() != 0:
+        pytest.fail("needs root (a `root` test: `make test-unit` runs the ones that do not)")
+
+
+@pytest.fixture(scope="session")
+def netns(root: None) -> None:
+    """Network namespaces can be built here (tests/support/netns.py)."""
+    ok, why = available()
+    if not ok:
+        pytest.fail(f"cannot build a network namespace: {why}")
+
+
+@pytest.fixture(scope="session")
+def dnsmasq(netns: None) -> None:
+    """A real dnsmasq can be started (tests/support/dnsmasq.py)."""
+    from tests.support import dnsmasq as dm
+
+    ok, why = dm.available()
+    if not ok:
+        pytest.fail(why)
+
+
+@pytest.fixture(scope="session")
+def container(root: None) -> None:
+    """The container engines and the image builds (tests/support/engines.py)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RealMPI:
     kind: str  # openmpi4 | openmpi5 | mpich | intel
     vendor: str
     version: str
-    bindir: str
+    where: str  # its bin directory, as data; as a place to run from: `bindir`
+
+    @property
+    def bindir(self) -> str:
+        resources.need("realmpi", f"{self.kind}'s programs")
+        return self.where
 
     @property
     def mpirun(self) -> str:
@@ -83,10 +174,16 @@ REAL_MPIS = {
 }
 
 
+@pytest.fixture(scope="session")
+def realmpi() -> dict[str, RealMPI]:
+    """The real MPIs (REAL_MPIS), for a test that runs or builds for one of its choice."""
+    return REAL_MPIS
+
+
 @pytest.fixture(params=sorted(REAL_MPIS))
-def real_mpi(request: pytest.FixtureRequest) -> RealMPI:
+def real_mpi(request: pytest.FixtureRequest, realmpi: dict[str, RealMPI]) -> RealMPI:
     """Each real MPI in turn. Missing is a failure, not a skip: `make test` installs them."""
-    m = REAL_MPIS[request.param]
+    m = realmpi[request.param]
     if not os.access(m.mpirun, os.X_OK):
         pytest.fail(f"{m.mpirun} missing: run `make system-deps mpi-venvs` (make test does)")
     return m
@@ -119,10 +216,7 @@ class Pod:
 
 
 @pytest.fixture
-def pod(tmp_path: Path) -> Iterator[Pod]:
-    ok, why = available()
-    if not ok:
-        pytest.fail(f"cannot build a network namespace: {why}")
+def pod(tmp_path: Path, netns: None) -> Iterator[Pod]:
     # nameserver 127.0.0.1 with nothing listening: any name not in the pod's hosts file
     # fails at once, and no lookup ever leaves the namespace.
     # node-a is a "remote" node for one-node runs through tests/support/fake-ssh; its
@@ -141,7 +235,7 @@ def pod(tmp_path: Path) -> Iterator[Pod]:
 
 
 @pytest.fixture
-def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+def cluster(request: pytest.FixtureRequest, netns: None) -> Iterator[Cluster]:
     """A simulated cluster: pods job-launcher, job-worker-0 and job-worker-1 (no DNS
     server: every hosts file knows every pod). `@pytest.mark.workers(1)` on a test, class
     or module builds one worker pod. Removed after the test, whether it passed or not."""
@@ -178,23 +272,15 @@ def probe(tmp_path: Path) -> list[str]:
     return [sys.executable, str(path)]
 
 
-@pytest.fixture
-def uid1000() -> Iterator[str]:
+@pytest.fixture(scope="session")
+def uid1000(root: None) -> Iterator[str]:
     """A user with uid 1000 (MPI Operator's and Trainer's non-root images use it; the
-    attacks in test_attacks.py are made as it)."""
-    import pwd
-    import subprocess
+    attacks in test_attacks.py are made as it): the machine's, or one made for as long as
+    a session of the suite uses it (tests/support/users.py)."""
+    from tests.support.users import uid1000 as shared
 
-    try:
-        yield pwd.getpwuid(1000).pw_name
-        return
-    except KeyError:
-        pass
-    subprocess.run(["useradd", "-u", "1000", "-M", "-s", "/bin/sh", "mpiuser"], check=True)
-    try:
-        yield "mpiuser"
-    finally:
-        subprocess.run(["userdel", "mpiuser"], check=False)
+    with shared() as name:
+        yield name
 
 
 @pytest.fixture
@@ -225,7 +311,7 @@ def started() -> Iterator[list[subprocess.Popen[Any]]]:
 
 
 @pytest.fixture(scope="module")
-def programs() -> Iterator[Path]:
+def programs(root: None) -> Iterator[Path]:
     """A world-readable directory for the test programs (pods run them by path)."""
     import shutil
     import tempfile

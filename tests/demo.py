@@ -44,7 +44,7 @@ def needs(mpi: str) -> list[str]:
     kinds = ["mpich", mpi] if mpi == "intel" else [mpi]
     out = []
     for kind in kinds:
-        bindir = Path(REAL_MPIS[kind].bindir)
+        bindir = Path(REAL_MPIS[kind].where)  # only where it is: nothing is run
         if bindir.parent.parent == MPI_VENVS:
             out.append(str(bindir.parent.relative_to(ROOT)))
     return out

@@ -1,8 +1,12 @@
-"""The outside review's seven findings, each attack made for real against the real agent,
-its real sshd and the real ssh client, in a simulated cluster: the attacker is a real
-unprivileged user (uid 1000) in the pod, or a pod on the network without the token.
-Each test fails on the code the review attacked, and passes only when the attack fails.
-SECURITY.md cites these classes.
+"""Attacks on the agent's trust — its state directory, the exchanges, the keys, the
+token, sshd — each made for real against the real agent, its real sshd and the real ssh
+client, in a simulated cluster: the attacker is a real unprivileged user (uid 1000) in
+the pod, or a pod on the network without the token. The outside review's seven findings,
+and the second one's first (a planted state directory, also for the doctor and the
+readiness probe). Each test fails on the code the review attacked, and passes only when
+the attack fails. SECURITY.md cites these classes. (The data check attacked:
+tests/test_datacheck_attacks.py; a termination message through a swapped directory:
+tests/test_termlog.py.)
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -24,7 +29,7 @@ from tests.conftest import AGENT
 from tests.support import logs, wire
 from tests.support.attacker import as_attacker
 from tests.support.cluster import Cluster, agent_env
-from tests.support.podnet import EXCHANGE_PORT, ask, hello_for, replay, wait_listening
+from tests.support.podnet import EXCHANGE_PORT, LISTEN, ask, hello_for, replay, wait_listening
 from tests.support.wait import holds_for, wait_until
 from tests.support.workers import (
     TOKEN,
@@ -36,7 +41,7 @@ from tests.support.workers import (
     wait_ready,
 )
 
-pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.timeout(240)]
 
 # Long enough for the workers' look for job-done (once a second) to come round.
 JOB_DONE_POLLS_S = 1.5
@@ -203,6 +208,97 @@ class TestStateDirSwap:
 
 
 # ---------------------------------------------------------------- finding 2
+
+
+class TestDoctorTrustsNoPlantedFile:
+    """The second outside review's finding 1: `doctor` ran `ssh -F STATE_DIR/ssh_config`
+    from a state directory the launcher refuses, so a ProxyCommand planted there by another
+    uid ran as root. The doctor (and the readiness probe) now read nothing from a directory
+    the launcher would refuse (the same check, system/files.py state_dir) and say so."""
+
+    @pytest.mark.parametrize("how", ["emptydir", "owned-by-1000"])
+    def test_planted_ssh_config_is_not_run(self, cluster: Cluster, base: Path, how: str) -> None:
+        """uid 1000 plants `ProxyCommand` in the state directory's ssh_config; the launcher
+        refuses the directory (64); the doctor, run as root after it, refuses it too and runs
+        nothing from it. Control: with the launcher's own directory the doctor runs the data
+        network check over the config the launcher wrote."""
+        loot = base / "loot"
+        loot.mkdir()
+        loot.chmod(0o777)
+        proof = loot / "pwned"
+        if how == "emptydir":  # 0777 without the sticky bit: anyone may swap what is in it
+            parent = base / "emptydir"
+            parent.mkdir()
+            parent.chmod(0o777)
+            state, why = parent / "mpi-bootstrap", f"{parent} above it is writable by others"
+        else:  # /tmp/mpi-bootstrap-UID made first by someone else, in a sticky /tmp
+            parent = base / "tmp"
+            parent.mkdir()
+            parent.chmod(0o1777)
+            state, why = parent / "mpi-bootstrap-0", "belongs to uid 1000"
+        as_attacker(
+            f"mkdir -m 700 {state}; printf 'Host *\\n  ProxyCommand /bin/sh -c "
+            f'"id > {proof}; exec nc %%h %%p"\\n\' > {state}/ssh_config'
+        )
+        xdir = base / "exchange"
+        xdir.mkdir()
+        start_workers(cluster, base, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+        hostfile = "job-worker-0 slots=1\njob-worker-1 slots=1\n"
+        env = launcher_env(
+            base,
+            cluster,
+            hostfile,
+            MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+            MPI_BOOTSTRAP_STATE_DIR=str(state),
+        )
+        launched = cluster.pods[0].run([AGENT, "launcher", "--", "true"], env)
+        assert launched.returncode == 64 and why in launched.stderr, launched.stderr
+        doctor = cluster.pods[0].run([AGENT, "doctor", "--json"], env, timeout=60)
+        assert not proof.exists(), f"the planted ProxyCommand ran: {proof.read_text()}"
+        findings = json.loads(doctor.stdout)["findings"]
+        refused = [f for f in findings if f["check"] == "state directory"]
+        assert len(refused) == 1 and not refused[0]["ok"], findings
+        detail = refused[0]["detail"]
+        assert detail.startswith(f"would be refused: MPI_BOOTSTRAP_STATE_DIR: {state}"), detail
+        assert why in detail
+        assert not [f for f in findings if f["host"] == "data network"], findings
+        assert doctor.returncode == 1
+
+        # A program that fails: no job-done, so the workers stay up for the doctor's check.
+        env = launcher_env(base, cluster, hostfile, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+        done = cluster.pods[0].run([AGENT, "launcher", "--", "false"], env)
+        assert done.returncode == 1 and "mpirun start" in done.stderr, done.stderr
+        findings = json.loads(cluster.pods[0].run([AGENT, "doctor", "--json"], env).stdout)[
+            "findings"
+        ]
+        state_ok = [f for f in findings if f["check"] == "state directory"]
+        data = [f for f in findings if f["host"] == "data network"]
+        assert [f["ok"] for f in state_ok] == [True] and [f["ok"] for f in data] == [True], findings
+
+    def test_probe_reads_no_planted_record(self, cluster: Cluster, base: Path) -> None:
+        """The readiness probe trusts a record only from a state directory the worker would
+        accept: uid 1000's record.json in an emptyDir-like parent, naming a port something
+        listens on, does not make a worker that never started look ready."""
+        parent = base / "emptydir"
+        parent.mkdir()
+        parent.chmod(0o777)
+        state = parent / "mpi-bootstrap"
+        record = {
+            "v": 1,
+            "host": "job-worker-0",
+            "addresses": [],
+            "port": 22,
+            "host_key": "ssh-ed25519 " + "A" * 68,
+            "user": "root",
+        }
+        as_attacker(f"mkdir -m 700 {state}; echo '{json.dumps(record)}' > {state}/record.json")
+        pod = cluster.pods[1]
+        listener = cluster.start(pod, [sys.executable, "-c", LISTEN, pod.address, "22"])
+        assert listener.stdout is not None and listener.stdout.readline().startswith("listening")
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(base), "MPI_BOOTSTRAP_STATE_DIR": str(state)}
+        probe = pod.run([AGENT, "probe"], env)
+        assert probe.returncode == 69, probe.stdout
+        assert f"{parent} above it is writable by others" in probe.stdout
 
 
 class TestDirExchangeKeyPlanting:
@@ -712,7 +808,7 @@ class TestTokenNotInEnviron:
     Secret volume's file. In the environment it would be (the control), and the agent,
     --explain and the doctor say so."""
 
-    def test_no_process_has_it(self, base: Path) -> None:
+    def test_no_process_has_it(self, base: Path, netns: None) -> None:
         """With the token in a file, a rank scanning its pod's /proc/*/environ for 6 s, while the
         readiness probe and the doctor are exec'd into the pods with the container's
         environment again and again, finds it nowhere; nor does a scan from outside."""
@@ -726,7 +822,7 @@ class TestTokenNotInEnviron:
         assert [r["found"] for r in reports] == [{}, {}, {}], reports
         assert outside == {}, outside
 
-    def test_control_environment_form(self, base: Path) -> None:
+    def test_control_environment_form(self, base: Path, netns: None) -> None:
         """The same job with MPI_BOOTSTRAP_TOKEN in the environment: the ranks find the token in
         the readiness probes' and the doctor's environment (what round 3 reported), so the
         scan above would have seen it."""

@@ -15,7 +15,7 @@ from tests.support.cluster import Cluster, Pod
 from tests.support.faults import Faults
 from tests.support.wait import wait_until
 
-pytestmark = [pytest.mark.netns, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 PORT = 9001
 ECHO = f"""
@@ -78,7 +78,7 @@ def states(pod: Pod) -> set[str]:
 
 
 @pytest.fixture
-def three() -> Iterator[tuple[Cluster, Faults]]:
+def three(netns: None) -> Iterator[tuple[Cluster, Faults]]:
     with Cluster(["a", "b", "c"], pid1=True) as c:
         for pod in c.pods[1:]:
             c.start(pod, [sys.executable, "-c", ECHO])
@@ -166,7 +166,7 @@ class TestProcesses:
         c.procs[0].wait(timeout=10)
         assert states(c.pods[1]) == set()
 
-    def test_cpu_hog_and_close(self) -> None:
+    def test_cpu_hog_and_close(self, netns: None) -> None:
         """Busy loops run in the pod; the cluster's close ends them, thaws a frozen pod and
         removes the delay line, without an undo by the test."""
         with Cluster(["a", "b"], pid1=True) as c:

@@ -13,7 +13,7 @@ from tests.conftest import AGENT, Pod
 from tests.support import logs
 from tests.support.onepod import launcher
 
-pytestmark = [pytest.mark.netns, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 
 def message_lines(stderr: str) -> list[str]:

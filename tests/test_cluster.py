@@ -22,7 +22,8 @@ from tests.support.job import PODS, WORKERS, Agent, Job, check_allreduce, pod_pr
 from tests.support.programs import compile_allreduce
 from tests.support.wait import holds_for, wait_until
 
-pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.dnsmasq, pytest.mark.timeout(300)]
+# Every test builds a cluster with DNS and runs a real MPI on it.
+pytestmark = [pytest.mark.usefixtures("dnsmasq", "realmpi"), pytest.mark.timeout(300)]
 
 # How long the launcher must keep waiting for a DNS record that is not there yet (well
 # past its first rounds of lookups) before the record is added.

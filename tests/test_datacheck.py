@@ -384,7 +384,7 @@ W3 = ["job-worker-0", "job-worker-1", "job-worker-2"]
 
 
 @pytest.fixture
-def cluster() -> Iterator[Cluster]:
+def cluster(netns: None) -> Iterator[Cluster]:
     with Cluster(["job-launcher", *W3]) as c:
         yield c
 
@@ -474,8 +474,7 @@ FAULTS: dict[str, tuple[Callable[[Cluster], None], list[str]]] = {
 }
 
 
-@pytest.mark.netns
-@pytest.mark.realmpi
+@pytest.mark.usefixtures("realmpi")  # Open MPI 4 runs each job
 @pytest.mark.timeout(180)
 class TestOnTheCluster:
     """Real workers, real sshd, real sockets between the pods' data NICs."""

@@ -36,9 +36,7 @@ def test_demo_needs_only_its_mpi(mpi: str, venvs: list[str]) -> None:
     assert out.split() == venvs
 
 
-@pytest.mark.netns
-@pytest.mark.dnsmasq
-@pytest.mark.realmpi
+@pytest.mark.usefixtures("dnsmasq", "realmpi")  # what tests/demo.py builds and runs
 def test_default_demo_runs() -> None:
     """The default demo: 4 ranks on 2 workers, each line rank/host/result, exit 0."""
     done = subprocess.run(

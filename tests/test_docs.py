@@ -92,3 +92,41 @@ def test_every_security_promise_cites_tests_that_exist() -> None:
         assert refs or "make lint" in row, f"no test for: {row[:80]}"
         for module, name in refs:
             assert name in _defined(root / module), f"{module}::{name} (SECURITY.md) missing"
+
+
+# A file of tests/ cited by path, with the class and the test where given (`tests/test_` a
+# module `.py::TestClass::test_name`), also broken across a comment's or a docstring's
+# lines after `::`.
+CITED = r"(tests/(?:test_\w+|conftest|demo|(?:support|bench)/[\w/]+)\.py)((?:::\w+)*)"
+
+
+def _citations(text: str) -> list[tuple[str, str]]:
+    import re
+
+    joined = re.sub(r"::\n[\s#]*", "::", text)
+    return [(m[1], m[2].lstrip(":")) for m in re.finditer(CITED, joined)]
+
+
+def test_every_cited_test_exists() -> None:
+    """Every test module, class and test that the code, the tests and the docs cite by path
+    is there: a module renamed or a class moved cannot leave a citation pointing at
+    nothing (SECURITY.md's rows are checked above, this is everything else)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout.split()
+    missing = []
+    for name in tracked:
+        path = root / name
+        if path.suffix not in (".py", ".md", ".toml") and path.name != "Makefile":
+            continue
+        if "fixtures" in path.parts or not path.exists():
+            continue  # captured program output; a file removed but not yet committed
+        for module, test in _citations(path.read_text(errors="replace")):
+            if not (root / module).exists():
+                missing.append(f"{name}: {module}")
+            elif test and test not in _defined(root / module):
+                missing.append(f"{name}: {module}::{test}")
+    assert missing == []

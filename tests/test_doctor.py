@@ -15,7 +15,7 @@ from tests.support.cluster import Cluster
 from tests.support.job import Job
 from tests.support.wait import wait_until
 
-pytestmark = [pytest.mark.netns, pytest.mark.dnsmasq, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.timeout(180)]
 
 PODS = ["job-launcher", "job-worker-0", "job-worker-1"]
 
@@ -54,6 +54,7 @@ def start_workers(c: Cluster, work: Path) -> None:
     )
 
 
+@pytest.mark.usefixtures("dnsmasq", "realmpi")  # the workers of an Open MPI 4 job
 def test_all_well(tmp_path: Path) -> None:
     """With both workers up, doctor finds no problem (exit 0): ssh answers on both, and the
     headless Service has 2 addresses."""
@@ -69,6 +70,7 @@ def test_all_well(tmp_path: Path) -> None:
         assert len(svc) == 1 and svc[0]["ok"] and svc[0]["detail"].startswith("2 addresses")
 
 
+@pytest.mark.usefixtures("dnsmasq")
 def test_record_missing_then_late(tmp_path: Path) -> None:
     """A missing record: doctor shows each search form's NXDOMAIN, the Service short of
     addresses, and exits 1; once the record appears, that worker's checks pass."""
@@ -91,6 +93,7 @@ def test_record_missing_then_late(tmp_path: Path) -> None:
         assert checked and all(f["ok"] for f in checked), report
 
 
+@pytest.mark.usefixtures("dnsmasq")
 def test_no_sshd_anywhere(tmp_path: Path) -> None:
     """Names that resolve and no sshd listening (no exchange: the image's own sshd on 22,
     or the fixed port): the doctor says so per worker instead of "no problem found"."""
@@ -109,6 +112,7 @@ def test_no_sshd_anywhere(tmp_path: Path) -> None:
             assert report["exit"] == 1
 
 
+@pytest.mark.usefixtures("dnsmasq")
 def test_no_service(tmp_path: Path) -> None:
     """No record for any worker, nor the Service: NXDOMAIN is said as such (the Service does
     not exist), not as a Service whose endpoints are empty."""
@@ -122,6 +126,7 @@ def test_no_service(tmp_path: Path) -> None:
         assert "endpoints" not in svc["advice"]
 
 
+@pytest.mark.usefixtures("dnsmasq")
 def test_only_fqdn(tmp_path: Path) -> None:
     """Where only FQDNs resolve, doctor shows the REFUSED short name and advises
     MPI_BOOTSTRAP_REWRITE=fqdn, with which the checks pass."""
@@ -136,6 +141,7 @@ def test_only_fqdn(tmp_path: Path) -> None:
         assert checked and all(f["ok"] for f in checked), fixed
 
 
+@pytest.mark.usefixtures("dnsmasq")
 def test_nameserver_down(tmp_path: Path) -> None:
     """A nameserver down: doctor says `no answer` and `down or unreachable` in under 30 s (one
     deadline, not hosts × timeout)."""
@@ -150,6 +156,7 @@ def test_nameserver_down(tmp_path: Path) -> None:
         assert "down or unreachable" in down[0]["advice"]
 
 
+@pytest.mark.usefixtures("dnsmasq", "realmpi")  # the workers of an Open MPI 4 job
 def test_wrong_address(tmp_path: Path) -> None:
     """DNS points at an old address; the worker published its real one."""
     tmp_path.chmod(0o755)

@@ -26,7 +26,8 @@ from tests.support.cluster import Cluster, Pod
 from tests.support.job import WORKERS, Agent, Job, pod_processes
 from tests.support.wait import holds_for, wait_until
 
-pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.timeout(180)]
+# Every test runs an Open MPI 4 job (or its workers) on a simulated cluster.
+pytestmark = [pytest.mark.usefixtures("netns", "realmpi"), pytest.mark.timeout(180)]
 
 OMPI = REAL_MPIS["openmpi4"]
 
@@ -62,6 +63,7 @@ def script(path: Path, body: str) -> Path:
     return path
 
 
+@pytest.mark.usefixtures("dnsmasq")
 class TestDNSOutage:
     """The DNS server stops while the launcher waits, and comes back: the job runs."""
 

@@ -24,7 +24,7 @@ from tests.support.job import Agent, Job, pod_processes, sshd_of
 from tests.support.ranks import JOB_PROCESSES, hide, left
 from tests.support.wait import holds_for, wait_until
 
-pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.usefixtures("netns", "realmpi"), pytest.mark.timeout(180)]
 
 W3 = ["job-worker-0", "job-worker-1", "job-worker-2"]
 

@@ -38,7 +38,7 @@ def alive(pid: int) -> bool:
 class TestStarted:
     """The `started` fixture and the PID-1 helper end everything a test started."""
 
-    def test_a_failing_test_leaves_no_process(self, tmp_path: Path) -> None:
+    def test_a_failing_test_leaves_no_process(self, tmp_path: Path, root: None) -> None:
         """A test that fails with a PID namespace (PID 1 and its child) and a shell with
         background children running leaves none of them once its session has ended."""
         record = tmp_path / "pids"
@@ -66,7 +66,7 @@ class TestStarted:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
 
-    def test_killing_unshare_ends_the_namespace(self) -> None:
+    def test_killing_unshare_ends_the_namespace(self, root: None) -> None:
         """agent_argv's `unshare --kill-child`: when unshare is killed (all a test holds),
         the agent, PID 1 of the namespace, goes with it, and so does its child."""
         p = subprocess.Popen(agent_argv("sleep", "300"), stderr=subprocess.DEVNULL)
@@ -100,8 +100,7 @@ def pid_file(d: Path) -> str:
         return ""
 
 
-@pytest.mark.netns
-@pytest.mark.realmpi
+@pytest.mark.usefixtures("dnsmasq", "realmpi")  # what tests/bench/chaos.py builds and runs
 class TestBenchSignal:
     """A bench ended by SIGTERM removes what it made (tests/support/interrupt.py)."""
 
@@ -146,8 +145,7 @@ class TestBenchSignal:
         assert not [d for d in Path("/tmp").glob("mpib-dnsmasq-*") if pid_file(d) in pids]
 
 
-@pytest.mark.netns
-def test_pods_never_run_the_machines_login_files() -> None:
+def test_pods_never_run_the_machines_login_files(netns: None) -> None:
     """A simulated pod's root has empty shell start-up files, as in an image: an ssh
     session there (bash reads ~/.bashrc for it) never runs this machine's, nor takes a
     lock of theirs that a killed shell would leave behind for every later session."""

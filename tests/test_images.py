@@ -17,7 +17,8 @@ from tests.support.cluster import Cluster, agent_env
 from tests.support.job import PODS, WORKERS, Job, check_allreduce
 from tests.support.programs import DISTGRAPH, compile_allreduce, compile_program
 
-pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.dnsmasq, pytest.mark.timeout(300)]
+# Every test builds a cluster with DNS; all but TestNoExchange run a real MPI on it.
+pytestmark = [pytest.mark.usefixtures("dnsmasq"), pytest.mark.timeout(300)]
 
 # What an Ubuntu 24.04 CUDA/PyTorch image carries (its Open MPI 4.1.6), and the rest of
 # the single-node settings README's table lists.
@@ -46,6 +47,7 @@ OVERRIDDEN = [
 ]
 
 
+@pytest.mark.usefixtures("realmpi")
 class TestImageSettings:
     """A single-node setting in the image's environment does not stop (or silently
     shrink) a job across pods: the agent overrides it and says so."""
@@ -87,6 +89,7 @@ class TestImageSettings:
             assert "mpirun start" not in done.stderr  # refused with the config
 
 
+@pytest.mark.usefixtures("realmpi")
 class TestMPICHNetmod:
     """PyPI's MPICH (ch4:ucx,ofi) runs on OFI's tcp provider: MPI_Dist_graph_create across
     pods, which hung with its default UCX netmod (mpi4py's topology tests), completes."""
@@ -110,6 +113,7 @@ class TestMPICHNetmod:
 RANK_PATH = "import os; print('PATH', os.uname().nodename, os.environ['PATH'], flush=True)"
 
 
+@pytest.mark.usefixtures("realmpi")
 class TestProgramResolves:
     """The ranks get the PATH the launcher forwards (no /usr/bin put first behind the
     agent's back), and a program that is another file on some pod is caught before
@@ -191,6 +195,7 @@ class TestNoExchange:
             assert any(e["event"] == "exchange" and e["mode"] == "none" for e in lines)
 
 
+@pytest.mark.usefixtures("realmpi")
 class TestQuietProbe:
     """A readinessProbe every few seconds adds nothing to the worker's log (sshd logs two
     lines for every connection: the probe does not connect)."""

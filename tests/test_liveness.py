@@ -26,22 +26,20 @@ from tests.support.job import Agent, Job, pod_processes
 from tests.support.programs import compile_program
 from tests.support.wait import holds_for, wait_until
 
-pytestmark = [pytest.mark.netns, pytest.mark.realmpi]
-
 BOUND = 5
 SOURCE = Path(__file__).parent / "support" / "train.c"
 DAEMONS = {"orted", "prted", "hydra_pmi_proxy", "hydra_bstrap_proxy"}
 
 
 @pytest.fixture(scope="module")
-def trains() -> Iterator[dict[str, Path]]:
+def trains(realmpi: dict[str, RealMPI], root: None) -> Iterator[dict[str, Path]]:
     """The training loop, built for each real MPI (in a directory every pod can read)."""
     import shutil
 
     d = Path(tempfile.mkdtemp(prefix="mpib-train-", dir="/run"))
     d.chmod(0o755)
     try:
-        yield {kind: compile_program(m, d, SOURCE) for kind, m in REAL_MPIS.items()}
+        yield {kind: compile_program(m, d, SOURCE) for kind, m in realmpi.items()}
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -98,7 +96,11 @@ class World:
 
 @pytest.fixture
 def world(
-    request: pytest.FixtureRequest, real_mpi: RealMPI, trains: dict[str, Path], tmp_path: Path
+    request: pytest.FixtureRequest,
+    real_mpi: RealMPI,
+    trains: dict[str, Path],
+    tmp_path: Path,
+    netns: None,
 ) -> Iterator[World]:
     tmp_path.chmod(0o755)
     extra = getattr(request, "param", {})
@@ -374,6 +376,7 @@ class Stranger:
         )
 
 
+@pytest.mark.usefixtures("netns", "realmpi")  # an Open MPI 4 job's worker
 class TestControlFifo:
     """What comes through a worker's control FIFO (pid1/watch.py) other than a claim
     answered on a FIFO of its own is dropped, and ends nothing: a line that is not a

@@ -21,6 +21,7 @@ from tests.support.wait import wait_until
 pytestmark = [pytest.mark.timeout(180)]
 
 
+@pytest.mark.usefixtures("root")  # the agent as PID 1 of a PID namespace
 class TestExitCodes:
     """The child's code passes through; a death by signal N is 128+N."""
 
@@ -55,6 +56,7 @@ class TestExitCodes:
         assert "not executable" in done.stderr
 
 
+@pytest.mark.usefixtures("root")  # the agent as PID 1 of a PID namespace
 class TestSignals:
     """Every catchable signal sent to the agent reaches the child (after a handshake)."""
 
@@ -113,6 +115,7 @@ class TestSignals:
         assert time.monotonic() - t0 < 2.0
 
 
+@pytest.mark.usefixtures("root")  # the agent as PID 1 of a PID namespace
 class TestReaping:
     """Orphans are reaped; leftovers are ended; the main status is never lost."""
 
@@ -177,7 +180,6 @@ exit 0
 """
 
 
-@pytest.mark.netns
 def test_subreaper_before_the_first_child(pod: Pod) -> None:
     """Not PID 1, the launcher is a subreaper before it starts mpirun (which it starts before
     its hand-off to the resident): an orphan mpirun makes at once re-parents to the agent,
@@ -215,7 +217,6 @@ def test_subreaper_before_the_first_child(pod: Pod) -> None:
     assert logs.named(err, "subreaper")
 
 
-@pytest.mark.netns
 class TestLauncherPhases:
     """The full agent: SIGTERM while it waits for DNS ends it within a second, exit 143."""
 
@@ -283,7 +284,7 @@ def test_supervisor_imports_no_heavy_modules() -> None:
 
 
 @pytest.fixture
-def sshd_argv(tmp_path: Path) -> tuple[list[str], int]:
+def sshd_argv(tmp_path: Path, root: None) -> tuple[list[str], int]:
     """A private, real OpenSSH sshd on a free loopback port (key made here)."""
     sshd = "/usr/sbin/sshd"
     if not os.access(sshd, os.X_OK):

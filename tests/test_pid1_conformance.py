@@ -50,6 +50,7 @@ def expect_line(stream: Any, wanted: str, timeout: float = 10.0) -> str:
     raise AssertionError(f"no {wanted!r} within {timeout} s; saw {seen[-5:]}")
 
 
+@pytest.mark.usefixtures("root")  # the agent as PID 1 of a PID namespace
 class TestEverySignal:
     """Every catchable signal but SIGCHLD and the synchronous faults reaches the child —
     TERM, WINCH, CONT, TSTP/TTIN/TTOU, ALRM, PWR, PIPE, RTMIN..RTMAX — to it alone, or
@@ -99,6 +100,7 @@ class TestEverySignal:
         assert all(int(counts[k.name]) >= 1 for k in kinds), counts
 
 
+@pytest.mark.usefixtures("root")  # the agent as PID 1 of a PID namespace
 class TestOutput:
     """mpirun's stderr is copied through whole, in every ending, and a reader that stops
     reading PID 1's stderr never stalls signal forwarding."""
@@ -172,6 +174,7 @@ class TestOutput:
         assert time.monotonic() - t0 < 5.0
 
 
+@pytest.mark.usefixtures("root")  # the agent as PID 1 of a PID namespace
 class TestChildStartsClean:
     """The child starts with every signal at its default and an empty mask, except those
     PID 1 itself was started with ignored (as tini keeps them)."""
@@ -254,6 +257,7 @@ def read_until(master: int, wanted: bytes, timeout: float = 10.0) -> bytes:
     return out
 
 
+@pytest.mark.usefixtures("root")  # the agent as PID 1 of a PID namespace
 class TestTerminal:
     """On a terminal (`kubectl run -it`), the child's group holds it: ^C reaches the child
     once, and a child reading it is not stopped by SIGTTIN, also with --group."""

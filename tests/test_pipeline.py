@@ -20,7 +20,7 @@ from tests.support.job import Agent, Job, pod_processes
 from tests.support.ranks import DAEMONS, hide, left
 from tests.support.wait import holds_for, wait_until
 
-pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.dnsmasq, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.usefixtures("netns", "realmpi", "dnsmasq"), pytest.mark.timeout(240)]
 
 W3 = ["job-worker-0", "job-worker-1", "job-worker-2"]
 LATE = "job-worker-2"

@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import Pod, RealMPI
 
-pytestmark = [pytest.mark.realmpi, pytest.mark.netns, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.timeout(180)]
 
 
 def probes(stdout: str) -> list[dict[str, object]]:

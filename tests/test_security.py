@@ -42,7 +42,7 @@ from tests.support.workers import (
     token_volume,
 )
 
-pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.timeout(240)]
 
 # Fresh per run, like TOKEN (tests/support/workers.py): a token that is not the job's.
 WRONG_TOKEN = "tok-" + secrets.token_hex(16)
@@ -291,7 +291,7 @@ class Live:
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+def live(tmp_path_factory: pytest.TempPathFactory, netns: None) -> Iterator[Live]:
     tmp = tmp_path_factory.mktemp("live")
     with Cluster(["job-launcher", "job-worker-0"]) as c:
         xdir = tmp / "exchange"
@@ -596,7 +596,7 @@ class TestNetExchangeRefuses:
         reasons = [e.get("reason") for e in logs.named(err, "exchange refused")]
         assert reasons == ["bad mac (wrong or missing token)"] * len(tampered)
 
-    def test_impostor_worker_is_not_trusted(self, tmp_path: Path) -> None:
+    def test_impostor_worker_is_not_trusted(self, tmp_path: Path, netns: None) -> None:
         """A fake worker whose record is signed with another token is refused at once (69): its host
         key is not trusted and mpirun never starts; signed with the job's token, it is believed."""
         with Cluster(["job-launcher", "job-worker-0"]) as c:

@@ -11,7 +11,8 @@ import pytest
 
 from tests.support.longrun import EXPECTED, Soak, flat, run_soak
 
-pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.timeout(600)]
+# tests/support/longrun.py's cluster (its jobs run the mpirun on PATH: Debian's Open MPI 4).
+pytestmark = [pytest.mark.usefixtures("netns"), pytest.mark.timeout(600)]
 
 
 @pytest.mark.parametrize("exchange", ["dir", "net"])

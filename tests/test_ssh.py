@@ -24,7 +24,7 @@ from tests.support.podnet import ask, hello_for
 from tests.support.wait import wait_until
 from tests.support.workers import WORKERS, launcher_env, make_mount, record_of, start_workers
 
-pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.timeout(240)]
 
 
 def launch(
@@ -281,7 +281,7 @@ class TestNetExchange:
         assert "PRIVATE KEY" not in err
 
 
-def test_free_port_race_retries(tmp_path: Path) -> None:
+def test_free_port_race_retries(tmp_path: Path, root: None) -> None:
     """A port taken between choice and sshd start leads to a retry, not a failure."""
     key = keys.generate(str(tmp_path / "host"), "test")
     taker = socket.socket()
@@ -330,7 +330,7 @@ def test_free_port_race_retries(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def runtime_for_others() -> Iterator[Path]:
+def runtime_for_others(root: None) -> Iterator[Path]:
     """The agent and its dependencies where another user can read them (pytest's tmp
     dirs and the CI checkout may not be)."""
     import shutil

@@ -1,7 +1,7 @@
-"""The termination message (core/termination.py, system/termlog.py): on every non-zero exit
-of the launcher or the worker, the reason, where Kubernetes shows it — the agent run for
-real in a pod namespace for each exit code of README's table, the writer's rules on real
-files, and the text's bounds."""
+"""The termination message (core/termination.py): on every non-zero exit of the launcher or
+the worker, the reason, where Kubernetes shows it — the agent run for real in a pod
+namespace for each exit code of README's table, and the text's bounds. (Its writer,
+system/termlog.py, on real files: tests/test_termlog.py.)"""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ from hypothesis import strategies as st
 
 from mpi_bootstrap.core import termination
 from mpi_bootstrap.core.errors import MEANINGS, ExitStatus
-from mpi_bootstrap.system import termlog
 from tests.conftest import AGENT, Pod
 from tests.support import logs
 from tests.support.job import sshd_of
@@ -73,54 +72,6 @@ class TestText:
         assert text.endswith(f"fix: {MEANINGS[ExitStatus.PEER_UNAVAILABLE][1]}\n")
 
 
-class TestWriter:
-    """system/termlog.py on real files: in place, created, refused, never blocking."""
-
-    def test_in_place(self, tmp_path: Path) -> None:
-        """An existing file (the kubelet's bind mount) is rewritten in place: same inode, the
-        old longer text gone."""
-        path = tmp_path / "termination-log"
-        path.write_text("x" * 10_000)
-        inode = path.stat().st_ino
-        assert termlog.write(str(path), "short\n", create=False)
-        assert path.read_text() == "short\n" and path.stat().st_ino == inode
-
-    def test_created_only_when_set(self, tmp_path: Path) -> None:
-        """A missing file is created (atomically: no temporary file left) only when the path
-        was set; the default path is used only where it exists."""
-        path = tmp_path / "log"
-        assert not termlog.write(str(path), "a\n", create=False)
-        assert not path.exists()
-        assert termlog.write(str(path), "a\n", create=True)
-        assert path.read_text() == "a\n" and os.listdir(tmp_path) == ["log"]
-
-    def test_cut_to_4k(self, tmp_path: Path) -> None:
-        path = tmp_path / "log"
-        assert termlog.write(str(path), "y" * 10_000, create=True)
-        assert path.stat().st_size == termination.LIMIT
-
-    @pytest.mark.parametrize("kind", ["fifo", "symlink", "directory", "off", "no-directory"])
-    def test_refused(self, tmp_path: Path, kind: str) -> None:
-        """A FIFO (no reader: it must not wait), a symlink, a directory, an empty path or a
-        missing directory: nothing written, at once, no error."""
-        path = tmp_path / "log"
-        target = tmp_path / "elsewhere"
-        if kind == "fifo":
-            os.mkfifo(path)
-        elif kind == "symlink":
-            target.write_text("keep\n")
-            path.symlink_to(target)
-        elif kind == "directory":
-            path.mkdir()
-        elif kind == "no-directory":
-            path = tmp_path / "missing" / "log"
-        t0 = time.monotonic()
-        assert not termlog.write("" if kind == "off" else str(path), "a\n", create=True)
-        assert time.monotonic() - t0 < 1
-        if kind == "symlink":
-            assert target.read_text() == "keep\n"
-
-
 def launcher(
     pod: Pod,
     log: Path | str | None,
@@ -153,7 +104,6 @@ def message(path: Path) -> dict[str, str]:
     return out
 
 
-@pytest.mark.netns
 class TestLauncher:
     """The launcher for real, once per exit code: the message names the phase, the host at
     fault where there is one, the code and its fix."""
@@ -291,7 +241,6 @@ class TestLauncher:
         assert reference.exists() and not Path("/proc/mpib-no").exists()
 
 
-@pytest.mark.netns
 class TestWorker:
     """The worker: its configuration, its sshd, a stop."""
 

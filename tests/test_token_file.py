@@ -74,12 +74,11 @@ class TestRead:
 
     def test_one_newline_dropped(self, tmp_path: Path) -> None:
         """One trailing newline (LF or CRLF) is dropped, not two: the rest is the token."""
-        for data, want in [
-            (f"{TOKEN}\r\n", TOKEN),
-            (f"{TOKEN}\n\n", f"{TOKEN}\n"),
-            (f" {TOKEN} ", f" {TOKEN} "),
-        ]:
-            path = tmp_path / f"t{len(data)}"
+        for i, (data, want) in enumerate(
+            [(f"{TOKEN}\r\n", TOKEN), (f"{TOKEN}\n\n", f"{TOKEN}\n"), (f" {TOKEN} ", f" {TOKEN} ")]
+        ):
+            # A file of its own each (0400: only root could write one twice).
+            path = tmp_path / f"t{i}"
             path.write_text(data, newline="")
             path.chmod(0o400)
             assert config({"MPI_BOOTSTRAP_TOKEN_FILE": str(path)}, ["worker"]).token == want

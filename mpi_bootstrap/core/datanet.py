@@ -93,7 +93,7 @@ def data_from(data: Any) -> DataNIC:
 # What a data check's session says (dataplane/probe.py) comes from the worker: a
 # compromised one is inside the threat model (SECURITY.md). Its values build the other
 # workers' probe lines and the launcher's messages, so each is checked like a record's
-# field, and anything else refuses that worker (tests/test_attacks.py::
+# field, and anything else refuses that worker (tests/test_datacheck_attacks.py::
 # TestDataCheckReport).
 _REPORT = {"nic", "mtu", "addresses", "rdma", "memlock", "port"}
 _RESULT = {"peer", "ok", "kind", "address", "port", "mtu", "reaches"}

@@ -201,7 +201,7 @@ def printable(text: str, *, lines: bool = True) -> str:
     `lines` — newlines. A peer, a record, a nameserver or mpirun may say anything; what
     the agent prints for people (stderr's messages, `doctor`, `--explain`, the console
     log) must not move the cursor, erase a line, retitle the window (ANSI CSI, OSC) or
-    overwrite with `\\r` and `\\b` what the agent said (tests/test_attacks_escapes.py).
+    overwrite with `\\r` and `\\b` what the agent said (tests/test_printable.py).
     Output copied through (mpirun's, the ranks') is the user's, and not escaped."""
     if text.isprintable():
         return text

@@ -11,7 +11,7 @@ The port answers only the workers the launcher names in the session's line (`fro
       closed the moment its echo cannot be sent whole (a peer that does not read);
     - a datagram from an allowed address is answered with its size, not its payload.
 So a stranger holding a connection open, sending and never reading, costs the check
-nothing (tests/test_attacks_round2.py::TestDataCheckPort).
+nothing (tests/test_datacheck_attacks.py::TestDataCheckPort).
 
 Standard library only, and no import of the agent: the launcher sends this file's text
 to a worker's Python with dataplane/probe.py's (ssh/datacheck.py).

@@ -1,7 +1,7 @@
 """PID 1's stderr: everything PID 1 writes there (its log lines, mpirun's stderr copied
 through, the failure explanation) goes through one writer thread, so a reader that
 stops reading — a full container log pipe — never blocks the loop that forwards signals
-and reaps (tests/test_pid1.py::TestOutput).
+and reaps (tests/test_pid1_conformance.py::TestOutput).
 
 Why a thread, not O_NONBLOCK on fd 2: the flag belongs to the open file description,
 which PID 1 shares with mpirun's stdout and sshd's stderr; they would then see EAGAIN

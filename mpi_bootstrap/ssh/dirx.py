@@ -18,7 +18,7 @@ A job is identified by its key. A `job-done` that names the key in `job-key/` sa
 key's job is over: the first pod of the next job (a compose `up` again, a reused volume)
 removes that job's records, key and mark, and makes a fresh key. A `job-done` naming any
 other key is stale and removed. So a new job never adopts an old job's key, and never
-stops on an old job's mark (tests/test_security.py::TestDirExchangeReuse).
+stops on an old job's mark (tests/test_attacks.py::TestDirExchangeReuse).
 """
 
 from __future__ import annotations

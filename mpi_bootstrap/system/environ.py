@@ -2,7 +2,7 @@
 
 `MPI_BOOTSTRAP_TOKEN` enters once (core/config.py) and then leaves the process environment:
 every process of the same user can read `/proc/<pid>/environ` of the agent without
-ptrace — the ranks included (tests/test_security.py::TestTokenNotInEnviron). Removing a
+ptrace — the ranks included (tests/test_attacks.py::TestTokenNotInEnviron). Removing a
 variable (unsetenv) does not change `/proc/<pid>/environ`, which shows the memory the
 kernel filled at exec, so that memory is overwritten too; and no child, and no image the
 agent execs into, gets it. Standard library only.

@@ -55,7 +55,7 @@ def state_dir(
     ssh config the agent writes there, and ssh runs what that config says (ProxyCommand)
     as this user. So is a directory with an unsafe ancestor (see `swappable`): an
     unprivileged user who can rename it away can put their own `authorized_keys` and
-    host key in its place, and sshd reads both from the path (tests/test_security.py::
+    host key in its place, and sshd reads both from the path (tests/test_attacks.py::
     TestStateDirSwap). `sshd_home` (the worker: sshd's StrictModes will read its
     `authorized_keys`): also refuse a path StrictModes would refuse, rather than start
     an sshd that turns every login away.

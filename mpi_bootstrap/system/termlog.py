@@ -8,7 +8,7 @@ are the same with or without the file). Standard library only (the resident writ
   A directory above it may be writable by someone else (a Kubernetes emptyDir is 0777
   without the sticky bit: kubernetes#110835); had they swapped a directory on the path
   for a symlink, the root agent would truncate, or create, a file of that name wherever
-  the link points (tests/test_attacks_termlog.py). A path through a link writes nothing.
+  the link points (tests/test_termlog.py). A path through a link writes nothing.
 - The file exists (the kubelet bind-mounts /dev/termination-log into every container):
   it is written in place, since a bind mount cannot be renamed over: opened without
   blocking (O_NONBLOCK: a FIFO with no reader fails at once instead of waiting), only if

@@ -29,7 +29,7 @@ verification round after mpirun's exit names it (75) in seconds; a freeze shorte
 the bound's suspicion (25 s) ends nothing. The launcher cut off or dropping every packet
 loses every worker (75), and each worker ends the ranks of a launcher it has not heard
 from for bound + grace; a launcher frozen for good never exits (the harness's
-`still running`), its ranks end all the same. Before the liveness check,
+`still running`), its ranks end all the same. Before this check (core/liveness.py),
 the cut-off, loss100 and frozen rows read `still running`, ranks left, for as long as the
 harness waited.
 """

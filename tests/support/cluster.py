@@ -41,6 +41,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tests.support import resources
 from tests.support.dnsmasq import Dnsmasq
 from tests.support.interrupt import shielded
 from tests.support.netns import Netns, _ip
@@ -143,6 +144,13 @@ def agent_env(
     }
 
 
+def _asked_for(dns: bool) -> None:
+    """In a test, a cluster needs its `netns` fixture, and `dnsmasq` for DNS."""
+    resources.need("netns", "a simulated cluster")
+    if dns:
+        resources.need("dnsmasq", "a simulated cluster with DNS")
+
+
 class Cluster:
     def __init__(
         self,
@@ -160,6 +168,7 @@ class Cluster:
     ) -> None:
         """Pods named `names` (the first is usually the launcher). With `domain` (and
         `dns=False`), the hosts files also carry `name.domain`."""
+        _asked_for(dns)
         if len(names) > MAX_PODS:
             raise ValueError(f"{len(names)} pods: one bridge holds at most {MAX_PODS}")
         self.pods: list[Pod] = []

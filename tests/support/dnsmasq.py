@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 
+from tests.support import resources
 from tests.support.interrupt import shielded
 from tests.support.netns import Netns
 
@@ -78,6 +79,7 @@ class Dnsmasq:
     ) -> None:
         """`listen`: the address to serve on (loopback by default; the cluster puts it on
         its control bridge)."""
+        resources.need("dnsmasq", "dnsmasq")
         self.netns = netns
         self.domain = domain
         self.workdir = tempfile.mkdtemp(prefix="mpib-dnsmasq-")

@@ -1,6 +1,6 @@
 """Container engines for the image and compose tests, each private to the test and wiped
-afterwards: podman with its own storage, and Docker Engine (dockerd with its own
---data-root, --exec-root and socket, no iptables, stopped by its pid file).
+afterwards: podman with its own storage and runtime directory, and Docker Engine (dockerd
+with its own --data-root, --exec-root and socket, no iptables, stopped by its pid file).
 
 No registry is reachable, so the base image is made with debootstrap and tagged with the
 public name container/Dockerfile's FROM uses; the agent and demo images are built from
@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.support import resources
 from tests.support.interrupt import shielded
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
@@ -145,6 +146,7 @@ def wheelhouse() -> None:
     container/Dockerfile's offline install: `make wheelhouse`'s own script, once a session
     (it also checks that each Python resolves from it alone)."""
     global _WHEELHOUSE_MADE  # noqa: PLW0603 - once per test session
+    resources.need("container", "the wheelhouse")
     if _WHEELHOUSE_MADE:
         return
     done = subprocess.run(
@@ -165,16 +167,35 @@ def _project(store: Path) -> str:
     return f"mpibt{store.name[-8:].lower().replace('_', '')}"
 
 
+def _unmount_below(root: Path) -> None:
+    """Every mount below `root` (an engine's layers), deepest first."""
+    mounts = [
+        ln.split()[1]
+        for ln in Path("/proc/mounts").read_text().splitlines()
+        if ln.split()[1].startswith(str(root))
+    ]
+    for mount in sorted(mounts, reverse=True):
+        subprocess.run(["umount", "-l", mount], check=False)
+
+
 @contextlib.contextmanager
 def podman_session() -> Iterator[Podman]:
-    """A private podman storage with the base, agent and demo images; wiped on exit."""
+    """A private podman storage and runtime directory with the base, agent and demo
+    images; wiped on exit."""
+    resources.need("container", "podman")
     store = Path(tempfile.mkdtemp(prefix="mpib-podman-"))
     (store / "storage.conf").write_text(
         f'[storage]\ndriver = "overlay"\ngraphroot = "{store}/root"\nrunroot = "{store}/run"\n'
     )
+    # libpod's runtime directory (tmp_dir: /run/libpod, the machine's, by default) of its
+    # own too, so that another session's podman, or the machine's, shares nothing with it.
+    conf = (ROOT / "tests" / "support" / "podman" / "containers.conf").read_text()
+    (store / "containers.conf").write_text(
+        conf.replace("[engine]\n", f'[engine]\ntmp_dir = "{store}/tmp"\n', 1)
+    )
     env = {
         **os.environ,
-        "CONTAINERS_CONF": str(ROOT / "tests" / "support" / "podman" / "containers.conf"),
+        "CONTAINERS_CONF": str(store / "containers.conf"),
         "CONTAINERS_STORAGE_CONF": str(store / "storage.conf"),
     }
     pm = Podman(["podman"], [PODMAN_COMPOSE], env, _project(store))
@@ -184,9 +205,24 @@ def podman_session() -> Iterator[Podman]:
         yield pm
     finally:
         with shielded():  # a second signal must not leave the storage half-removed
-            pm.compose("down", "-v", timeout=120)
-            pm("system", "reset", "--force", check=False, timeout=300)
-            shutil.rmtree(store, ignore_errors=True)
+            _podman_down(pm, store)
+
+
+def _podman_down(pm: Podman, store: Path) -> None:
+    """What the session made, removed by name. Not `podman system reset`: that removes
+    every network of the network directory, which is the machine's (/etc/containers/
+    networks: podman picks a free subnet and bridge among all of them), and so another
+    session's compose network while its job runs."""
+    pm.compose("down", "-v", timeout=120)
+    pm("pod", "rm", "--all", "--force", check=False, timeout=300)
+    pm("rm", "--all", "--force", check=False, timeout=300)
+    pm("volume", "rm", "--all", "--force", check=False, timeout=120)
+    for net in pm("network", "ls", "--format", "{{.Name}}", check=False).stdout.split():
+        if net.startswith(pm.project):
+            pm("network", "rm", "--force", net, check=False, timeout=120)
+    pm("rmi", "--all", "--force", check=False, timeout=300)
+    _unmount_below(store)
+    shutil.rmtree(store, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -195,6 +231,7 @@ def docker_session() -> Iterator[Docker]:
     iptables rules, no default bridge — with the base, agent and demo images; on exit
     the project is taken down, dockerd is stopped by its pid file, and its directory
     (mounts included) is removed."""
+    resources.need("container", "Docker Engine")
     root = Path(tempfile.mkdtemp(prefix="mpib-docker-"))
     sock = root / "docker.sock"
     pidfile = root / "dockerd.pid"
@@ -245,11 +282,5 @@ def docker_session() -> Iterator[Docker]:
                     daemon.kill()
                     daemon.wait()
             log.close()
-            mounts = [
-                ln.split()[1]
-                for ln in Path("/proc/mounts").read_text().splitlines()
-                if ln.split()[1].startswith(str(root))
-            ]
-            for mount in sorted(mounts, reverse=True):
-                subprocess.run(["umount", "-l", mount], check=False)
+            _unmount_below(root)
             shutil.rmtree(root, ignore_errors=True)

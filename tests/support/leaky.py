@@ -24,7 +24,7 @@ def _kids(pid: int, n: int) -> list[int]:
     return wait_until(found, 10, f"{n} children of {pid}")
 
 
-def test_fails_with_processes_running(started: list[subprocess.Popen[Any]]) -> None:
+def test_fails_with_processes_running(started: list[subprocess.Popen[Any]], root: None) -> None:
     """Starts a PID namespace and a shell with background children, then fails."""
     ns = subprocess.Popen(agent_argv("sleep", "300"), stderr=subprocess.DEVNULL)
     started.append(ns)

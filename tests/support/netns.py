@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 
+from tests.support import resources
 from tests.support.interrupt import shielded
 
 ETC_NETNS = "/etc/netns"
@@ -45,6 +46,7 @@ class Netns:
         hosts: str = "127.0.0.1 localhost\n",
     ) -> None:
         """`ifaces` maps a dummy interface name to its CIDR address (e.g. eth0 → 10.x/24)."""
+        resources.need("netns", "a network namespace")
         self.name = f"{prefix}-{uuid.uuid4().hex[:8]}"
         self.etc = os.path.join(ETC_NETNS, self.name)
         self._made = False

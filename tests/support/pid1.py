@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import AGENT
+from tests.support import resources
 
 PY = str(Path(AGENT).parent / "python")
 CHILD = str(Path(__file__).parent / "child.py")
@@ -16,6 +17,8 @@ CHILD = str(Path(__file__).parent / "child.py")
 def agent_argv(
     *program: str, grace: float = 1.0, pid1: bool = True, options: tuple[str, ...] = ()
 ) -> list[str]:
+    if pid1:
+        resources.need("root", "a PID namespace (unshare --pid)")
     argv = [PY, "-m", "mpi_bootstrap.pid1", "--grace", str(grace), *options, "--", *program]
     # --kill-child: when unshare goes (a test's clean-up kills it), so does the agent, and
     # with the namespace's PID 1 everything in it; without it, both outlive the test.

@@ -17,6 +17,22 @@ from tests.support.wait import wait_until
 
 EXCHANGE_PORT = 2223  # the worker's net exchange
 
+# A TCP listener program for a pod (`python3 -c LISTEN ADDRESS PORT`) that says who
+# connects to it: where a forged report would send the honest workers' probes, or a
+# planted record points.
+LISTEN = r"""
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(16)
+print("listening", flush=True)
+while True:
+    c, peer = s.accept()
+    print(f"connection from {peer[0]}", flush=True)
+    c.close()
+"""
+
 _CLONE_NEWNET = 0x40000000
 
 

@@ -18,6 +18,7 @@ import base64
 import json
 import re
 import string
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import HealthCheck, event, settings
@@ -26,6 +27,7 @@ from hypothesis.control import currently_in_test_context
 
 from mpi_bootstrap.core import names, records
 from mpi_bootstrap.ssh.netx import Record
+from tests.support import resources
 
 # Deterministic (same examples every run, no example database to commit or ignore) and no
 # per-example deadline: this 2-core machine is shared with the slow suites.
@@ -43,8 +45,18 @@ settings.register_profile(
 FUZZ = settings.get_profile("mpi-bootstrap-fuzz")
 
 
-def fuzz(max_examples: int) -> settings:
-    return settings(FUZZ, max_examples=max_examples)
+def fuzz(max_examples: int) -> Callable[[Any], Any]:
+    """The fuzz profile with `max_examples`, for a test that is then a fuzzer: marked
+    `fuzz`, not `unit` (tests/support/resources.py), as its thousands of examples take
+    seconds each."""
+    profile = settings(FUZZ, max_examples=max_examples)
+
+    def fuzzer(test: Any) -> Any:
+        test = profile(test)
+        setattr(test, resources.FUZZER, True)
+        return test
+
+    return fuzzer
 
 
 def outcome(label: str) -> None:

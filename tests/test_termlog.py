@@ -1,18 +1,22 @@
-"""The third outside review's finding 4, made for real: an unprivileged user (uid 1000) who
-may write a directory above `MPI_BOOTSTRAP_TERMINATION_LOG` (an emptyDir: 0777 without
-the sticky bit) swaps a directory on that path for a symlink into a root-owned 0700
-directory; the agent, as root, then failed and wrote its termination message through the
-link — truncating a root file of that name, or creating one there. Now no link is
-followed at any component of the path (system/termlog.py): the agent writes nothing and
-its exit is unchanged. SECURITY.md cites these classes."""
+"""system/termlog.py, the termination message's writer: its rules on real files, and the
+attack the third outside review made for real (its finding 4): an unprivileged user
+(uid 1000) who may write a directory above `MPI_BOOTSTRAP_TERMINATION_LOG` (an emptyDir:
+0777 without the sticky bit) swaps a directory on that path for a symlink into a
+root-owned 0700 directory; the agent, as root, then failed and wrote its termination
+message through the link — truncating a root file of that name, or creating one there.
+Now no link is followed at any component of the path: the agent writes nothing and its
+exit is unchanged. SECURITY.md cites these classes. (The message's text and the agent's
+exits: tests/test_termination.py.)"""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
 
+from mpi_bootstrap.core import termination
 from mpi_bootstrap.system import termlog
 from tests.conftest import Pod
 from tests.support.attacker import as_attacker
@@ -38,7 +42,6 @@ def fail(pod: Pod, log: Path, writer: str) -> tuple[int, int]:
     return code, wanted
 
 
-@pytest.mark.netns
 class TestSwappedDirectory:
     """A directory above the message's path swapped for a symlink by uid 1000."""
 
@@ -86,7 +89,52 @@ class TestSwappedDirectory:
 
 
 class TestWriter:
-    """system/termlog.py on real files: a link anywhere on the path, a hard link."""
+    """system/termlog.py on real files: in place, created, refused, never blocking; a link
+    anywhere on the path, a hard link."""
+
+    def test_in_place(self, tmp_path: Path) -> None:
+        """An existing file (the kubelet's bind mount) is rewritten in place: same inode, the
+        old longer text gone."""
+        path = tmp_path / "termination-log"
+        path.write_text("x" * 10_000)
+        inode = path.stat().st_ino
+        assert termlog.write(str(path), "short\n", create=False)
+        assert path.read_text() == "short\n" and path.stat().st_ino == inode
+
+    def test_created_only_when_set(self, tmp_path: Path) -> None:
+        """A missing file is created (atomically: no temporary file left) only when the path
+        was set; the default path is used only where it exists."""
+        path = tmp_path / "log"
+        assert not termlog.write(str(path), "a\n", create=False)
+        assert not path.exists()
+        assert termlog.write(str(path), "a\n", create=True)
+        assert path.read_text() == "a\n" and os.listdir(tmp_path) == ["log"]
+
+    def test_cut_to_4k(self, tmp_path: Path) -> None:
+        path = tmp_path / "log"
+        assert termlog.write(str(path), "y" * 10_000, create=True)
+        assert path.stat().st_size == termination.LIMIT
+
+    @pytest.mark.parametrize("kind", ["fifo", "symlink", "directory", "off", "no-directory"])
+    def test_refused(self, tmp_path: Path, kind: str) -> None:
+        """A FIFO (no reader: it must not wait), a symlink, a directory, an empty path or a
+        missing directory: nothing written, at once, no error."""
+        path = tmp_path / "log"
+        target = tmp_path / "elsewhere"
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "symlink":
+            target.write_text("keep\n")
+            path.symlink_to(target)
+        elif kind == "directory":
+            path.mkdir()
+        elif kind == "no-directory":
+            path = tmp_path / "missing" / "log"
+        t0 = time.monotonic()
+        assert not termlog.write("" if kind == "off" else str(path), "a\n", create=True)
+        assert time.monotonic() - t0 < 1
+        if kind == "symlink":
+            assert target.read_text() == "keep\n"
 
     @pytest.mark.parametrize("depth", [1, 2, 3])
     def test_link_at_any_component(self, tmp_path: Path, depth: int) -> None:

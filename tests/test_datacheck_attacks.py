@@ -1,9 +1,10 @@
-"""The second outside review's four findings, each attack made for real against the real
-agent in a simulated cluster: a planted ssh config in a state directory another uid could
-write (uid 1000, made with setpriv), a stranger pod holding the data check's port from its
-own namespace, and a compromised worker answering the check with forged reports. Each test
-fails on the code the review attacked, and passes only when the attack fails; each has a
-control that shows the honest path still works. SECURITY.md cites these classes.
+"""The data check (launcher/datacheck.py, dataplane/port.py, pid1/dataserve.py) attacked
+for real in a simulated cluster, as the second outside review did (its findings 2 to 4):
+a stranger pod holding the check's port from its own namespace, and a compromised worker
+answering the check with forged reports. Each test fails on the code the review
+attacked, and passes only when the attack fails; each has a control that shows the
+honest path still works. SECURITY.md cites these classes. (Its finding 1, the doctor's
+planted ssh config: tests/test_attacks.py::TestDoctorTrustsNoPlantedFile.)
 """
 
 from __future__ import annotations
@@ -20,116 +21,21 @@ from pathlib import Path
 import pytest
 
 from mpi_bootstrap.core import datanet
-from tests.conftest import AGENT, REAL_MPIS
+from tests.conftest import REAL_MPIS
 from tests.support import logs
-from tests.support.attacker import as_attacker
 from tests.support.cluster import Cluster, Pod
 from tests.support.job import Agent, Job, sshd_of
+from tests.support.podnet import LISTEN
 from tests.support.wait import holds_for, wait_until
-from tests.support.workers import launcher_env, start_workers
 
-pytestmark = [pytest.mark.netns, pytest.mark.realmpi, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.timeout(240)]
 
 W3 = ["job-worker-0", "job-worker-1", "job-worker-2"]
 NOFILE = resource.getrlimit(resource.RLIMIT_NOFILE)[1]  # as high as this machine allows
 OMPI4 = REAL_MPIS["openmpi4"]
 
 
-# ---------------------------------------------------------------- finding 1
-
-
-class TestDoctorTrustsNoPlantedFile:
-    """Finding 1: `doctor` ran `ssh -F STATE_DIR/ssh_config` from a state directory the
-    launcher refuses, so a ProxyCommand planted there by another uid ran as root. The
-    doctor now reads nothing from a directory the launcher would refuse (the same check,
-    system/files.py state_dir) and says so as a finding."""
-
-    @pytest.mark.parametrize("how", ["emptydir", "owned-by-1000"])
-    def test_planted_ssh_config_is_not_run(self, cluster: Cluster, base: Path, how: str) -> None:
-        """uid 1000 plants `ProxyCommand` in the state directory's ssh_config; the launcher
-        refuses the directory (64); the doctor, run as root after it, refuses it too and runs
-        nothing from it. Control: with the launcher's own directory the doctor runs the data
-        network check over the config the launcher wrote."""
-        loot = base / "loot"
-        loot.mkdir()
-        loot.chmod(0o777)
-        proof = loot / "pwned"
-        if how == "emptydir":  # 0777 without the sticky bit: anyone may swap what is in it
-            parent = base / "emptydir"
-            parent.mkdir()
-            parent.chmod(0o777)
-            state, why = parent / "mpi-bootstrap", f"{parent} above it is writable by others"
-        else:  # /tmp/mpi-bootstrap-UID made first by someone else, in a sticky /tmp
-            parent = base / "tmp"
-            parent.mkdir()
-            parent.chmod(0o1777)
-            state, why = parent / "mpi-bootstrap-0", "belongs to uid 1000"
-        as_attacker(
-            f"mkdir -m 700 {state}; printf 'Host *\\n  ProxyCommand /bin/sh -c "
-            f'"id > {proof}; exec nc %%h %%p"\\n\' > {state}/ssh_config'
-        )
-        xdir = base / "exchange"
-        xdir.mkdir()
-        start_workers(cluster, base, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
-        hostfile = "job-worker-0 slots=1\njob-worker-1 slots=1\n"
-        env = launcher_env(
-            base,
-            cluster,
-            hostfile,
-            MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
-            MPI_BOOTSTRAP_STATE_DIR=str(state),
-        )
-        launched = cluster.pods[0].run([AGENT, "launcher", "--", "true"], env)
-        assert launched.returncode == 64 and why in launched.stderr, launched.stderr
-        doctor = cluster.pods[0].run([AGENT, "doctor", "--json"], env, timeout=60)
-        assert not proof.exists(), f"the planted ProxyCommand ran: {proof.read_text()}"
-        findings = json.loads(doctor.stdout)["findings"]
-        refused = [f for f in findings if f["check"] == "state directory"]
-        assert len(refused) == 1 and not refused[0]["ok"], findings
-        detail = refused[0]["detail"]
-        assert detail.startswith(f"would be refused: MPI_BOOTSTRAP_STATE_DIR: {state}"), detail
-        assert why in detail
-        assert not [f for f in findings if f["host"] == "data network"], findings
-        assert doctor.returncode == 1
-
-        # A program that fails: no job-done, so the workers stay up for the doctor's check.
-        env = launcher_env(base, cluster, hostfile, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
-        done = cluster.pods[0].run([AGENT, "launcher", "--", "false"], env)
-        assert done.returncode == 1 and "mpirun start" in done.stderr, done.stderr
-        findings = json.loads(cluster.pods[0].run([AGENT, "doctor", "--json"], env).stdout)[
-            "findings"
-        ]
-        state_ok = [f for f in findings if f["check"] == "state directory"]
-        data = [f for f in findings if f["host"] == "data network"]
-        assert [f["ok"] for f in state_ok] == [True] and [f["ok"] for f in data] == [True], findings
-
-    def test_probe_reads_no_planted_record(self, cluster: Cluster, base: Path) -> None:
-        """The readiness probe trusts a record only from a state directory the worker would
-        accept: uid 1000's record.json in an emptyDir-like parent, naming a port something
-        listens on, does not make a worker that never started look ready."""
-        parent = base / "emptydir"
-        parent.mkdir()
-        parent.chmod(0o777)
-        state = parent / "mpi-bootstrap"
-        record = {
-            "v": 1,
-            "host": "job-worker-0",
-            "addresses": [],
-            "port": 22,
-            "host_key": "ssh-ed25519 " + "A" * 68,
-            "user": "root",
-        }
-        as_attacker(f"mkdir -m 700 {state}; echo '{json.dumps(record)}' > {state}/record.json")
-        pod = cluster.pods[1]
-        listener = cluster.start(pod, [sys.executable, "-c", LISTEN, pod.address, "22"])
-        assert listener.stdout is not None and listener.stdout.readline().startswith("listening")
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(base), "MPI_BOOTSTRAP_STATE_DIR": str(state)}
-        probe = pod.run([AGENT, "probe"], env)
-        assert probe.returncode == 69, probe.stdout
-        assert f"{parent} above it is writable by others" in probe.stdout
-
-
-# ---------------------------------------------------------------- findings 2 and 3
+# ---------------------------------------------------------------- a stranger on the port
 
 # What the stranger runs in its own pod: `push` holds one connection to the port, sending
 # until the worker stops taking bytes and never reading; `flood` opens 1,500 and holds
@@ -178,21 +84,6 @@ if p.poll(120_000):
 time.sleep(120)
 """
 
-# A TCP listener in a pod that says who connects to it (where a forged report would send
-# the honest workers' probes).
-LISTEN = r"""
-import socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], int(sys.argv[2])))
-s.listen(16)
-print("listening", flush=True)
-while True:
-    c, peer = s.accept()
-    print(f"connection from {peer[0]}", flush=True)
-    c.close()
-"""
-
 
 def data_port(pod: Pod) -> int:
     """The port the data check's session opened on `pod`'s data address, once it has."""
@@ -206,7 +97,7 @@ def data_port(pod: Pod) -> int:
 
 
 @pytest.fixture
-def five() -> Iterator[Cluster]:
+def five(netns: None, realmpi: None) -> Iterator[Cluster]:
     """A launcher, three workers and a stranger: a pod on the same networks, in no job."""
     with Cluster(["job-launcher", *W3, "stranger"]) as c:
         yield c
@@ -324,7 +215,7 @@ class TestSessionBound:
             window.close()
 
 
-# ---------------------------------------------------------------- finding 4
+# ---------------------------------------------------------------- a forged report
 
 # What the compromised worker runs, as root in its pod, in place of its PID 1's service of
 # the data check (pid1/dataserve.py): the request FIFO made afresh at the path sshd names
@@ -388,7 +279,9 @@ FORGERIES = {
 
 
 @pytest.fixture(scope="class")
-def compromised(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Job]]:
+def compromised(
+    tmp_path_factory: pytest.TempPathFactory, netns: None, realmpi: None
+) -> Iterator[tuple[Cluster, Job]]:
     """Three workers (worker-1 about to be compromised) and a stranger, kept for the
     class: every forged run fails, so the workers stay up."""
     work = tmp_path_factory.mktemp("compromised")

@@ -1,13 +1,13 @@
-"""The third outside review's finding 5: a fake sshd on a worker's address sent terminal
-control sequences in its banner, and `doctor` printed them raw — they erased the real
-problem line on the operator's terminal and wrote a forged `ok`. Every string a peer, a
-record, a nameserver or mpirun supplies is now escaped where the agent prints for a person
-(core/errors.py `printable`): the doctor's findings, stderr's failure messages and their
-details (the DNS dump), `--explain`, the failure explainer, the console log. Each surface
-is fed ANSI CSI and OSC sequences, `\\r` and `\\b` for real where it can be: a fake SSH
-server in the pod's own network namespace, a hostfile, a fake mpirun. mpirun's and the
-ranks' own output, which the agent copies through, is the user's and stays as it is.
-SECURITY.md cites these classes."""
+"""core/errors.py `printable`, wherever the agent prints for a person. The third outside
+review's finding 5: a fake sshd on a worker's address sent terminal control sequences in
+its banner, and `doctor` printed them raw — they erased the real problem line on the
+operator's terminal and wrote a forged `ok`. Every string a peer, a record, a nameserver
+or mpirun supplies is now escaped where the agent prints for a person: the doctor's
+findings, stderr's failure messages and their details (the DNS dump), `--explain`, the
+failure explainer, the console log. Each surface is fed ANSI CSI and OSC sequences, `\\r`
+and `\\b` for real where it can be: a fake SSH server in the pod's own network namespace,
+a hostfile, a fake mpirun. mpirun's and the ranks' own output, which the agent copies
+through, is the user's and stays as it is. SECURITY.md cites these classes."""
 
 from __future__ import annotations
 
@@ -147,7 +147,6 @@ def fake_mpirun(tmp_path: Path) -> str:
     return str(path)
 
 
-@pytest.mark.netns
 class TestForReal:
     """The agent for real, each surface fed escapes by what it reads."""
 

@@ -1,0 +1,112 @@
+"""system/files.py against the real file system: a file written atomically under a
+failure or a signal (the old one whole, no temporary file), and the state directory's
+checks (made private, or refused with 64, or 73 when it cannot be made). No namespaces;
+each runs in milliseconds."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from mpi_bootstrap.core.errors import ConfigError, WriteError
+from mpi_bootstrap.core.names import is_plain_path
+from mpi_bootstrap.proc import children
+from mpi_bootstrap.system import files
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class TestAtomicWrite:
+    """A failed or interrupted write leaves the old file whole and no temporary file."""
+
+    def test_interrupted_mid_write(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A signal mid-write leaves the old ssh_config whole and no temporary file beside it."""
+        target = tmp_path / "ssh_config"
+        target.write_text("old\n")
+
+        def interrupted(_fd: int) -> None:
+            raise children.Interrupted(signal.SIGTERM)
+
+        monkeypatch.setattr(os, "fsync", interrupted)
+        with pytest.raises(children.Interrupted):
+            files.atomic_write(str(target), "new\n" * 1000, 0o600)
+        assert target.read_text() == "old\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ssh_config"]
+
+    def test_disk_full_is_73_naming_the_file(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A full disk is exit 73 naming the file, still an OSError, and leaves no temp file."""
+
+        def full(_fd: int) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "fsync", full)
+        with pytest.raises(WriteError) as exc:
+            files.atomic_write(str(tmp_path / "known_hosts"), "x\n")
+        assert exc.value.status == 73
+        assert f"cannot write {tmp_path}/known_hosts: No space left on device" in str(exc.value)
+        assert isinstance(exc.value, OSError)  # the supervisor's `except OSError` still holds
+        assert list(tmp_path.iterdir()) == []
+
+
+class TestStateDir:
+    """The state directory is ours and private, or the agent refuses it (64) or says it
+    cannot make it (73)."""
+
+    def test_created_private(self, tmp_path: Path) -> None:
+        """A new state directory is created 0700, so no other user can read the keys kept in it."""
+        files.state_dir(str(tmp_path / "a" / "state"))
+        assert (tmp_path / "a" / "state").stat().st_mode & 0o777 == 0o700
+
+    def test_existing_open_one_made_private(self, tmp_path: Path) -> None:
+        """An existing 0755 state directory of ours is narrowed to 0700 before keys go into it."""
+        d = tmp_path / "state"
+        d.mkdir(mode=0o755)
+        files.state_dir(str(d))
+        assert d.stat().st_mode & 0o777 == 0o700
+
+    @pytest.mark.parametrize("kind", ["file", "symlink"])
+    def test_refused(self, tmp_path: Path, kind: str) -> None:
+        """A state dir that is a file or a symlink is refused (64), naming it, so nobody else
+        decides where the agent's keys and ssh config land."""
+        d = tmp_path / "state"
+        if kind == "file":
+            d.write_text("")
+        else:
+            (tmp_path / "elsewhere").mkdir()
+            d.symlink_to(tmp_path / "elsewhere")
+        self.assert_refused(d)
+
+    def test_other_owners_refused(self, tmp_path: Path, root: None) -> None:
+        """Another user's directory is refused (64), naming it (only root can make one)."""
+        d = tmp_path / "state"
+        d.mkdir(mode=0o777)
+        os.chown(d, 1000, 1000)
+        self.assert_refused(d)
+
+    @staticmethod
+    def assert_refused(d: Path) -> None:
+        with pytest.raises(ConfigError) as exc:
+            files.state_dir(str(d))
+        assert exc.value.status == 64
+        assert str(d) in exc.value.message
+
+    def test_cannot_create_is_73(self, tmp_path: Path) -> None:
+        """A state directory that cannot be created (a file in its path) is exit 73, not a crash."""
+        (tmp_path / "file").write_text("")
+        with pytest.raises(WriteError) as exc:
+            files.state_dir(str(tmp_path / "file" / "state"))
+        assert exc.value.status == 73
+
+    @pytest.mark.parametrize(
+        "path", ["/tmp/a b", "relative/dir", "/x\nPasswordAuthentication", "/x'y", ""]
+    )
+    def test_unsafe_paths_are_not_plain(self, path: str) -> None:
+        """Relative, empty, spaced, quoted or multi-line paths are not plain, so none can smuggle a
+        directive (e.g. PasswordAuthentication) into the ssh or sshd config written from it."""
+        assert not is_plain_path(path)
