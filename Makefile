@@ -148,6 +148,8 @@ bench: system-deps install $(BENCH_VENV)/.installed
 	# The data-plane check's cost: 16 workers with net1, the check on and off.
 	$(PY) tests/bench/scale.py 16 --data --runs 3 --agent $(BENCH_VENV)/bin/mpi-bootstrap \
 		--json bench-data-check.json
+	# What one ssh handshake costs the launcher, by key exchange and key type.
+	$(PY) tests/bench/handshake.py --runs 40 --json bench-handshake.json
 
 # Needs only root, iproute2, OpenSSH, an MPI (MPIRUN, default: mpirun on PATH) and the
 # agent: no Debian package is installed here.

@@ -523,7 +523,7 @@ def stagger_table(results: list[dict[str, Any]]) -> str:
     head = (
         "| workers | spread | last ready | agent: after the last | bare: after the last "
         "| agent/bare | bare, agent's kex: after the last | agent/that | agent total "
-        "| bare total |\n" + "|---" * 10 + "|\n"
+        "| bare total | after the last sshd up: agent / bare |\n" + "|---" * 11 + "|\n"
     )
     rows = []
     for r in results:
@@ -535,7 +535,8 @@ def stagger_table(results: list[dict[str, Any]]) -> str:
             f"| {r['workers']} | {r['stagger_s']:g} s | {_median(a, 'last_ready_s')} s "
             f"| {aa} s | {bb} s | {f'{aa / bb:.2f}x' if aa and bb else 'n/a'} "
             f"| {kk if k else ''} | {f'{aa / kk:.2f}x' if aa and kk else ''} "
-            f"| {_median(a, 'total_s')} s | {_median(b, 'total_s')} s |"
+            f"| {_median(a, 'total_s')} s | {_median(b, 'total_s')} s "
+            f"| {_median(a, 'after_last_up_s')} / {_median(b, 'after_last_up_s')} s |"
             + ("" if ok and "error" not in r else f" FAILED {r.get('error', '')[:200]}")
         )
     return head + "\n".join(rows) + "\n"
