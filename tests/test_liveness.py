@@ -242,7 +242,7 @@ class TestLostLauncher:
         cut_off(world.c.pods[0])
         for w in world.workers:
             code, _, err = w.finish(timeout=BOUND + 3 + 30)
-            assert code == 0 and logs.named(err, "ended launch"), err
+            assert code == 75 and logs.named(err, "ended launch"), err
         launcher.finish(timeout=60)
 
 

@@ -1,4 +1,4 @@
-"""Gathered the agent keeps in one place only: each literal below is written in its owner
+"""Facts the agent keeps in one place only: each literal below is written in its owner
 module and nowhere else in the package (the others import it), so two copies cannot
 drift apart."""
 

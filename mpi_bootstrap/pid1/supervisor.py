@@ -247,11 +247,14 @@ class Supervisor:
                 self.log("killing", level="warning", pid=self.main)
                 self.signal_main(signal.SIGKILL)
 
-    def request_stop(self, why: str) -> None:
-        """End the service for good (a worker: its job is done): SIGTERM to it."""
+    def request_stop(self, why: str, code: int = 0) -> None:
+        """End the service for good (a worker: its job is done, or its launcher lost):
+        SIGTERM to it; the agent then exits `code`."""
         if self.stopping:
             return
         self.log("stopping", reason=why)
+        if code:
+            self.verdict.ended_by(code, why, "", "")
         self.stopping = True
         self.cancel_restart()
         if self.main_status is None:
@@ -358,7 +361,9 @@ class Supervisor:
         if self.reaped_others:
             self.log("reaped others", count=self.reaped_others)
         if self.restarts is not None:
-            return int(ExitStatus.PEER_UNAVAILABLE) if self.restarts.given_up else 0
+            if self.restarts.given_up:
+                return int(ExitStatus.PEER_UNAVAILABLE)
+            return self.verdict.code or 0  # 0: stopped as asked (its job done)
         if self.verdict.code is not None and not self.stop_signal:
             return self.verdict.code
         code = exit_code(self.main_status if self.main_status is not None else 0)

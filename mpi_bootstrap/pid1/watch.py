@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Mapping, MutableMapping
 
 from mpi_bootstrap.core import liveness as lv
+from mpi_bootstrap.core.errors import ExitStatus
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.spec import Watch as WatchSpec
 from mpi_bootstrap.pid1 import tree
@@ -77,7 +78,7 @@ class WatchService:
         readers: MutableMapping[int, Callable[[], None]],
         *,
         sshd: Callable[[], int],
-        stop: Callable[[str], None],
+        stop: Callable[[str, int], None],
     ) -> None:
         self.spec, self.log, self.sshd, self.stop_worker = spec, log, sshd, stop
         self.timing = lv.Timing(spec.bound)
@@ -259,7 +260,10 @@ class WatchService:
             self.armed, self.lost_at = False, None
             self.end_launch("launcher lost", set())
             if self.spec.exit_on_loss:
-                self.stop_worker("its launcher was lost (MPI_BOOTSTRAP_EXIT_ON_LAUNCHER_LOSS)")
+                self.stop_worker(
+                    "its launcher was lost (MPI_BOOTSTRAP_EXIT_ON_LAUNCHER_LOSS)",
+                    int(ExitStatus.WORKER_LOST),
+                )
 
     def busy(self) -> bool:
         return bool(self.endings)
