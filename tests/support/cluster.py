@@ -97,7 +97,11 @@ class Pod:
                 "mount --bind /dev/null $f || exit; done && "
             )
             if self.tmp is not None:
-                root += f"mount --bind {shlex.quote(self.tmp)} /tmp && "
+                inner_repo = ""
+                if REPO_IN_TMP is not None:  # the clone stays visible at its own path
+                    inner_repo = shlex.quote(os.path.join(self.tmp, REPO_IN_TMP))
+                    root += f"mount --bind {shlex.quote(str(REPO))} {inner_repo} && "
+                root += f"mount --rbind {shlex.quote(self.tmp)} /tmp && "
         return [
             *self.netns.prefix(),
             "unshare",
@@ -125,6 +129,11 @@ class Pod:
 
 
 DNS_ADDRESS = f"{CTL_NET}.0.2"
+# The clone (its venvs, the agent): a clone below /tmp would be hidden in a pod by the
+# pod's own /tmp, and every agent there "not found" (127), unless bound into it.
+REPO = Path(__file__).resolve().parents[2]
+TMP = Path("/tmp").resolve()
+REPO_IN_TMP = os.path.relpath(REPO, TMP) if REPO.is_relative_to(TMP) else None
 
 
 def agent_env(
@@ -226,10 +235,13 @@ class Cluster:
             raise
 
     def _tmp(self, index: int) -> str:
-        """A pod's own /tmp: sticky and open to all, as /tmp is."""
+        """A pod's own /tmp: sticky and open to all, as /tmp is; with the place of the
+        clone in it where the clone lies below /tmp (Pod.argv binds it there)."""
         path = os.path.join(self.root, f"{index}-tmp")
         os.mkdir(path)
         os.chmod(path, 0o1777)  # noqa: S103 - it is the pod's /tmp
+        if REPO_IN_TMP is not None:
+            os.makedirs(os.path.join(path, REPO_IN_TMP))
         return path
 
     def fqdn(self, name: str) -> str:
