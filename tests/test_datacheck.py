@@ -563,6 +563,36 @@ class TestOnTheCluster:
         ], findings
         assert done.returncode == 1
 
+    @pytest.mark.parametrize("fault", ["net2", "no data NIC"])
+    def test_doctor_applies_the_rule_on_each_worker(
+        self, cluster: Cluster, work: Path, fault: str
+    ) -> None:
+        """With NCCL_SOCKET_IFNAME=^lo,docker0 the doctor tests each worker on the data NIC
+        NCCL picks there, as the launcher does from its record: a worker whose data NIC is
+        net2 is probed on net2; one with only the control interface is left out of the
+        check, not called a failure (the launcher runs that job)."""
+        ns = cluster.pods[2].netns
+        if fault == "net2":
+            ns.exec_checked(["ip", "link", "set", "net1", "down"])
+            ns.exec_checked(["ip", "link", "set", "net1", "name", "net2"])
+            ns.exec_checked(["ip", "link", "set", "net2", "up"])
+        else:
+            ns.exec_checked(["ip", "link", "del", "net1"])
+        job = Job(cluster, work, REAL_MPIS["openmpi4"])
+        for w in job.start_workers():
+            job.wait_ready(w)
+        value = {"NCCL_SOCKET_IFNAME": "^lo,docker0"}
+        # Its ranks fail (1), so the workers stay up for the doctor (a job done ends them).
+        launched = job.launch(["/bin/false"], slots=1, names=W3, **value)
+        assert launched.returncode == 1 and logs.event(launched.stderr, "checks passed")
+        env = job.launcher_env(slots=1, names=W3, **value)
+        done = cluster.pods[0].run([AGENT, "doctor", "--json"], env, timeout=60)
+        findings = json.loads(done.stdout)["findings"]
+        net = [f for f in findings if f["host"] == "data network"]
+        tested, workers = ("net1, net2", 3) if fault == "net2" else ("net1", 2)
+        assert [(f["ok"], f["check"]) for f in net] == [(True, tested)], net
+        assert net[0]["detail"].startswith(f"{workers} workers, ring and random pairs"), net
+
     @pytest.mark.parametrize("value", ["^lo,docker0", "=net1", "net"])
     def test_nccl_forms_run(self, cluster: Cluster, work: Path, value: str) -> None:
         """NCCL_SOCKET_IFNAME as users write it, which NCCL accepts (any but lo and docker0,

@@ -108,9 +108,20 @@ def network(
                 "run writes it afresh)",
             )
         ]
+
+    def choose(have: tuple[str, ...]) -> str | None:
+        """A worker's data NIC by NCCL's rule on the interfaces it has, as the launcher
+        chooses from its record (launcher/dataplan.py worker)."""
+        selected = rule.select(have)[0]
+        if not selected:
+            return None  # NCCL fails there: said as the NIC it lacks, naming what it has
+        theirs = nccl.data_of(selected, config.control_iface)
+        return theirs[0] if theirs else ""
+
     try:
-        # Every worker is taken to have this pod's first data NIC (the doctor reads no
-        # records): one that lacks it says so, naming the interfaces it has.
+        # Every worker is first asked for this pod's first data NIC (the doctor reads no
+        # records); one that lacks it is asked again for the one NCCL's rule picks among
+        # its own interfaces, and says so, naming them, where the rule picks none.
         nic = nics[0]
         found = datacheck.run(
             names,
@@ -122,15 +133,17 @@ def network(
             deadline=deadline,
             log=_quiet,
             value=rule.value,
+            choose=choose,
         )
     except PeerUnavailableError as exc:
         lines = (exc.details or exc.message.removeprefix("data network: ")).splitlines()
         return [Finding("data network", nic, False, line, ADVICE) for line in lines]
     mtus = sorted({f["mtu"] for f in found.values()})
+    tested = ", ".join(dict.fromkeys(str(f["nic"]) for f in found.values()))
     return [
         Finding(
             "data network",
-            nic,
+            tested,
             True,
             f"{len(found)} workers, ring and random pairs: TCP and MTU {mtus} pass",
         )

@@ -23,7 +23,7 @@ import re
 import shlex
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,9 @@ from mpi_bootstrap.system import parallel
 # together (each listens while the others probe); their starts and probes are bounded
 # like preflight's ssh.
 LISTEN_SECONDS = datanet.SESSION_SECONDS
+# A worker's data NIC from the interfaces it has (NCCL's rule there): None where NCCL finds
+# none, "" where it uses only the control interface (nothing to probe there).
+Chooser = Callable[[tuple[str, ...]], "str | None"]
 PLAIN = re.compile(r"[A-Za-z0-9_.:/@+-]+")  # words PID 1's request line may carry
 
 
@@ -122,17 +125,39 @@ class _Run:
         opened: Mapping[str, children.Lines],
         published: Mapping[str, datanet.DataNIC],
         value: str | None,
+        choose: Chooser | None = None,
     ) -> None:
-        self.nics = dict.fromkeys(hosts, nics) if isinstance(nics, str) else nics
-        self.label = ", ".join(dict.fromkeys(self.nics[h] for h in hosts))  # MTU mismatch
+        self.hosts = list(hosts)
+        self.nics = dict.fromkeys(hosts, nics) if isinstance(nics, str) else dict(nics)
         self.ssh, self.python, self.sysfs = list(ssh), python, sysfs
         self.env, self.deadline, self.published = env, deadline, published
-        self.value = value  # the NCCL_SOCKET_IFNAME that chose the NICs
+        self.value, self.choose = value, choose  # the NCCL_SOCKET_IFNAME that chose the NICs
         self.lines: dict[str, children.Lines] = dict(opened)
         self.sessions: dict[str, Any] = {h: lines.child for h, lines in opened.items()}
 
+    @property
+    def label(self) -> str:
+        """The data NICs tested, in words (the MTU mismatch's, the log's)."""
+        return ", ".join(dict.fromkeys(self.nics[h] for h in self.hosts if self.nics[h]))
+
     def start(self, host: str) -> tuple[dict[str, Any] | None, str | None]:
-        """Its data NIC as the session reports it, or why it cannot take part."""
+        """Its data NIC as the session reports it, or why it cannot take part; where the
+        worker lacks the NIC asked for and `choose` picks another of its interfaces (the
+        doctor, which reads no records: NCCL's rule on that worker's own), that one."""
+        found, why = self._start(host)
+        if found is None or found.get("error") != "missing" or self.choose is None:
+            return found, why
+        nic = self.choose(tuple(found.get("have") or ()))
+        if nic is None or nic == self.nics[host]:
+            return found, why
+        children.close_all([self.sessions.pop(host)], wait=True)
+        del self.lines[host]
+        self.nics[host] = nic
+        if not nic:  # NCCL uses only the control interface there: nothing to probe
+            return None, None
+        return self._start(host)
+
+    def _start(self, host: str) -> tuple[dict[str, Any] | None, str | None]:
         if host not in self.lines:
             child = children.open_piped(
                 [
@@ -330,6 +355,7 @@ def run(
     reaper: bool = False,
     published: Mapping[str, datanet.DataNIC] | None = None,
     value: str | None = None,
+    choose: Chooser | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Test the data network among `hosts`, each on its data NIC `nics[host]` (or all on
     `nics`; chosen by NCCL_SOCKET_IFNAME `value`: core/nccl.py); their data NICs as
@@ -339,7 +365,8 @@ def run(
     sessions must agree with. Every session is told to end before this returns, and
     waited for unless it passed and `reaper` (this process goes on to reap all its
     children: the resident supervisor), which saves mpirun's start that wait (40 ms at 16
-    workers)."""
+    workers). `choose`: the data NIC of a worker that lacks `nics[host]`, from the
+    interfaces it has (None: none; see _Run.start)."""
     started, cpu = time.monotonic(), time.process_time()
     r = _Run(
         ssh_command,
@@ -352,6 +379,7 @@ def run(
         opened=opened or {},
         published=published or {},
         value=value,
+        choose=choose,
     )
     passed = False
     try:
