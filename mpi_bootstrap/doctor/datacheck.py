@@ -109,15 +109,6 @@ def network(
             )
         ]
 
-    def choose(have: tuple[str, ...]) -> str | None:
-        """A worker's data NIC by NCCL's rule on the interfaces it has, as the launcher
-        chooses from its record (launcher/dataplan.py worker)."""
-        selected = rule.select(have)[0]
-        if not selected:
-            return None  # NCCL fails there: said as the NIC it lacks, naming what it has
-        theirs = nccl.data_of(selected, config.control_iface)
-        return theirs[0] if theirs else ""
-
     try:
         # Every worker is first asked for this pod's first data NIC (the doctor reads no
         # records); one that lacks it is asked again for the one NCCL's rule picks among
@@ -133,7 +124,7 @@ def network(
             deadline=deadline,
             log=_quiet,
             value=rule.value,
-            choose=choose,
+            choose=_chooser(rule, config.control_iface),
         )
     except PeerUnavailableError as exc:
         lines = (exc.details or exc.message.removeprefix("data network: ")).splitlines()
@@ -148,6 +139,20 @@ def network(
             f"{len(found)} workers, ring and random pairs: TCP and MTU {mtus} pass",
         )
     ]
+
+
+def _chooser(rule: nccl.Rule, control: str) -> datacheck.Chooser:
+    """A worker's data NIC by NCCL's rule on the interfaces it has, as the launcher
+    chooses from its record (launcher/dataplan.py worker)."""
+
+    def choose(have: tuple[str, ...]) -> str | None:
+        selected = rule.select(have)[0]
+        if not selected:
+            return None  # NCCL fails there: said as the NIC it lacks, naming what it has
+        theirs = nccl.data_of(selected, control)
+        return theirs[0] if theirs else ""
+
+    return choose
 
 
 def _quiet(event: str, /, level: str = "info", **keys: Any) -> None:
