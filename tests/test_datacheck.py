@@ -244,18 +244,23 @@ class TestPlan:
         """The pipelined launch started mpirun from the first worker's record (no RDMA
         behind its data NIC); the second's lists mlx5_1, so NCCL_IB_HCA would differ:
         the launch fails (69) naming the variable, before any rank. Alike: the Plan of
-        every fact is the one started."""
+        every fact is the one started. Where mpirun waited for every worker, the Plan of
+        every fact replaces the first."""
         plain = datanet.DataNIC("net1", ("10.2.0.10",), 9000)
         config, one = facts_with({"pi-worker-0": plain})
         one = dataclasses.replace(one, records={w: r for w, r in one.records.items() if "-0." in w})
         first = build_plan(config, one)
         assert "NCCL_IB_HCA" not in first.env_set
+        job = checks.Job(first, config, first.environment(one.environ), log=lambda *a, **k: None)
         _, every = facts_with({"pi-worker-0": plain, "pi-worker-1": NIC1})
         with pytest.raises(PeerUnavailableError, match="NCCL_IB_HCA==mlx5_1") as err:
-            pipeline._final(config, first, every)
+            pipeline._final(job, every, None, started=True)
         assert "MPI_BOOTSTRAP_PIPELINE=off" in err.value.message
         _, alike = facts_with({"pi-worker-0": plain, "pi-worker-1": plain})
-        assert pipeline._final(config, first, alike).argv == first.argv
+        assert pipeline._final(job, alike, None, started=True).p.argv == first.argv
+        # mpirun waited for every worker: the Plan of every fact replaces the first
+        final = pipeline._final(job, every, None, started=False)
+        assert final.p.env_set["NCCL_IB_HCA"] == "=mlx5_1" and final.env["NCCL_IB_HCA"]
 
     def test_user_ib_hca_wins(self) -> None:
         """A user's NCCL_IB_HCA is left alone, and --explain says so."""

@@ -418,10 +418,12 @@ class TestSSHTrust:
         local: str | None = None,
         own_kex: tuple[str, ...] = (),
         openssh: str | None = None,
+        unresolved: tuple[str, ...] = (),
     ) -> Plan:
         """The two workers' plan; `local`: a host of the hostfile, first, that is this pod
         (mpirun runs its ranks without ssh: no record, no check); `own_kex`: what the
-        launcher's ssh takes (`ssh -Q kex`); `openssh`: worker 1's sshd's version."""
+        launcher's ssh takes (`ssh -Q kex`); `openssh`: worker 1's sshd's version;
+        `unresolved`: names with no answer yet (a pipelined launch's first Plan)."""
         from mpi_bootstrap.core.model import ClientKey, PlannedFile
 
         env = {
@@ -435,7 +437,9 @@ class TestSSHTrust:
         )
         text = f"{local} slots=2\n{HOSTFILE}" if local else HOSTFILE
         parsed = hf.parse(text, "/etc/mpi/hostfile")
-        answers = {n: Answer(n, addresses=(a,)) for n, a in ADDRESSES.items()}
+        answers = {
+            n: Answer(n, addresses=(a,)) for n, a in ADDRESSES.items() if n not in unresolved
+        }
         key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIL4FbUREZCX4XJ0cFCw6lRx4ehfW10t1GxS1s/M0/Gl2"
         file = (
             PlannedFile("/run/mpi-bootstrap/id_job", self.PRIVATE, 0o600, "the job's key")
@@ -882,6 +886,17 @@ class TestLaunchGate:
         assert "the one to pi-worker-1.pi.default.svc also for every check" in why
         text = next(f.text for f in plan.files if f.path.endswith("ssh-gate"))
         assert '[ "$h" = pi-worker-1.pi.default.svc ]' in text
+
+    def test_the_gate_for_all_is_a_resolved_workers(self) -> None:
+        """In a pipelined launch's first Plan the last name may not have resolved yet, and
+        may turn out to be this pod (no ssh, so its gate would never run and hold nothing
+        back): the gate that also waits for every check is the last resolved worker's."""
+        plan = self.plan("openmpi4", "dir", unresolved=("pi-worker-1.pi.default.svc",))
+        assert (
+            "the one to pi-worker-0.pi.default.svc also for every check" in (self.decision(plan)[1])
+        )
+        text = next(f.text for f in plan.files if f.path.endswith("ssh-gate"))
+        assert '[ "$h" = pi-worker-0.pi.default.svc ]' in text
 
     @pytest.mark.parametrize("kind", ["mpich", "intel"])
     def test_hydra_every_worker_waits_for_all(self, kind: str) -> None:

@@ -27,7 +27,7 @@ from mpi_bootstrap.core.records import Record
 from mpi_bootstrap.launcher import gather
 from mpi_bootstrap.launcher.model import Gathered
 from mpi_bootstrap.ssh import dirx, peers
-from mpi_bootstrap.system import parallel
+from mpi_bootstrap.system import netif, parallel
 from mpi_bootstrap.system.retry import PEER
 
 Event = tuple[str, Any, Any]  # (kind, what, more): see Arrivals.handle
@@ -57,6 +57,8 @@ class Arrivals:
             for orig, new, _ in gather.remote_hosts(config, facts)
         }
         self.answers: dict[str, Answer] = {}
+        self.own = (socket.gethostname(), frozenset(netif.addresses()))
+        self.local: list[str] = []  # names that resolved to this pod: no workers after all
         self.dns_done = False
         self.last: dict[str, str] = {}  # the last failure reading each worker's record
         self.records = facts.client is not None
@@ -94,22 +96,33 @@ class Arrivals:
             self.answers.update(what)
             return []
         if kind == "answer":
-            self.answers[what.name] = what
-            found = [w for w in self.workers.values() if w.lookup == what.name]
-            for w in found:
-                w.address = what.addresses[0]
-                if self.records and self.config.exchange == "secret":
-                    assert self.base.client is not None  # noqa: S101 - self.records
-                    w.record = peers.secret_record(self.config, self.base.client, w.new, w.address)
-                elif self.fetches is not None and w.record is None:
-                    self.fetches.submit(w)
-            return self._ready(found)
+            return self._answer(what)
         if kind == "record":  # (new, Record), or (new, None): not found by the deadline
+            if what in self.local:
+                return []
             if more is None:
                 raise peers.no_record(self.config, [what], self.last)
             self.workers[what].record = more
             return self._ready([self.workers[what]])
         raise ValueError(f"unknown event {kind!r}")
+
+    def _answer(self, answer: Answer) -> list[str]:
+        """A name resolved: its workers' addresses; a worker's record fetched or made
+        (net, secret); a name that is this pod's own is no worker after all."""
+        self.answers[answer.name] = answer
+        found = [w for w in self.workers.values() if w.lookup == answer.name]
+        for w in found:
+            w.address = answer.addresses[0]
+            if peers.is_local(w.new, w.address, *self.own):  # mpirun runs it here
+                del self.workers[w.new]
+                self.local.append(w.new)
+                continue
+            if self.records and self.config.exchange == "secret":
+                assert self.base.client is not None  # noqa: S101 - self.records
+                w.record = peers.secret_record(self.config, self.base.client, w.new, w.address)
+            elif self.fetches is not None and w.record is None:
+                self.fetches.submit(w)
+        return self._ready([w for w in found if w.new in self.workers])
 
     def _ready(self, workers: list[Worker]) -> list[str]:
         newly = []
@@ -124,11 +137,14 @@ class Arrivals:
         return self.dns_done and all(w.ready for w in self.workers.values())
 
     def facts(self) -> Gathered:
-        """The facts so far: every answer, and the records of the workers that are in."""
+        """The facts so far: every answer, the hosts remote by them (a name not resolved
+        yet by name alone), and the records of the workers that are in."""
         records: Mapping[str, Record] = {
             w.new: w.record for w in self.workers.values() if w.record is not None
         }
-        return dataclasses.replace(self.base, answers=dict(self.answers), records=records)
+        facts = dataclasses.replace(self.base, answers=dict(self.answers), records=records)
+        remote = tuple(new for _, new, _ in gather.remote_hosts(self.config, facts))
+        return dataclasses.replace(facts, remote=remote)
 
     def _dns(self) -> None:
         try:

@@ -18,6 +18,10 @@ first worker's record lists RDMA devices behind its data NIC (NCCL_IB_HCA names 
 worker's, and SR-IOV functions differ from node to node): the checks still ride the
 wait. A later worker whose facts would change mpirun's command or environment all the
 same (RDMA devices where the first had none) fails the launch before any rank starts.
+Where mpirun waits for every worker (the reasons: `_after_every_worker`), the Plan of
+every fact replaces the first instead, as long as what the workers were checked for
+stays the same; a name the first Plan took for a worker's that turns out to be this pod
+then turns the gate off (hydra), and every check passes before mpirun starts.
 """
 
 from __future__ import annotations
@@ -59,30 +63,98 @@ def launch(config: Config, facts: Gathered, log: Log) -> NoReturn:
         job = checks.Job(first, config, env, log, execute.session_key(first, config))
         gated = execute.Gated.of(job)
         each = Each(job, arrivals, gated.marks.open if first.gate == gate.EACH else None)
-        later = _after_every_worker(each)
-        if later is None:
-            gated.start(job)
-        else:
-            log("mpirun waits", reason=later)
+        start = Start(job, gated, arrivals, _after_every_worker(each, first, arrivals.facts()))
         with execute.ending(job, gated):
-            each.run(ready)
-            job = dataclasses.replace(job, p=_final(config, first, arrivals.facts()))
+            each.run(ready, start)
+            job = _final(start.job, arrivals.facts(), each.passed, started=start.done)
+            if not start.done and job.p != start.job.p:  # mpirun starts from this Plan
+                execute.write_files(job.p, config, log)
+            if job.p.gate is None:  # every check before mpirun (Start said why)
+                checks.run(job, checks.ACROSS)
             started = gated.started or gated.start(job)
-            checks.run(job, checks.ACROSS)
-            gated.marks.open(gate.ALL)
+            if job.p.gate is not None:
+                checks.run(job, checks.ACROSS)
+                gated.marks.open(gate.ALL)
     finally:
         arrivals.stop.set()
     execute.hand_over(job, started)
 
 
-def _after_every_worker(each: Each) -> str | None:
-    """Why mpirun must wait for every worker's record, if it must: NCCL_IB_HCA names the
-    RDMA devices behind every worker's data NIC (dataplan.py), which may differ from
-    worker to worker (SR-IOV functions)."""
+NAMES, WORKERS = "every name resolved", "every worker in"
+
+
+class Start:
+    """When mpirun starts: at once (the first worker's facts); once every name resolved
+    (the Plan of every answer: which hosts are this pod's); or once every worker is in
+    (the Plan of every fact, after their checks). `wait`: (why, until which) it waits."""
+
+    def __init__(
+        self,
+        job: checks.Job,
+        gated: execute.Gated,
+        arrivals: Arrivals,
+        wait: tuple[str, str] | None,
+    ) -> None:
+        self.job, self.gated, self.arrivals = job, gated, arrivals
+        self.until = wait[1] if wait else None
+        if wait is None:
+            gated.start(job)
+        else:
+            job.log("mpirun waits", reason=wait[0], until=wait[1])
+
+    @property
+    def done(self) -> bool:
+        return self.gated.started is not None
+
+    def poll(self) -> None:
+        """After each turn of the workers' loop: mpirun started if every name resolved
+        and that was all it waited for, planned from every answer."""
+        if self.done or self.until != NAMES or not self.arrivals.dns_done:
+            return
+        job, facts = self.job, self.arrivals.facts()
+        plan = build_plan(job.config, facts)
+        env = plan.environment(facts.environ)
+        if plan.gate is None or (
+            checks.remote_check(plan, job.config, env)
+            != checks.remote_check(job.p, job.config, job.env)
+        ):
+            self.until = WORKERS  # the gate is off now, or the checks differ: after them
+            job.log("mpirun waits", reason="planned from every answer", until=WORKERS)
+            return
+        if plan != job.p:
+            execute.write_files(plan, job.config, job.log)
+        self.job = dataclasses.replace(job, p=plan, env=env)
+        self.gated.start(self.job)
+
+
+def _after_every_worker(each: Each, first: Plan, facts: Gathered) -> tuple[str, str] | None:
+    """Why mpirun must wait, if it must, and until when: NCCL_IB_HCA names the RDMA
+    devices behind every worker's data NIC (dataplan.py), which may differ from worker
+    to worker (SR-IOV functions); the gate is off (every check before mpirun); or every
+    gate waits for every check (hydra: a proxy starts its ranks as it connects) while a
+    name is not resolved yet: mpirun, resolving it as this pod's before the agent does,
+    would start that host's ranks without ssh. (Where gates open one by one, the one
+    that waits for every check is a worker's whose name resolved: sshplan.py
+    `_holder`.)"""
+    if first.gate is None:
+        return (
+            "the launch gate is off for what the first workers showed (see --explain's "
+            "`launch gate`): every check passes before mpirun starts",
+            WORKERS,
+        )
     if any(where != "launcher" for where, _ in each.data.rdma):
         return (
             "the first worker's record lists RDMA devices behind its data NIC: NCCL_IB_HCA "
-            "names every worker's, so mpirun starts once every worker is in"
+            "names every worker's, so mpirun starts once every worker is in",
+            WORKERS,
+        )
+    unresolved = [h for h in first.remote if not ((a := facts.answers.get(h)) and a.ok)]
+    if first.gate == gate.EVERY and unresolved:
+        return (
+            f"{some(unresolved)} not resolved yet: every gate waits for every check, and a "
+            "name mpirun finds to be this pod would start its ranks here without ssh, so "
+            "mpirun starts once every name resolved",
+            NAMES,
         )
     return None
 
@@ -131,8 +203,10 @@ class Each:
         self.started = time.monotonic()
         self.said = False  # the `records` line
 
-    def run(self, ready: list[str]) -> None:
-        """Until every worker passed; what preflight leaves goes into the job."""
+    def run(self, ready: list[str], start: Start) -> None:
+        """Until every worker passed; what preflight leaves goes into the job. Once mpirun
+        runs (`start`, polled after each turn), a name its Plan took for a worker's that
+        resolves to this pod is seen to at once (`_local`)."""
         try:
             while ready or not (self.arrivals.complete() and self.done >= set(self.sessions)):
                 if ready:
@@ -147,6 +221,9 @@ class Each:
                         self._checked(event)
                     else:
                         ready += self.arrivals.handle(event)
+                start.poll()
+                if start.done:
+                    _local(start.job.p, self.arrivals.local, self.passed)
         except BaseException:
             preflight.release(self.sessions.values())
             raise
@@ -224,19 +301,46 @@ class Each:
             raise checks.with_doctor(exc, self.job.config) from None
 
 
-def _final(config: Config, first: Plan, facts: Gathered) -> Plan:
-    """The Plan of every fact: the mpirun it launches must be the one started."""
+def _local(first: Plan, local: list[str], passed: Callable[[str], None] | None) -> None:
+    """Once mpirun runs, names the first Plan took for workers' that resolved to this pod:
+    mpirun runs their ranks here without ssh. Where gates open one by one (ORTE, PRRTE:
+    no rank before every daemon reported), the gate that waits for every check is a
+    resolved worker's (sshplan.py `_holder`), so nothing starts early: the name's own
+    mark is opened (a gate mpirun may still run for it, having resolved it before DNS
+    had it, connects to no worker and no rank starts) and the launch goes on. Anywhere
+    else (mpirun waits for every worker where a name is unresolved: only a changed DNS
+    answer gets here), the launch fails, no rank started."""
+    late = sorted(set(first.remote) & set(local))
+    if not late:
+        return
+    if first.gate == gate.EACH and passed is not None:
+        for host in late:
+            passed(host)
+        return
+    raise PeerUnavailableError(
+        f"pipelined launch: {some(late)} resolves to this pod's own address, so mpirun "
+        "runs its ranks here without ssh, but it was planned as a worker; name it by "
+        "this pod's hostname, or set MPI_BOOTSTRAP_PIPELINE=off",
+        phase="preflight",
+        host=late[0],
+    )
+
+
+def _final(
+    job: checks.Job, facts: Gathered, passed: Callable[[str], None] | None, *, started: bool
+) -> checks.Job:
+    """The job with the Plan of every fact. Once mpirun runs, that Plan must launch the
+    same mpirun; before, it replaces the first (whose answers were not all in: a name of
+    this pod's turns the gate off) wherever the checks the workers passed stay the same."""
+    first, config = job.p, job.config
     remote = tuple(new for _, new, _ in gather.remote_hosts(config, facts))
-    if remote != first.remote:
-        local = sorted(set(first.remote) - set(remote))
-        raise PeerUnavailableError(
-            f"pipelined launch: {some(local)} resolves to this pod's own address, so mpirun "
-            "runs its ranks here without ssh, but it was started taking it for a worker; "
-            "name it by this pod's hostname, or set MPI_BOOTSTRAP_PIPELINE=off",
-            phase="preflight",
-            host=local[0] if local else None,
-        )
     final = build_plan(config, dataclasses.replace(facts, remote=remote))
+    if not started:
+        env = final.environment(facts.environ)
+        if checks.remote_check(final, config, env) != checks.remote_check(first, config, job.env):
+            raise _changed(["program or library path the workers were checked for"], [])
+        return dataclasses.replace(job, p=final, env=env)
+    _local(first, sorted(set(first.remote) - set(remote)), passed)
     changed = [
         what
         for what, a, b in (
@@ -248,12 +352,17 @@ def _final(config: Config, first: Plan, facts: Gathered) -> Plan:
         if a != b
     ]
     if changed:
-        diff = [f"{k}={v}" for k, v in final.env_set.items() if first.env_set.get(k) != v]
-        raise PeerUnavailableError(
-            f"pipelined launch: the later workers' records change mpirun's "
-            f"{' and '.join(changed)} ({some(diff) if diff else 'see --explain'}), "
-            "which started with the first worker's facts: workers of one job should be "
-            "alike (one pod template), or set MPI_BOOTSTRAP_PIPELINE=off",
-            phase="preflight",
+        raise _changed(
+            changed, [f"{k}={v}" for k, v in final.env_set.items() if first.env_set.get(k) != v]
         )
-    return final
+    return dataclasses.replace(job, p=final)
+
+
+def _changed(what: list[str], diff: list[str]) -> PeerUnavailableError:
+    return PeerUnavailableError(
+        f"pipelined launch: the later workers' records change mpirun's "
+        f"{' and '.join(what)} ({some(diff) if diff else 'see --explain'}) from what "
+        "the first worker's facts planned: workers of one job should be alike (one pod "
+        "template), or set MPI_BOOTSTRAP_PIPELINE=off",
+        phase="preflight",
+    )

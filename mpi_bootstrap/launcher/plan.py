@@ -272,7 +272,9 @@ def _order(config: Config, mode: str | None) -> tuple[bool, Decision]:
     then = (
         "its daemon starts through the gate as its checks pass"
         if mode == gate.EACH
-        else "mpirun's ssh waits for every check (its ranks start as it connects)"
+        else "mpirun's ssh waits for every check (its ranks start as it connects), and "
+        "while a name is not resolved mpirun itself waits for every worker (a name it "
+        "found to be this pod would start ranks here without ssh)"
     )
     return True, Decision(
         "launch order",

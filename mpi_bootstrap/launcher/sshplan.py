@@ -42,7 +42,7 @@ def launch_gate(
         mode, last = gate.EVERY, None
         waits = f"every worker's ssh waits for every check and the data check: {spec.gate_why}"
     else:
-        mode, last = gate.EACH, facts.remote[-1]
+        mode, last = gate.EACH, _holder(facts)
         waits = (
             f"its ssh to each worker waits until that worker's check passed, and the "
             f"one to {last} also for every check and the data check: {spec.gate_why}"
@@ -68,6 +68,15 @@ def launch_gate(
             "ends mpirun before any rank starts: exit 69",
         ),
     )
+
+
+def _holder(facts: Gathered) -> str:
+    """The worker whose gate also waits for every check (EACH): the last one known to be
+    a worker, its name resolved to an address not this pod's. In a pipelined launch's
+    first Plan a name not resolved yet may turn out to be this pod, whose ranks mpirun
+    starts without ssh: its gate, never run, would hold nothing back."""
+    known = [h for h in facts.remote if (a := facts.answers.get(h)) is not None and a.ok]
+    return known[-1] if known else facts.remote[-1]
 
 
 def control_dir(config: Config, facts: Gathered, preflight: bool) -> tuple[str | None, Decision]:

@@ -84,8 +84,12 @@ class Agent:
         self.c.signal(self.p, signum)
 
     def finish(self, timeout: float = 60) -> tuple[int, str, str]:
-        """(exit code, stdout, stderr), once it has ended (within `timeout` seconds)."""
-        code = self.p.wait(timeout=timeout)
+        """(exit code, stdout, stderr), once it has ended (within `timeout` seconds; else
+        a failure that shows what it said)."""
+        try:
+            code = self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running after {timeout:g} s: {self.stderr()}") from None
         for t in self._readers:  # the rest of what it wrote, up to the end of its pipes
             t.join(timeout=5)
         return code, self.stdout(), self.stderr()
