@@ -385,6 +385,16 @@ class TestRules:
 class TestRender:
     """The human command is copy-pasteable and puts the user's program on its own line."""
 
+    def test_a_newline_starts_no_line(self) -> None:
+        """A newline in what others said (here an environment value) is escaped: it
+        starts no line of its own that could read as the agent's; the Command block
+        keeps its own line breaks (tests/test_printable.py)."""
+        plan = make_plan("openmpi4", "none", "none")
+        forged = "x\n  forward (none)"
+        plan = dataclasses.replace(plan, env_set={**plan.env_set, "X": forged})
+        text = render.as_text(plan)
+        assert "  set     X=x\\n  forward (none)" in text and text.count("\n  forward ") == 1
+
     @pytest.mark.parametrize("override", ["none", "flags"])
     def test_command_round_trips(self, override: str) -> None:
         """The Command block shell-splits back to the exact argv, with the user's program alone on

@@ -91,6 +91,17 @@ class TestRenderers:
         assert all(text[i + 1] == "[" for i, c in enumerate(text) if c == "\x1b")
         assert "\x1b]" not in text and not {"\r", "\b", "\x07", "\x9b"} & set(text)
 
+    def test_a_newline_starts_no_line(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A peer's newline in a log value starts no line of its own that could read as
+        the agent's (`… [info] checks passed`): one line an event."""
+        forged = "x\n2026-01-01T00:00:00.000000Z [info     ] checks passed"
+        out = io.StringIO()
+        monkeypatch.setattr(out, "isatty", lambda: True, raising=False)
+        syslog.configure("console", "info", "launcher", stream=out)("MPI", version=forged)
+        assert out.getvalue().count("\n") == 1 and "\n2026" not in out.getvalue()
+        line = corelog.line("MPI", "info", "launcher", {"version": forged}, console=True)
+        assert line.count("\n") == 1  # --explain's: tests/test_plan.py TestRender
+
 
 # ------------------------------------------------------------------ for real
 

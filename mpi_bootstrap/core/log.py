@@ -43,6 +43,6 @@ def line(
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
     if console:  # for a person: what others said is escaped (core/errors.py printable)
         pairs = " ".join(f"{k}={v}" for k, v in sorted({**keys, "role": role}.items()))
-        return printable(f"{stamp} [{level:<9}] {event:<30} {pairs}") + "\n"
+        return printable(f"{stamp} [{level:<9}] {event:<30} {pairs}", lines=False) + "\n"
     record = {**keys, "event": event, "role": role, "level": level, "timestamp": stamp}
     return json.dumps(record, default=str) + "\n"

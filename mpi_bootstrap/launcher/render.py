@@ -110,6 +110,7 @@ def as_text(plan: Plan) -> str:
     add(f"  forward {', '.join(plan.forwarded) if plan.forwarded else '(none)'}")
     add("")
     add("Command:")
+    command = len(out)  # the one entry of several lines
     add("  " + _command(plan.argv, plan.program_index))
     add("")
     add("Decisions:")
@@ -118,4 +119,6 @@ def as_text(plan: Plan) -> str:
     for d in plan.decisions:
         add(f"  {d.setting:<{sw}}  {d.value:<{vw}}  [{d.source}] {d.reason}")
     # Environment values, hostfile lines and mpirun's version come from others: escaped.
-    return printable("\n".join(out) + "\n")
+    # One entry is one line, but the Command block (the user's argv, its lines broken by
+    # us): a newline of another's would start a line that reads as the agent's.
+    return "".join(printable(line, lines=i == command) + "\n" for i, line in enumerate(out))

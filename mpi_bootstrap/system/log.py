@@ -57,11 +57,12 @@ def _json_lines(out: TextIO, level: str, role: str) -> Log:
 def _escaped(
     _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
-    """Every text value printable (core/errors.py): a peer's words in a log line must not
-    drive the terminal; the renderer's own colours come after this."""
+    """Every text value printable (core/errors.py), on the event's one line: a peer's words
+    in a log line must not drive the terminal, nor start a line of their own that reads as
+    the agent's; the renderer's own colours come after this."""
     for key, value in event_dict.items():
         if isinstance(value, str):
-            event_dict[key] = printable(value)
+            event_dict[key] = printable(value, lines=False)
     return event_dict
 
 
