@@ -562,6 +562,8 @@ class TestSSHTrust:
             (NEW_SSH, "9.9", "mlkem768x25519-sha256,curve25519-sha256", None),
             (NEW_SSH, "9.2", "mlkem768x25519-sha256,curve25519-sha256", "curve25519-sha256"),
             (NEW_SSH, None, "mlkem768x25519-sha256,curve25519-sha256", None),  # unknown
+            # an sshd that takes neither (before 7.4): ssh's own list there
+            (NEW_SSH, "7.2", "mlkem768x25519-sha256,curve25519-sha256", "+curve25519-sha256"),
             # a launcher's ssh before 9.9 offers no name it does not know (ssh would refuse
             # its own config)
             (OLD_SSH, "9.9", "curve25519-sha256", None),
@@ -589,6 +591,27 @@ class TestSSHTrust:
         if "mlkem" not in "".join(own):  # this machine's ssh (9.2) reads only its names
             for shown in ssh_settings(plan, tmp_path):
                 assert f"kexalgorithms {offered}" in shown
+
+    def test_kex_an_sshd_that_takes_neither(self, tmp_path: Path) -> None:
+        """A worker whose record names an sshd older than 7.4 (no curve25519-sha256, no
+        ML-KEM) is offered ssh's own list, as real ssh reads it back; the others, the
+        agent's choice."""
+        plan = self.plan("openmpi4", "dir", own_kex=self.OLD_SSH, openssh="7.2")
+        own = subprocess.run(
+            ["ssh", "-G", "-F", "/dev/null", "x"], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+        default = next(line for line in own if line.startswith("kexalgorithms "))
+        shown = {
+            next(line for line in settings if line.startswith("hostkeyalias ")): next(
+                line for line in settings if line.startswith("kexalgorithms ")
+            )
+            for settings in ssh_settings(plan, tmp_path)
+        }
+        assert shown["hostkeyalias pi-worker-0.pi.default.svc"] == "kexalgorithms curve25519-sha256"
+        assert shown["hostkeyalias pi-worker-1.pi.default.svc"] == default
+        assert "pi-worker-1.pi.default.svc: its sshd is older" in next(
+            d.reason for d in plan.decisions if d.setting == "ssh key exchange"
+        )
 
     def test_kex_default_is_ssh_own(self) -> None:
         """MPI_BOOTSTRAP_SSH_KEX=default keeps ssh's own choice: no KexAlgorithms line; and

@@ -187,7 +187,7 @@ def _peers(
     if kex_all and config.ssh_kex is None:  # the agent's choice: an older sshd, its own
         ps = [
             dataclasses.replace(
-                p, kex=",".join(kex.offer(facts.ssh_kex, kex.version_of(recs[p.names[0]].openssh)))
+                p, kex=kex.for_worker(facts.ssh_kex, kex.version_of(recs[p.names[0]].openssh))
             )
             if p.names[0] in recs
             else p
