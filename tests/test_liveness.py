@@ -231,6 +231,35 @@ class TestLostLauncher:
             {
                 "MPI_BOOTSTRAP_LIVENESS_SECONDS": str(BOUND),
                 "MPI_BOOTSTRAP_LAUNCHER_GRACE_SECONDS": "3",
+            }
+        ],
+        indirect=True,
+    )
+    def test_lost_as_the_ranks_start(self, world: World) -> None:
+        """Cut off the moment its gate lets the ranks go (the mark `.all` made), before
+        the resident PID 1 it hands mpirun to can ping anyone: every watch was armed
+        before that (launcher/arming.py), so each worker still ends the launch. Before,
+        a watch counted silence only after the monitor's first ping, and the ranks of a
+        launcher lost in between ran on (`make chaos`: all 16 workers' ranks left)."""
+        launcher = world.launcher()
+        mark = world.job.state("job-launcher") / "gate" / ".all.ok"
+        wait_until(lambda: mark.exists() or launcher.p.poll() is not None, 60, launcher.stderr)
+        cut_off(world.c.pods[0])
+        assert logs.named(launcher.stderr(), "watches armed"), launcher.stderr()
+        for w in world.workers:
+            wait_until(
+                lambda w=w: logs.named(w.stderr(), "ended launch") and not world.left(w.pod),
+                BOUND + 3 + 30,
+                lambda w=w: f"{w.pod.name} to end the launch: {world.left(w.pod)} {w.stderr()}",
+            )
+            assert logs.named(w.stderr(), "launcher lost"), w.stderr()
+
+    @pytest.mark.parametrize(
+        "world",
+        [
+            {
+                "MPI_BOOTSTRAP_LIVENESS_SECONDS": str(BOUND),
+                "MPI_BOOTSTRAP_LAUNCHER_GRACE_SECONDS": "3",
                 "MPI_BOOTSTRAP_EXIT_ON_LAUNCHER_LOSS": "true",
             }
         ],

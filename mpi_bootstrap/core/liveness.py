@@ -44,6 +44,8 @@ from typing import Any
 
 VERSION = 1
 PING_S = 1.0  # the launcher pings each worker this often
+ARM_N = 16  # the counters of the pings that arm each watch before any rank starts (1 to
+# ARM_N: launcher/arming.py, a new one each round); the resident's monitor counts on from it
 CONFIRM_PING_S = 0.25  # while confirming a silence
 CONFIRM_S = 5.0  # at most this long of the bound is spent confirming
 PAUSE_S = 3.0  # a loop that did not run for this long was stopped or starved itself

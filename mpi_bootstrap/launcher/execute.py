@@ -22,7 +22,7 @@ from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.spec import Marker, Peer, Spec
 from mpi_bootstrap.core.spec import Monitor as MonitorSpec
-from mpi_bootstrap.launcher import checks, preflight
+from mpi_bootstrap.launcher import arming, checks, preflight
 from mpi_bootstrap.launcher.model import Plan
 from mpi_bootstrap.proc import children, handoff
 from mpi_bootstrap.system import files, netif
@@ -45,14 +45,16 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> No
         with ending(job, gated):
             passed = gated.marks.open if p.gate == gate.EACH else None
             checks.run(dataclasses.replace(job, passed=passed))
+            watched = armed(job)
             gated.marks.open(gate.ALL)
-        hand_over(job, started)
+        hand_over(job, started, watched)
     checks.run(job)
     if config.exec:
         log("mpirun exec", argv=list(p.argv), forwarded=list(p.forwarded))
         handoff.exec_replace(p.argv, env)
+    watched = armed(job)
     log("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded))
-    handoff.start_and_handoff(dataclasses.replace(spec_of(job), monitor=monitor(job)))
+    handoff.start_and_handoff(dataclasses.replace(spec_of(job), monitor=watched))
 
 
 def write_files(p: Plan, config: Config, log: Log) -> None:
@@ -154,18 +156,24 @@ def _end(job: checks.Job, started: handoff.Started, before: int | None, exc: Bas
     )
 
 
-def hand_over(job: checks.Job, started: handoff.Started) -> NoReturn:
+def hand_over(job: checks.Job, started: handoff.Started, watched: MonitorSpec | None) -> NoReturn:
     """Every check passed: the gated mpirun to the resident PID 1, which watches the
-    workers while ranks run (mpirun's late gates still read the marks: the resident
-    removes them at the end)."""
+    workers while ranks run (`watched`: armed already; mpirun's late gates still read the
+    marks: the resident removes them at the end)."""
     handoff.adopt(
         started,
         dataclasses.replace(
-            spec_of(job),
-            gate_dir=os.path.join(job.config.state_dir, gate.DIR),
-            monitor=monitor(job),
+            spec_of(job), gate_dir=os.path.join(job.config.state_dir, gate.DIR), monitor=watched
         ),
     )
+
+
+def armed(job: checks.Job) -> MonitorSpec | None:
+    """What the resident will watch, every worker's watch armed first: no rank has
+    started yet (launcher/arming.py)."""
+    watched = monitor(job)
+    arming.arm(watched, job.log)
+    return watched
 
 
 def monitor(job: checks.Job) -> MonitorSpec | None:

@@ -71,13 +71,15 @@ def launch(config: Config, facts: Gathered, log: Log) -> NoReturn:
                 execute.write_files(job.p, config, log)
             if job.p.gate is None:  # every check before mpirun (Start said why)
                 checks.run(job, checks.ACROSS)
+                watched = execute.armed(job)
             started = gated.started or gated.start(job)
             if job.p.gate is not None:
                 checks.run(job, checks.ACROSS)
+                watched = execute.armed(job)
                 gated.marks.open(gate.ALL)
     finally:
         arrivals.stop.set()
-    execute.hand_over(job, started)
+    execute.hand_over(job, started, watched)
 
 
 NAMES, WORKERS = "every name resolved", "every worker in"

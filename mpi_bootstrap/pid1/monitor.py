@@ -106,7 +106,7 @@ class MonitorService:
         self.udp.bind((spec.bind, 0))
         self.udp.setblocking(False)
         readers[self.udp.fileno()] = self.on_datagram
-        self.n = 0
+        self.n = lv.ARM_N  # the launcher's arming ping came first (launcher/arming.py)
         self.state = "watching"
         self.next_ping = now
         self.last_tick = now
