@@ -69,13 +69,12 @@ def launch(config: Config, facts: Gathered, log: Log) -> NoReturn:
             job = _final(start.job, arrivals.facts(), each.passed, started=start.done)
             if not start.done and job.p != start.job.p:  # mpirun starts from this Plan
                 execute.write_files(job.p, config, log)
-            if job.p.gate is None:  # every check before mpirun (Start said why)
-                checks.run(job, checks.ACROSS)
-                watched = execute.armed(job)
-            started = gated.started or gated.start(job)
+            if job.p.gate is not None and not start.done:
+                gated.start(job)  # beside the data network's check
+            checks.run(job, checks.ACROSS)
+            watched = execute.armed(job)
+            started = gated.started or gated.start(job)  # no gate: every check passed first
             if job.p.gate is not None:
-                checks.run(job, checks.ACROSS)
-                watched = execute.armed(job)
                 gated.marks.open(gate.ALL)
     finally:
         arrivals.stop.set()
