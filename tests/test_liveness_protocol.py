@@ -232,3 +232,37 @@ class TestReplySweep:
         (tmp_path / "control").write_text("")  # the control FIFO itself: never swept
         watch.sweep(str(tmp_path), tree.parents())
         assert sorted(p.name for p in tmp_path.iterdir()) == ["control", here.name]
+
+
+class TestSilentLauncher:
+    """The worker's watch, driven as the resident's loop drives it: asleep until its
+    `next_at`, with nothing else to wake it (the net and secret exchanges have no job-done
+    poll). A launcher that falls silent is lost at the bound: the watch wakes often enough
+    to tell its own pod's stop from the launcher's silence. It woke only at the bound
+    before, took each wake-up for a stop of its own pod, and never lost the launcher
+    (`make chaos`: a launcher cut off, no worker ended its ranks)."""
+
+    def test_lost_at_the_bound(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        fifo = tmp_path / "control"
+        os.mkfifo(fifo, 0o600)
+        clock = [1000.0]
+        monkeypatch.setattr(watch.time, "monotonic", lambda: clock[0])
+        said: list[str] = []
+        w = watch.WatchService(
+            spec.Watch(str(fifo), "127.0.0.1", 22, bound=10.0, grace=5.0, exit_on_loss=False),
+            lambda event, /, **_: said.append(event),
+            {},
+            sshd=lambda: 0,
+            stop=lambda why, code: None,
+        )
+        try:
+            w.heard_from(clock[0])  # the launcher's ping: armed
+            while w.lost_at is None and clock[0] < 1000.0 + 60:
+                at = w.next_at()
+                assert at is not None
+                clock[0] = at
+                w.tick(at)
+            assert w.lost_at == pytest.approx(1010.0, abs=1.5) and "launcher lost" in said
+        finally:
+            w.udp.close()
+            os.close(w.fifo)

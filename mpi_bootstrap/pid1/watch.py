@@ -237,7 +237,11 @@ class WatchService:
         if self.endings:
             times.append(time.monotonic() + 0.1)
         if self.armed and self.lost_at is None:
-            times.append(self.heard + self.spec.bound)
+            # Woken at least this often, whatever else wakes the loop: `tick` takes a
+            # turn it did not get for PAUSE_S for a stop of this pod's own. Woken only at
+            # the bound, a silent launcher was taken each time for such a stop, never lost
+            # (seen with the net and secret exchanges; dir's job-done poll hid it).
+            times.append(min(self.heard + self.spec.bound, time.monotonic() + lv.PAUSE_S / 2))
         if self.lost_at is not None:
             times.append(self.lost_at + self.spec.grace)
         return min(times) if times else None
