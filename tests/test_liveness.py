@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import tempfile
@@ -51,17 +52,20 @@ class World:
     def __init__(self, c: Cluster, work: Path, m: RealMPI, train: Path, **worker_env: str):
         self.c, self.m, self.train = c, m, train
         self.job = Job(c, work, m)
+        # The exchange the launcher takes too (dir by default: Job's directory).
+        self.exchange = {k: v for k, v in worker_env.items() if k in NET}
         self.workers = [
             Agent(c, pod, [AGENT, "worker"], self.job.env(pod, **worker_env)) for pod in c.pods[1:3]
         ]
         self.job.workers += self.workers
         for w in self.workers:
-            self.job.wait_ready(w)
+            self.job.wait_ready(w, **self.exchange)
 
     def launcher(self, steps: int = 100000, pod: Pod | None = None, **extra: str) -> Agent:
         env = {
             "MPI_BOOTSTRAP_LIVENESS_SECONDS": str(BOUND),
             "MPI_BOOTSTRAP_TERMINATION_LOG": str(self.job.work / "termination-log"),
+            **self.exchange,
             **extra,
         }
         if pod is None:
@@ -110,6 +114,10 @@ def world(
         private_root=True,
     ) as c:
         yield World(c, tmp_path, real_mpi, trains[real_mpi.kind], **extra)
+
+
+# The net exchange (no job-done poll wakes the workers' loops, as dir's does).
+NET = {"MPI_BOOTSTRAP_EXCHANGE": "net", "MPI_BOOTSTRAP_TOKEN": secrets.token_hex(16)}
 
 
 def cut_off(pod: Pod) -> None:
@@ -205,8 +213,11 @@ class TestLostLauncher:
             {
                 "MPI_BOOTSTRAP_LIVENESS_SECONDS": str(BOUND),
                 "MPI_BOOTSTRAP_LAUNCHER_GRACE_SECONDS": "3",
+                **exchange,
             }
+            for exchange in ({}, NET)
         ],
+        ids=["dir", "net"],
         indirect=True,
     )
     def test_frees_the_workers(self, world: World) -> None:

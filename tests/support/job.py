@@ -135,9 +135,11 @@ class Job:
         self.workers += started
         return started
 
-    def wait_ready(self, worker: Agent, timeout: float = 20) -> None:
-        """Until the worker's probe passes (its sshd serves, its record is published)."""
-        wait_ready(worker.pod, self.env(worker.pod), worker.p, timeout, log=worker.stderr)
+    def wait_ready(self, worker: Agent, timeout: float = 20, **extra: str) -> None:
+        """Until the worker's probe passes (its sshd serves, its record is published);
+        `extra`: the worker's settings beside the job's (another exchange)."""
+        env = self.env(worker.pod, **extra)
+        wait_ready(worker.pod, env, worker.p, timeout, log=worker.stderr)
 
     def restart_workers(self) -> None:
         """Stop the workers (if still up), clear job-done, start them again."""
