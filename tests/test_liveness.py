@@ -320,6 +320,13 @@ class TestRestartedLauncher:
             ended = [e["reason"] for e in logs.named(w.stderr(), "ended launch")]
             assert ("superseded" in ended) == (w.pod.name in cleared), w.stderr()
 
+    @pytest.mark.parametrize("world", [NET], ids=["net"], indirect=True)
+    def test_clears_the_last_launch_with_net(self, world: World) -> None:
+        """The same with the net exchange, the new launcher in a new pod: its hello
+        replaces the old launcher's key on each worker, then its claim clears the old
+        launch (the claim rides preflight's ssh session on every exchange)."""
+        self.test_clears_the_last_launch(world, 3)
+
 
 def _comm(pid: int) -> str:
     try:
