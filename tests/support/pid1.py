@@ -23,7 +23,11 @@ def agent_argv(
     # --kill-child: when unshare goes (a test's clean-up kills it), so does the agent, and
     # with the namespace's PID 1 everything in it; without it, both outlive the test.
     pid = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]
-    return [*pid, *argv] if pid1 else argv
+    # Every signal at its default first, whatever the suite inherited: a shell's background
+    # job starts with SIGINT and SIGQUIT ignored, nohup with SIGHUP, and the agent keeps
+    # what it was started with ignored (as tini does), so its child could not die of them.
+    fresh = ["env", "--default-signal"]
+    return [*fresh, *pid, *argv] if pid1 else [*fresh, *argv]
 
 
 def run(
