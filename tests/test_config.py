@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from mpi_bootstrap.core.config import Config
@@ -36,6 +38,26 @@ class TestPrecedence:
         )
         assert c.output_hostfile == f"{c.state_dir}/hostfile"
         assert c.source("hostfile") == Source("default")
+
+    @pytest.mark.parametrize(
+        ("euid", "home", "hostname", "want"),
+        [
+            (0, "/root", "job-worker-0", "/run/mpi-bootstrap/job-worker-0"),
+            (1000, "/home/mpi", "job-worker-0", "/home/mpi/.mpi-bootstrap/job-worker-0"),
+            (1000, "/", "w1", "/tmp/mpi-bootstrap-1000/w1"),
+            (1000, "", "w1", "/tmp/mpi-bootstrap-1000/w1"),
+            (0, "/root", "not a name", "/run/mpi-bootstrap"),
+        ],
+    )
+    def test_state_dir_is_the_pods_own(
+        self, euid: int, home: str, hostname: str, want: str
+    ) -> None:
+        """The default state directory is the pod's own, by its hostname: pods that share
+        /run or a home never share one (tests/test_launch_order.py)."""
+        host = dataclasses.replace(HOST, euid=euid, hostname=hostname)
+        c = Config.from_env({"HOME": home}, ["launcher", *PROG], host=host)
+        assert c.state_dir == want
+        assert c.state_base == (None if hostname == "not a name" else want.rsplit("/", 1)[0])
 
     def test_env_then_flag(self) -> None:
         """A variable beats the default and a flag beats the variable; each source is recorded."""

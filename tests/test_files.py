@@ -54,6 +54,51 @@ class TestAtomicWrite:
         assert list(tmp_path.iterdir()) == []
 
 
+class TestHeld:
+    """The state directory is one agent's: a second one (another pod on a shared /run or
+    volume) is refused, naming the directory and the holder; the default base an emptyDir
+    left open to all is made the agent's own first."""
+
+    def test_a_second_agent_is_refused(self, tmp_path: Path) -> None:
+        """While another process holds it, `hold` raises ConfigError (64) naming the
+        directory and who holds it; once that one is gone, it is taken."""
+        import subprocess
+        import sys
+
+        state = tmp_path / "state"
+        files.state_dir(str(state))
+        holder = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from mpi_bootstrap.system import files; "
+                f"files.hold({str(state)!r}); print('held', flush=True); sys.stdin.read()",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+            with pytest.raises(ConfigError, match=f"{state} is in use by another agent .pod "):
+                files.hold(str(state))
+        finally:
+            holder.communicate("")
+        files.hold(str(state))  # the holder has exited: its lock is gone
+        assert files.held()
+
+    def test_open_base_made_private(self, tmp_path: Path) -> None:
+        """A base of ours that others may write (an emptyDir at /run/mpi-bootstrap) is made
+        0755 before the pod's directory is made in it; without `base` it is refused."""
+        base = tmp_path / "mpi-bootstrap"
+        base.mkdir()
+        base.chmod(0o777)
+        with pytest.raises(ConfigError, match="writable by others"):
+            files.state_dir(str(base / "pod-0"))
+        files.state_dir(str(base / "pod-0"), base=str(base))
+        assert base.stat().st_mode & 0o777 == 0o755
+
+
 class TestStateDir:
     """The state directory is ours and private, or the agent refuses it (64) or says it
     cannot make it (73)."""

@@ -231,7 +231,10 @@ class TestLostLauncher:
                 lambda w=w: f"{w.pod.name} to end the launch: {world.left(w.pod)}",
             )
             assert logs.named(w.stderr(), "launcher lost"), w.stderr()
-            ended = logs.named(w.stderr(), "ended launch")
+            # said once its loop's next turn finds them gone (at most 0.1 s later)
+            ended = wait_until(
+                lambda w=w: logs.named(w.stderr(), "ended launch"), 5, "'ended launch'"
+            )
             assert ended[-1]["reason"] == "launcher lost" and ended[-1]["processes"] > 0
             assert w.p.poll() is None  # still up for the next launcher
         assert launcher.finish(timeout=60)[0] == 75  # it lost every worker meanwhile

@@ -126,10 +126,12 @@ WORKER_STATE = {
     "sshd.pid": 0o644,  # written by sshd itself
     "record.json": 0o644,
     "control": 0o600,  # the watch's control FIFO: claims from the launcher's sessions
+    ".lock": 0o600,  # held by the agent's PID 1: the directory is this pod's alone
 }
 WORKER_FIFOS = frozenset({"control"})
 LAUNCHER_STATE = {
     ".": 0o700,
+    ".lock": 0o600,  # held by the agent's PID 1: the directory is this pod's alone
     "ssh_config": 0o600,
     "known_hosts": 0o644,
     "id_launcher": 0o600,  # net exchange

@@ -365,7 +365,7 @@ def test_non_root_job_on_a_high_port(
 ) -> None:
     """A job running as uid 1000 throughout (no privilege at all, as MPI Operator's
     non-root images run): the worker serves the job's key on a high port from its default
-    state directory (~/.mpi-bootstrap, which sshd's StrictModes accepts), and the
+    state directory (~/.mpi-bootstrap/HOSTNAME, which sshd's StrictModes accepts), and the
     launcher, as the same user, runs a rank there."""
     import shutil
     import tempfile
@@ -412,7 +412,7 @@ def test_non_root_job_on_a_high_port(
         rec = json.loads((xdir / f"{worker.name}.json").read_text())
         assert rec["user"] == uid1000
         assert rec["port"] >= 1024
-        state = tmp / "home-worker" / ".mpi-bootstrap"  # the non-root default
+        state = tmp / "home-worker" / ".mpi-bootstrap" / worker.name  # the non-root default
         assert state.stat().st_uid == 1000
         assert stat.S_IMODE(state.stat().st_mode) == 0o700
         hf = tmp / "hostfile"

@@ -18,7 +18,7 @@ from mpi_bootstrap.core import nccl, tokens
 from mpi_bootstrap.core.cmdline import make_parser, split_role
 from mpi_bootstrap.core.errors import ConfigError
 from mpi_bootstrap.core.model import Decision
-from mpi_bootstrap.core.names import is_plain_path
+from mpi_bootstrap.core.names import is_dns_name, is_plain_path
 from mpi_bootstrap.core.settings import ROLES, SECRET_SSHD_PORT, SETTINGS, Source
 from mpi_bootstrap.core.spec import Termination
 
@@ -36,6 +36,7 @@ class Machine:
     # The token file (MPI_BOOTSTRAP_TOKEN_FILE) as read; OSError or ValueError saying why
     # not. Called for the launcher and the worker only.
     read_token_file: Callable[[str], tokens.TokenFile] = _no_reader
+    hostname: str = ""  # the pod's: its default state directory's last part
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +102,14 @@ class Config:
     def source(self, name: str) -> Source:
         return self.sources[name]
 
+    @property
+    def state_base(self) -> str | None:
+        """The default state directory's base (/run/mpi-bootstrap: the pod's own is a
+        directory in it), which the agent may make its own; None where one was set."""
+        base = os.path.dirname(self.state_dir)
+        ours = os.path.basename(base).lstrip(".").startswith("mpi-bootstrap")
+        return base if ours and self.sources["state_dir"].kind == "default" else None
+
     def token_decision(self) -> Decision | None:
         """--explain's line on the token (core/tokens.py)."""
         if self.token_file:
@@ -118,16 +127,20 @@ class Config:
         return Termination(self.termination_log, self.sources["termination_log"].kind != "default")
 
 
-def _default_state_dir(environ: Mapping[str, str], euid: int) -> str:
-    """/run/mpi-bootstrap as root. Otherwise ~/.mpi-bootstrap: sshd's StrictModes accepts
-    keys below a home directory the user owns, never below /tmp (writable by all, sticky
-    or not); /tmp/mpi-bootstrap-UID only when there is no usable home."""
+def _default_state_dir(environ: Mapping[str, str], euid: int, hostname: str) -> str:
+    """/run/mpi-bootstrap/HOSTNAME as root. Otherwise ~/.mpi-bootstrap/HOSTNAME: sshd's
+    StrictModes accepts keys below a home directory the user owns, never below /tmp
+    (writable by all, sticky or not); /tmp/mpi-bootstrap-UID only when there is no usable
+    home. The pod's hostname keeps pods that share /run or a home apart (a hostPath, pods
+    simulated on one machine): two PID 1s on one control FIFO served each other's claims
+    and ended each other's sessions (tests/test_launch_order.py)."""
     if euid == 0:
-        return "/run/mpi-bootstrap"
-    home = (environ.get("HOME") or "").rstrip("/")
-    if home and is_plain_path(home):
-        return f"{home}/.mpi-bootstrap"
-    return f"/tmp/mpi-bootstrap-{euid}"  # noqa: S108 - created 0700, per user; no home
+        base = "/run/mpi-bootstrap"
+    else:
+        home = (environ.get("HOME") or "").rstrip("/")
+        base = f"{home}/.mpi-bootstrap" if home and is_plain_path(home) else ""
+        base = base or f"/tmp/mpi-bootstrap-{euid}"  # noqa: S108 - created 0700, per user
+    return f"{base}/{hostname}" if is_dns_name(hostname) else base
 
 
 def _auto_exchange(values: Mapping[str, Any], host: Machine) -> tuple[str, str]:
@@ -268,7 +281,7 @@ def _derived(d: _Draft, role: str, environ: Mapping[str, str], host: Machine) ->
     """Defaults that depend on other settings or the machine; returns why this exchange."""
     values, sources = d.values, d.sources
     if values["state_dir"] is None:
-        values["state_dir"] = _default_state_dir(environ, host.euid)
+        values["state_dir"] = _default_state_dir(environ, host.euid, host.hostname)
     if values["ssh_auth_dir"] is None:
         values["ssh_auth_dir"] = os.path.join(environ.get("HOME") or "/root", ".ssh")
     if values["output_hostfile"] is None:

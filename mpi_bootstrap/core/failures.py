@@ -21,7 +21,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Iterator
 
-from mpi_bootstrap.core import runtimes
+from mpi_bootstrap.core import liveness, runtimes
 from mpi_bootstrap.core.errors import printable
 
 MAX_SCAN = 256 * 1024  # the tail of mpirun's stderr the supervisor keeps
@@ -362,6 +362,9 @@ def refused_port(output: str) -> str:
 def explain_ssh(host: str, output: str, code: int) -> str:
     """ssh's own words for a failed `ssh HOST …` → the table's one line (preflight)."""
     lines = _lines(output)
+    ended = next((line for line in lines if line.startswith(liveness.ENDED)), None)
+    if ended is not None:  # the worker's PID 1 ended it: said as such (pid1/watch.py)
+        return f"{host}: {printable(ended.removeprefix('mpi-bootstrap: '), lines=False)}"
     last = _lines(output.strip())[-1] if output.strip() else f"ssh exited {code}"
     for name in SSH_FAILURES:
         sig = BY_NAME[name]

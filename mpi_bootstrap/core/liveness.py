@@ -142,6 +142,23 @@ class Timing:
         return self.bound - self.confirm
 
 
+# What a worker's PID 1 writes on the stderr of each ssh session it ends (pid1/watch.py),
+# so that the launcher that opened it says why it ended (failures.explain_ssh), never
+# "ssh exited 255" or a data-network fault.
+ENDED = "mpi-bootstrap: this session was ended by the agent of "
+ENDED_WHY = {
+    "earlier launch": "a new launch claimed the worker",
+    SUPERSEDED: "a newer launch claimed the worker",
+    "job over": "the job is over",
+    "worker lost": "the launcher lost another worker",
+    "launcher lost": "its launcher was silent for the liveness bound",
+}
+
+
+def ended_note(host: str, reason: str) -> str:
+    return f"{ENDED}{host}: {ENDED_WHY.get(reason, reason)}\n"
+
+
 # ---------------------------------------------------------------- the claim
 
 CLAIM_PREFIX = "CLAIM"  # the line the remote script prints with the worker's answer

@@ -59,7 +59,7 @@ def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> No
 
 def write_files(p: Plan, config: Config, log: Log) -> None:
     """The state directory and every file of the plan."""
-    files.state_dir(config.state_dir)
+    files.state_dir(config.state_dir, lock=True, base=config.state_base)
     for f in p.files:
         files.atomic_write(f.path, f.text, f.mode)
         log("wrote", level="debug", path=f.path, purpose=f.purpose)

@@ -40,6 +40,7 @@ from mpi_bootstrap.pid1 import tree
 from mpi_bootstrap.system.files import own_fifo
 
 END_S = 3.0  # SIGTERM, then SIGKILL after this
+DRAIN_S = 0.3  # between a session's end and its connection's: sshd sends what it said
 MAX_LINE = 4096
 BURST = 64  # datagrams read per wake-up: a flood cannot hold the loop
 KEEP_OLD = 4  # superseded sessions still answered
@@ -47,27 +48,46 @@ _CLAIM = re.compile(rb"claim ([0-9a-f]{64}) ([1-9][0-9]{0,9})")
 
 
 class _Ending:
-    """Processes being ended: SIGTERM sent; SIGKILL at `kill_at`; done once all are gone."""
+    """Processes being ended, in waves: SIGTERM to a wave, SIGKILL to what is left of it
+    after END_S; the next wave DRAIN_S after the last is gone (or past hope). `then` once
+    the first is gone; done after the last. The ssh connections come last, so that each
+    session's last words (the note of `WatchService.end_launch`) reach whoever opened it
+    before its connection ends."""
 
     def __init__(
-        self, pids: list[int], reason: str, then: Callable[[int, list[str]], None]
+        self, waves: list[list[int]], reason: str, then: Callable[[int, list[str]], None]
     ) -> None:
-        self.pids, self.reason, self.then = pids, reason, then
-        self.names = sorted({tree.name(p) for p in pids})
-        tree.signal_all(pids, signal.SIGTERM)
-        self.kill_at: float | None = time.monotonic() + END_S
-        self.give_up_at = time.monotonic() + END_S + 2.0
+        self.waves, self.reason = [w for w in waves if w], reason
+        self.then: Callable[[int, list[str]], None] | None = then
+        self.pids = [p for w in self.waves for p in w]
+        self.names = sorted({tree.name(p) for p in self.pids})
+        self.drain_at: float | None = None
+        self._wave(time.monotonic())
+
+    def _wave(self, now: float) -> None:
+        self.current = self.waves.pop(0) if self.waves else []
+        tree.signal_all(self.current, signal.SIGTERM)
+        self.kill_at: float | None = now + END_S
+        self.give_up_at = now + END_S + 2.0
 
     def step(self, now: float) -> bool:
         """True once finished (every process gone, or past hope)."""
-        left = [p for p in self.pids if not tree.gone(p)]
+        left = [p for p in self.current if not tree.gone(p)]
         if left and self.kill_at is not None and now >= self.kill_at:
             tree.signal_all(left, signal.SIGKILL)
             self.kill_at = None
         if left and now < self.give_up_at:
             return False
-        self.then(len(self.pids), self.names)
-        return True
+        if self.then is not None:  # what the launch ran is gone: said, answered
+            self.then(len(self.pids), self.names)
+            self.then = None
+        if not self.waves:
+            return True
+        self.drain_at = self.drain_at or now + DRAIN_S
+        if now >= self.drain_at:
+            self.drain_at = None
+            self._wave(now)
+        return False
 
 
 class WatchService:
@@ -131,33 +151,47 @@ class WatchService:
         except OSError as exc:
             self.log("claim refused", level="warning", pid=pid, error=str(exc))
             return
-        sid = lv.session_id(key)
-        reason = "earlier launch"
-        if sid != self.sid:
-            if self.key is not None:
-                self.old[self.sid] = self.key
-                while len(self.old) > KEEP_OLD:
-                    self.old.pop(next(iter(self.old)))
-                reason = "superseded"
-            self.key, self.sid, self.last_n = key, sid, 0
-            self.armed, self.lost_at = False, None
-        self.log("claimed", session=sid, requester=pid)
         table = tree.parents()
+        if not any(tree.name(p) == "sshd" for p in tree.ancestors(pid, table)[1:]):
+            # Only an ssh session of this pod claims (the FIFO is in this pod's state
+            # directory, which its PID 1 holds: system/files.py `hold`).
+            self.log("claim refused", level="warning", pid=pid, error="not an ssh session")
+            self.reply(fd, "refused: not an ssh session of this pod")
+            return
+        sid = lv.session_id(key)
         sweep(os.path.dirname(self.spec.fifo), table)
+        if sid == self.sid:
+            # This launch's own claim again (a preflight retried, a later round): it ends
+            # nothing. Its first claim came before any other session of it could start
+            # here (the launch gate opens a worker after its claim), so whatever runs now
+            # is this launch's (docs/architecture.md, "One launch's sessions").
+            self.log("claimed", session=sid, requester=pid, again=True)
+            self.answer(fd, 0, [])
+            return
+        reason = "earlier launch"
+        if self.key is not None:
+            self.old[self.sid] = self.key
+            while len(self.old) > KEEP_OLD:
+                self.old.pop(next(iter(self.old)))
+            reason = "superseded"
+        self.key, self.sid, self.last_n = key, sid, 0
+        self.armed, self.lost_at = False, None
+        self.log("claimed", session=sid, requester=pid)
         spared = {*tree.ancestors(pid, table), *tree.descendants(pid, table)}
         self.end_launch(reason, spared, lambda n, names: self.answer(fd, n, names))
 
     def answer(self, fd: int, ended: int, names: list[str]) -> None:
-        text = lv.claimed_text(
-            lv.Claimed(
-                self.spec.bind,
-                self.udp.getsockname()[1],
-                self.boot,
-                self.spec.sshd_port,
-                ended,
-                tuple(names),
-            )
+        c = lv.Claimed(
+            self.spec.bind,
+            self.udp.getsockname()[1],
+            self.boot,
+            self.spec.sshd_port,
+            ended,
+            tuple(names),
         )
+        self.reply(fd, lv.claimed_text(c))
+
+    def reply(self, fd: int, text: str) -> None:
         try:
             os.write(fd, f"{text}\n".encode())
         except OSError as exc:
@@ -171,8 +205,13 @@ class WatchService:
         self, reason: str, spared: set[int], then: Callable[[int, list[str]], None] | None = None
     ) -> None:
         """End every process below PID 1 but sshd and `spared`; then `then(n, names)`."""
-        me, sshd = os.getpid(), self.sshd()
-        pids = [p for p in tree.descendants(me) if p != sshd and p not in spared]
+        me, sshd, table = os.getpid(), self.sshd(), tree.parents()
+        pids = [p for p in tree.descendants(me, table) if p != sshd and p not in spared]
+        note = lv.ended_note(socket.gethostname(), reason).encode()
+        conns = [p for p in pids if tree.name(p) == "sshd"]  # ssh connections: last
+        for pid in pids:  # each ssh session's shell says why to whoever opened it
+            if pid not in conns and tree.name(table.get(pid, 0)) == "sshd":
+                tree.say(pid, note)
 
         def done(n: int, names: list[str]) -> None:
             if n:
@@ -180,7 +219,7 @@ class WatchService:
             if then is not None:
                 then(n, names)
 
-        self.endings.append(_Ending(pids, reason, done))
+        self.endings.append(_Ending([[p for p in pids if p not in conns], conns], reason, done))
 
     # ------------------------------------------------------------ the launcher's datagrams
 

@@ -300,6 +300,21 @@ def close_all(
             handed_off(child.pid)
 
 
+def stderr_soon(child: subprocess.Popen[bytes], timeout: float = 1.0) -> str:
+    """What a piped child wrote to stderr, up to its end or `timeout` (its stderr stays
+    open: close_piped reads the rest)."""
+    import select
+
+    if child.stderr is None:
+        return ""
+    fd, out, end = child.stderr.fileno(), b"", time.monotonic() + timeout
+    while len(out) < 65536 and (left := end - time.monotonic()) > 0:
+        if not select.select([fd], [], [], left)[0] or not (chunk := os.read(fd, 4096)):
+            break
+        out += chunk
+    return out.decode("utf-8", "replace")
+
+
 class Lines:
     """A piped child (open_piped) and its stdout, line by line, each wait bounded by a
     deadline (poll() on the pipe itself: a buffered reader would hide lines already

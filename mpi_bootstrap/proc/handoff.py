@@ -24,6 +24,7 @@ from mpi_bootstrap.core.env import public
 from mpi_bootstrap.core.spec import Spec, encode
 from mpi_bootstrap.proc import children, signals
 from mpi_bootstrap.proc.spawn import exec_error, resolve, start_main
+from mpi_bootstrap.system import files
 
 
 def exec_replace(argv: Sequence[str], env: Mapping[str, str]) -> None:
@@ -47,6 +48,8 @@ def handoff(spec: Spec) -> NoReturn:
     if path is None:  # fail here, where the message can still name the plan's mpirun
         raise exec_error(spec.argv[0])
     spec = dataclasses.replace(spec, inherited=tuple(sorted(signals.inherited())))
+    for lock in files.held():  # the state directory stays this pod's (files.hold)
+        os.set_inheritable(lock, True)
     fd = os.memfd_create("mpi-bootstrap-plan", 0)  # not CLOEXEC: the new image reads it
     os.write(fd, encode(spec))
     os.lseek(fd, 0, os.SEEK_SET)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mpi_bootstrap.core import datanet, failures, records
+from mpi_bootstrap.core import datanet, failures, liveness, records
 from mpi_bootstrap.core.errors import PeerUnavailableError, shown, some
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.dataplane import port as probeport
@@ -175,7 +175,7 @@ class _Run:
             code, err = children.close_piped(child, 1.0)
             why = (
                 failures.explain_ssh(host, err, code)
-                if code == 255
+                if code == 255 or liveness.ENDED in err
                 else f"{host}: the data check did not start (exit {code}: {err.strip()[:200]!r})"
             )
             return None, why
@@ -202,14 +202,14 @@ class _Run:
                 return problems
             if (why := datanet.probe_problem(self.nics[host], host, result)) is not None:
                 problems.append((str(result["peer"]), why))
-        return [
-            *problems,
-            (
-                host,
-                f"{host}: the data check's session ended before every "
-                "probe answered (the deadline, or the worker went away)",
-            ),
-        ]
+        err = children.stderr_soon(self.sessions[host])
+        why = (
+            failures.explain_ssh(host, err, 255)
+            if liveness.ENDED in err  # the worker's PID 1 ended it: said as such
+            else f"{host}: the data check's session ended before every probe answered "
+            "(the deadline, or the worker went away)"
+        )
+        return [*problems, (host, why)]
 
     def close(self, wait: bool) -> None:
         """Tell every session to end (its stdin closes: the worker's program closes its

@@ -83,7 +83,7 @@ def client_key(config: Config, *, write: bool, log: Log) -> ClientKey | None:
         path = os.path.join(state, "id_launcher")
         if not write:
             return ClientKey(path, "(generated at run time)", None)
-        state_dir(state)
+        state_dir(state, base=config.state_base)
         pair = keys.generate(path, "mpi-bootstrap launcher key")
         return ClientKey(path, pair.public, None)
     return None

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import socket
 import stat
 import tempfile
 
@@ -47,6 +49,8 @@ def state_dir(
     *,
     sshd_home: str | None = None,
     create: bool = True,
+    lock: bool = False,
+    base: str | None = None,
 ) -> bool:
     """The agent's private directory: created 0700, or an existing one made 0700 — only
     if it is a real directory owned by this user, in a place nobody else can swap it.
@@ -64,9 +68,14 @@ def state_dir(
     same checks, nothing made or changed, False when there is no such directory — and a
     directory group or others may write in is refused too, where the launcher would
     first have made it 0700 (tests/test_attacks.py::TestDoctorTrustsNoPlantedFile).
-    True when the directory is fit for use.
+    `lock`: the agent that uses it holds it (`hold`). `base`: the default's directory of
+    the agent's own above it (/run/mpi-bootstrap), made 0755 if it is this user's and
+    others may write it (an emptyDir mounted there, as docs/exchanges.md advises).
+    True when it is fit for use.
     """
     uid = os.geteuid()
+    if create and base is not None:
+        _own_base(base, uid)
     problem = swappable(path, uid)  # before anything is made there
     if problem is not None:
         raise ConfigError([f"{setting}: {path}: {problem}"])
@@ -83,7 +92,48 @@ def state_dir(
             raise WriteError(
                 f"{setting}: cannot make {path} private: {exc.strerror or exc}"
             ) from None
+    if lock:
+        hold(path, setting)
     return True
+
+
+LOCK = ".lock"  # in the state directory: held by the agent (and the PID 1 it becomes)
+_held: dict[str, int] = {}  # the state directories this process holds, by path
+
+
+def hold(path: str, setting: str = "MPI_BOOTSTRAP_STATE_DIR") -> None:
+    """Hold the state directory (checked by `state_dir`) for as long as this agent and
+    the resident PID 1 it becomes live: an exclusive lock on `path/.lock`. The worker's
+    PID 1 serves the sessions of its own sshd through FIFOs found by their path there;
+    two pods on one directory (a shared /run or volume) read each other's requests, and
+    one's claim ended the other's sessions. Another agent's directory: ConfigError (64)."""
+    if path in _held:
+        return
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(os.path.join(path, LOCK), flags, 0o600)
+    except OSError as exc:
+        raise WriteError(f"{setting}: cannot lock {path}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.read(fd, 200).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        raise ConfigError(
+            [
+                f"{setting}: {path} is in use by another agent ({holder}): every pod needs "
+                "a state directory of its own (a volume shared by pods is not one)"
+            ]
+        ) from None
+    _held[path] = fd
+    with contextlib.suppress(OSError):  # who holds it, for a second agent's message
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pod {socket.gethostname()}, pid {os.getpid()}\n".encode())
+
+
+def held() -> list[int]:
+    """The locks `hold` took: kept open across the hand-off to the resident PID 1."""
+    return list(_held.values())
 
 
 def _lstat(path: str, setting: str, create: bool) -> os.stat_result | None:
@@ -91,8 +141,9 @@ def _lstat(path: str, setting: str, create: bool) -> os.stat_result | None:
     when it does not exist and nothing is to be made."""
     try:
         if create:
+            _make_parents(path)
             with contextlib.suppress(FileExistsError):  # not a directory: said later
-                os.makedirs(path, mode=0o700, exist_ok=True)
+                os.mkdir(path, 0o700)
         return os.lstat(path)
     except FileNotFoundError:
         if not create:
@@ -102,6 +153,28 @@ def _lstat(path: str, setting: str, create: bool) -> os.stat_result | None:
         raise WriteError(
             f"{setting}: cannot {'create' if create else 'check'} {path}: {exc.strerror or exc}"
         ) from None
+
+
+def _own_base(base: str, uid: int) -> None:
+    """The default's base made writable by this user alone, where it is this user's: an
+    emptyDir (0777, root's) at /run/mpi-bootstrap. Its entries are checked after this."""
+    with contextlib.suppress(OSError):  # absent, or not ours: the checks that follow say
+        st = os.lstat(base)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == uid and st.st_mode & 0o022:
+            os.chmod(base, stat.S_IMODE(st.st_mode) & ~0o022)
+
+
+def _make_parents(path: str) -> None:
+    """The directories above `path` that are missing, made 0755 (never writable by
+    others, whatever the umask): os.makedirs gives them the umask's mode."""
+    missing = []
+    here = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(here):
+        missing.append(here)
+        here = os.path.dirname(here)
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another pod's agent made it first
+            os.mkdir(directory, 0o755)
 
 
 def _refusal(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import stat
 
 from mpi_bootstrap.core import tokens
@@ -10,7 +11,12 @@ from mpi_bootstrap.core.config import Machine
 
 
 def machine() -> Machine:
-    return Machine(euid=os.geteuid(), exists=os.path.exists, read_token_file=read_token_file)
+    return Machine(
+        euid=os.geteuid(),
+        exists=os.path.exists,
+        read_token_file=read_token_file,
+        hostname=socket.gethostname(),
+    )
 
 
 def read_token_file(path: str) -> tokens.TokenFile:

@@ -264,7 +264,7 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
     for warning in config.token_warnings:
         log("token exposed", level="warning", reason=warning)
     account = pwd.getpwuid(os.geteuid())
-    state_dir(state, sshd_home=account.pw_dir)  # sshd's StrictModes reads keys there
+    state_dir(state, sshd_home=account.pw_dir, lock=True, base=config.state_base)
     ident = identity(config, log)
     authorized_path = _authorize(state, ident, log)
     listen, probe_addr, bind_addr = _listen(config, log)

@@ -74,6 +74,10 @@ class Pod:
     # another session's PMIx rendezvous files, or a killed pod's, under its own name and
     # exited 213 ("The PMIx server's listener thread failed to start").
     tmp: str | None = None
+    # The node's /run/mpi-bootstrap, bound in for every command in the pod (with
+    # private_root): every pod of the cluster sees the same directory there, as pods that
+    # share /run (a hostPath, a harness of pods on one machine) do.
+    node_run: str | None = None
 
     @property
     def address(self) -> str:
@@ -102,6 +106,8 @@ class Pod:
                     inner_repo = shlex.quote(os.path.join(self.tmp, REPO_IN_TMP))
                     root += f"mount --bind {shlex.quote(str(REPO))} {inner_repo} && "
                 root += f"mount --rbind {shlex.quote(self.tmp)} /tmp && "
+            if self.node_run is not None:
+                root += f"mount --bind {shlex.quote(self.node_run)} {NODE_RUN} && "
         return [
             *self.netns.prefix(),
             "unshare",
@@ -129,6 +135,7 @@ class Pod:
 
 
 DNS_ADDRESS = f"{CTL_NET}.0.2"
+NODE_RUN = "/run/mpi-bootstrap"  # where root's default state directories lie (Pod.node_run)
 # The clone (its venvs, the agent): a clone below /tmp would be hidden in a pod by the
 # pod's own /tmp, and every agent there "not found" (127), unless bound into it.
 REPO = Path(__file__).resolve().parents[2]
@@ -174,9 +181,11 @@ class Cluster:
         pid1: bool = False,
         data: bool = True,
         private_root: bool = True,
+        shared_run: bool = False,
     ) -> None:
         """Pods named `names` (the first is usually the launcher). With `domain` (and
-        `dns=False`), the hosts files also carry `name.domain`."""
+        `dns=False`), the hosts files also carry `name.domain`. With `shared_run`, every
+        pod sees one directory of the cluster's at /run/mpi-bootstrap (Pod.node_run)."""
         _asked_for(dns)
         if len(names) > MAX_PODS:
             raise ValueError(f"{len(names)} pods: one bridge holds at most {MAX_PODS}")
@@ -218,6 +227,7 @@ class Cluster:
                     )
                 pod = Pod(name, i, ns, pid1=pid1, private_root=private_root)
                 pod.tmp = self._tmp(i) if private_root else None
+                pod.node_run = self._node_run() if shared_run and private_root else None
                 self.pods.append(pod)
                 self._wire(pod, "eth0", "br-ctl", pod.address)
                 if data:
@@ -242,6 +252,13 @@ class Cluster:
         os.chmod(path, 0o1777)  # noqa: S103 - it is the pod's /tmp
         if REPO_IN_TMP is not None:
             os.makedirs(os.path.join(path, REPO_IN_TMP))
+        return path
+
+    def _node_run(self) -> str:
+        path = os.path.join(self.root, "node-run")
+        if not os.path.isdir(path):
+            os.makedirs(NODE_RUN, mode=0o755, exist_ok=True)  # the mount point, empty
+            os.mkdir(path, 0o755)
         return path
 
     def fqdn(self, name: str) -> str:

@@ -205,7 +205,8 @@ ROWS: tuple[Setting, ...] = (
         ("MPI_BOOTSTRAP_STATE_DIR",),
         None,
         v.plain_dir,
-        "private directory for generated files (default /run/mpi-bootstrap as root)",
+        "private directory for generated files, the pod's own (default "
+        "/run/mpi-bootstrap/HOSTNAME as root)",
     ),
     Setting(
         "termination_log",
