@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from mpi_bootstrap.core import datanet
+from mpi_bootstrap.worker.main import CONTROL_FIFO
 from tests.conftest import REAL_MPIS
 from tests.support import logs
 from tests.support.cluster import Cluster, Pod
@@ -182,19 +182,16 @@ class TestDataCheckPort:
 
 
 class TestSessionBound:
-    """Finding 3: a session run by the worker's Python (no FIFO: an sshd older than 8.7)
-    outlived its bound while a stranger held its port: still listening 75 s after the
-    launcher exited. A session now ends by its bound whatever its peers and its launcher
-    do, on both serving paths (and an alarm ends the process past it)."""
+    """Finding 3: a session (then run by the worker's Python) outlived its bound while a
+    stranger held its port: still listening 75 s after the launcher exited. A session now
+    ends by its bound whatever its peers and its launcher do (and an alarm ends the
+    process past it)."""
 
-    @pytest.mark.parametrize("path", ["python", "pid1"])
-    def test_ends_by_its_bound(self, five: Cluster, work: Path, path: str) -> None:
+    def test_ends_by_its_bound(self, five: Cluster, work: Path) -> None:
         """The launcher is stopped (SIGSTOP: its sessions see no end of input) while the
         stranger holds worker-0's port; the session's port still closes within its bound
         (the launcher's deadline + 5 s here, then the alarm's 5 s)."""
         window = Window(five, work, MPI_DNS_WAIT_SECONDS="8")
-        if path == "python":
-            (window.job.state("job-worker-0") / datanet.PROBE_FIFO).unlink()
         launcher = window.open()
         window.attack("push")
         launcher.signal(signal.SIGSTOP)
@@ -218,9 +215,9 @@ class TestSessionBound:
 # ---------------------------------------------------------------- a forged report
 
 # What the compromised worker runs, as root in its pod, in place of its PID 1's service of
-# the data check (pid1/dataserve.py): the request FIFO made afresh at the path sshd names
-# to sessions; to the session that asks, it answers REPORT and then, once it has the
-# launcher's line, RESULT.
+# the data check (pid1/dataserve.py): the control FIFO made afresh at the path sshd names
+# to sessions; to the session that asks for the check, it answers REPORT and then, once
+# it has the launcher's line, RESULT (a claim before it is answered, and not taken).
 FORGER = r"""
 import os, sys
 fifo, report, result = sys.argv[1:4]
@@ -228,11 +225,18 @@ os.unlink(fifo)
 os.mkfifo(fifo, 0o600)
 fd = os.open(fifo, os.O_RDWR)
 print("ready", flush=True)
-buf = b""
-while b"\n" not in buf:
-    buf += os.read(fd, 4096)
-pid = buf.split(b"\n")[0].split()[4].decode()
-state = os.path.dirname(fifo)
+state, buf = os.path.dirname(fifo), b""
+while True:
+    while b"\n" not in buf:
+        buf += os.read(fd, 4096)
+    line, _, buf = buf.partition(b"\n")
+    words = line.decode().split()
+    if words[0] == "claim":  # not taken: no liveness for this worker
+        with open(f"{state}/control-{words[3]}.out", "w") as answer:
+            answer.write("forged\n")
+        continue
+    pid = words[4]
+    break
 inp = open(f"{state}/probe-{pid}.in", "rb")
 out = open(f"{state}/probe-{pid}.out", "wb")
 out.write(report.encode() + b"\n")
@@ -308,7 +312,7 @@ class TestDataCheckReport:
         c, job = compromised
         report, result, said = FORGERIES[forgery]
         w1 = c.pods[2]
-        fifo = job.state(w1.name) / datanet.PROBE_FIFO
+        fifo = job.state(w1.name) / CONTROL_FIFO
         forger = Agent(c, w1, [sys.executable, "-c", FORGER, str(fifo), report, result], {})
         listener = Agent(
             c, c.pods[4], [sys.executable, "-c", LISTEN, "10.251.0.14", str(STRANGER_PORT)], {}
@@ -332,10 +336,10 @@ class TestDataCheckReport:
         assert "connection from" not in listener.stdout(), listener.stdout()
 
     def test_control(self, compromised: tuple[Cluster, Job]) -> None:
-        """Worker-1 no longer forging (its FIFO gone: its Python serves the check): the same
-        job runs."""
+        """Worker-1 no longer forging (its FIFO gone: it is left out of the check, said):
+        the same job runs."""
         _, job = compromised
-        (job.state("job-worker-1") / datanet.PROBE_FIFO).unlink(missing_ok=True)
+        (job.state("job-worker-1") / CONTROL_FIFO).unlink(missing_ok=True)
         done = job.launch(["/bin/true"], slots=1, names=W3, timeout=120)
         assert done.returncode == 0, done.stderr
         assert logs.event(done.stderr, "data check ok") is not None

@@ -1,9 +1,9 @@
-"""The data check served by a worker's resident PID 1 (pid1/dataserve.py): the session's
-own shell command (ssh/datacheck.py) against a real resident supervisor, on loopback,
-with no Python on the session's PATH, so a session can only pass if PID 1 served it.
-Also what PID 1 refuses (lines it cannot read, links, files that are not FIFOs), the
-alarm that ends a request nobody picks up, and the sshd versions that can name the FIFO
-to a session (`SetEnv`)."""
+"""The data check served by a worker's resident PID 1 (pid1/dataserve.py, on its control
+FIFO: pid1/control.py): the session's own shell command (ssh/datacheck.py) against a real
+resident supervisor, on loopback, with no Python on the session's PATH. Also what PID 1
+refuses (lines it cannot read, links, files that are not FIFOs), the alarm that ends a
+request nobody picks up, a session no PID 1 serves, and the sshd versions that can name
+the FIFO to a session (`SetEnv`)."""
 
 from __future__ import annotations
 
@@ -12,21 +12,24 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from mpi_bootstrap.core import datanet
+from mpi_bootstrap.core.remote import CONTROL_ENV
 from mpi_bootstrap.dataplane import probe as dataprobe
 from mpi_bootstrap.pid1 import dataserve
 from mpi_bootstrap.ssh import datacheck, sshd
+from mpi_bootstrap.system.files import make_fifo
 from tests.support import logs
 from tests.support.probes import answers, ask
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 SLEEP = ("--", "sleep", "300")  # the supervisor's main child
+CONTROL = "control"
 
 
 class Served:
@@ -35,7 +38,7 @@ class Served:
     def __init__(self, tmp: Path) -> None:
         self.state = tmp / "state"
         self.state.mkdir(mode=0o700)
-        self.fifo = dataserve.make_fifo(str(self.state))
+        self.fifo = make_fifo(str(self.state / CONTROL))
         self.log = tmp / "pid1.log"
         self.bin = tmp / "bin"  # the session's PATH: sh's helpers, and no python3
         self.bin.mkdir()
@@ -55,8 +58,8 @@ class Served:
 
     def session(self, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         """The launcher's command for one session, as a worker's sshd would run it."""
-        cmd = datacheck.command("/nonexistent/python3", "session", "lo", "20", "/sys")
-        env = env if env is not None else {datanet.PROBE_ENV: self.fifo}
+        cmd = datacheck.session_command("lo", "/sys", time.monotonic() + 15)
+        env = env if env is not None else {CONTROL_ENV: self.fifo}
         return subprocess.Popen(
             ["/bin/sh", "-c", cmd],
             stdin=subprocess.PIPE,
@@ -111,17 +114,17 @@ class TestServedSessions:
         assert (got[1]["ok"], got[1]["kind"]) == (False, "refused")
         assert answers(b, 1)[0]["reaches"] == 9000
         assert (end(a), end(b)) == (0, 0)
-        assert sorted(os.listdir(served.state)) == [datanet.PROBE_FIFO]
+        assert sorted(os.listdir(served.state)) == [CONTROL]
         assert len(served.events("data probe served")) == 2 and served.p.poll() is None
 
-    def test_without_the_fifo_python_runs_it(self, served: Served) -> None:
+    def test_without_the_fifo_it_says_so(self, served: Served) -> None:
         """A session whose sshd names no FIFO (an sshd without SetEnv), or one nobody
-        serves, runs the program with Python; with none on PATH it says so (exit 127)."""
-        for env in ({}, {datanet.PROBE_ENV: str(served.state / "gone")}):
+        serves, says so in its first line (the launcher leaves that worker out of the
+        check, and says so), and exits 0; nothing is served."""
+        for env in ({}, {CONTROL_ENV: str(served.state / "gone")}):
             p = served.session(env)
-            assert p.stdout is not None and p.stdout.readline() == ""
-            assert end(p) == 127
-            assert p.stderr is not None and "no Python on this worker" in p.stderr.read()
+            assert p.stdout is not None and p.stdout.readline() == datacheck.UNSERVED + "\n"
+            assert end(p) == 0
         assert served.events("data probe served") == []
 
     def test_a_copy_is_an_ordinary_child(self, served: Served) -> None:
@@ -144,30 +147,29 @@ class TestRefused:
     """What PID 1 will not act on, and what ends a request nobody picks up."""
 
     @pytest.mark.parametrize(
-        "line",
+        "words",
         [
-            "session lo 20 /sys",  # no PID
-            "session lo 20 /sys 12 extra",
-            "probe lo 20 /sys 12",
-            "session lo;id 20 /sys 12",
-            "session lo 61 /sys 12",  # longer than any session
-            "session lo nan /sys 12",
-            "session lo 20 sys 12",  # not an absolute path
-            "session lo 20 /sys -12",
-            "session lo 20 /sys 0x1f",
-            "session l\u00f6 20 /sys 12",
+            "lo 20 /sys",  # no PID
+            "lo 20 /sys 12 extra",
+            "lo;id 20 /sys 12",
+            "lo 61 /sys 12",  # longer than any session
+            "lo nan /sys 12",
+            "lo 20 sys 12",  # not an absolute path
+            "lo 20 /sys -12",
+            "lo 20 /sys 0x1f",
+            "l\u00f6 20 /sys 12",
         ],
     )
-    def test_parse(self, line: str) -> None:
-        """A line that is not exactly `session NIC SECONDS SYSFS PID` (a NIC name, 0 < SECONDS
-        <= 60, a plain absolute path, a PID) is refused; the control parses."""
-        assert dataserve.parse(line.encode()) is None
-        assert dataserve.parse(b"session net1 20 /sys 12") == ("net1", 20.0, "/sys", 12)
+    def test_parse(self, words: str) -> None:
+        """Words that are not exactly `NIC SECONDS SYSFS PID` (a NIC name, 0 < SECONDS
+        <= 60, a plain absolute path, a PID) are refused; the control parses."""
+        assert dataserve.parse(words.split(" ")) is None
+        assert dataserve.parse(["net1", "20", "/sys", "12"]) == ("net1", 20.0, "/sys", 12)
 
     def test_bad_lines_then_a_good_session(self, served: Served) -> None:
         """Lines PID 1 cannot read are logged and dropped; it serves the next session."""
-        served.request("session lo 20 /sys\n\xff\xfe garbage\nsession lo 20 /sys 0")
-        wait_until(lambda: len(served.events("data probe refused")) == 3, 10, "3 refusals")
+        served.request("probe lo 20 /sys\n\xff\xfe garbage\nsession lo 20 /sys 1")
+        wait_until(lambda: len(served.events("control refused")) == 3, 10, "3 refusals")
         p = served.session()
         assert p.stdout is not None and json.loads(p.stdout.readline())["nic"] == "lo"
         assert end(p) == 0 and served.p.poll() is None
@@ -181,9 +183,9 @@ class TestRefused:
         (served.state / "probe-4242.out").symlink_to(victim)
         (served.state / "probe-4243.in").write_text("")
         (served.state / "probe-4243.out").write_text("")
-        served.request("session lo 20 /sys 4242")
-        served.request("session lo 20 /sys 4243")
-        wait_until(lambda: sorted(os.listdir(served.state)) == [datanet.PROBE_FIFO], 10, "no names")
+        served.request("probe lo 20 /sys 4242")
+        served.request("probe lo 20 /sys 4243")
+        wait_until(lambda: sorted(os.listdir(served.state)) == [CONTROL], 10, "no names")
         assert victim.read_text() == "untouched\n" and served.p.poll() is None
 
     def test_alarm_ends_an_abandoned_request(self, served: Served) -> None:
@@ -191,11 +193,11 @@ class TestRefused:
         blocked on them ends at the alarm, SECONDS + ALARM_SLACK, and removes them."""
         for end_ in ("in", "out"):
             os.mkfifo(served.state / f"probe-4244.{end_}", 0o600)
-        served.request("session lo 1 /sys 4244")
+        served.request("probe lo 1 /sys 4244")
         wait_until(lambda: served.events("data probe served"), 10, "the request read")
         assert len(os.listdir(served.state)) == 3  # the copy waits on them
         wait_until(
-            lambda: sorted(os.listdir(served.state)) == [datanet.PROBE_FIFO],
+            lambda: sorted(os.listdir(served.state)) == [CONTROL],
             1 + dataprobe.ALARM_SLACK + 5,
             "the names removed at the alarm",
         )

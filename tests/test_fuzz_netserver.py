@@ -13,7 +13,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from mpi_bootstrap.core import names, records
+from mpi_bootstrap.core import names, records, sign
 from mpi_bootstrap.ssh import netx
 from mpi_bootstrap.ssh import netx as exchange
 from tests.support.fuzz_exchange import (
@@ -199,7 +199,7 @@ class TestNetServerFuzz:
                 field = sorted(set(sent) - {"mac"})[0] if set(sent) - {"mac"} else "v"
                 sent[field] = [sent.get(field)]
             elif after == "mac":
-                sent["mac"] = netx.message_mac(netx.derive_key(TOKEN), {"nonce": "0" * 64})
+                sent["mac"] = sign.mac(netx.derive_key(TOKEN), {"nonce": "0" * 64})
             else:
                 del sent["mac"]
             raw = json.dumps(sent).encode()

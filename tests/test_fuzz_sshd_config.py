@@ -68,7 +68,7 @@ class TestSshdConfigFuzz:
                 "user": mostly(users, st.text(max_size=12)),
                 "listen": st.lists(mostly(ipv4 | ipv6, any_hosts), max_size=3),
                 "port": st.one_of(st.integers(1, 65535), st.integers(-2, 70000)),
-                "data_probe": st.one_of(st.none(), mostly(plain_paths, any_paths)),
+                "control": st.one_of(st.none(), mostly(plain_paths, any_paths)),
             }
         )
     )
@@ -100,7 +100,7 @@ class TestSshdConfigFuzz:
             "user": "root",
             "listen": [],
             "port": 22,
-            "data_probe": "/f LD_PRELOAD=/tmp/x.so",
+            "control": "/f LD_PRELOAD=/tmp/x.so",
         }
     )
     def test_config_text(self, args: dict[str, Any]) -> None:
@@ -118,7 +118,7 @@ class TestSshdConfigFuzz:
                             args["host_key"],
                             args["authorized_keys"],
                             args["pid_file"],
-                            args.get("data_probe") or "/",
+                            args.get("control") or "/",
                         ),
                     )
                 )
@@ -137,5 +137,5 @@ class TestSshdConfigFuzz:
         assert "PasswordAuthentication no" in lines
         assert "StrictModes yes" in lines and "DisableForwarding yes" in lines
         setenv = [ln for ln in lines if ln.startswith("SetEnv ")]
-        probe = args.get("data_probe")
-        assert setenv == ([f"SetEnv MPI_BOOTSTRAP_DATA_PROBE={probe}"] if probe else [])
+        control = args.get("control")
+        assert setenv == ([f"SetEnv MPI_BOOTSTRAP_CONTROL={control}"] if control else [])

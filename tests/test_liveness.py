@@ -32,15 +32,28 @@ SOURCE = Path(__file__).parent / "support" / "train.c"
 DAEMONS = {"orted", "prted", "hydra_pmi_proxy", "hydra_bstrap_proxy"}
 
 
+class Trains(dict[str, Path]):
+    """The training loop, built for a real MPI the first time a test asks for it (one
+    liveness test runs with only its own MPI installed)."""
+
+    def __init__(self, realmpi: dict[str, RealMPI], where: Path) -> None:
+        super().__init__()
+        self.realmpi, self.where = realmpi, where
+
+    def __missing__(self, kind: str) -> Path:
+        self[kind] = compile_program(self.realmpi[kind], self.where, SOURCE)
+        return self[kind]
+
+
 @pytest.fixture(scope="module")
 def trains(realmpi: dict[str, RealMPI], root: None) -> Iterator[dict[str, Path]]:
-    """The training loop, built for each real MPI (in a directory every pod can read)."""
+    """The training loop, for each real MPI asked (in a directory every pod can read)."""
     import shutil
 
     d = Path(tempfile.mkdtemp(prefix="mpib-train-", dir="/run"))
     d.chmod(0o755)
     try:
-        yield {kind: compile_program(m, d, SOURCE) for kind, m in realmpi.items()}
+        yield Trains(realmpi, d)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -252,7 +265,7 @@ class TestLostLauncher:
     def test_lost_as_the_ranks_start(self, world: World) -> None:
         """Cut off the moment its gate lets the ranks go (the mark `.all` made), before
         the resident PID 1 it hands mpirun to can ping anyone: every watch was armed
-        before that (launcher/arming.py), so each worker still ends the launch. Before,
+        before that (pid1/monitor.py `arm`), so each worker still ends the launch. Before,
         a watch counted silence only after the monitor's first ping, and the ranks of a
         launcher lost in between ran on (`make chaos`: all 16 workers' ranks left).
         Cut off that early, mpirun's ssh may not have reached a worker yet: one with
@@ -396,6 +409,148 @@ class TestStrangers:
         ), said
 
 
+# Sniffs, in the switch's namespace, the frames arriving from a pod on its port (IF): the
+# liveness datagrams of KIND from SRC (to DST, if given) — what a stranger on the pod
+# network who saw the traffic has (SECURITY.md's threat model).
+#  - `forge AS OUT`: each one re-sent at once with the source address AS, out of the
+#    switch's port OUT (to the pod behind it): a pong of one worker as another's;
+#  - `relay`: each one's payload written to stdout in hex, for a stranger pod to send on.
+SNIFF = r"""
+import binascii, socket, struct, sys, time
+iface, kind, src, dst, seconds, mode, *more = sys.argv[1:]
+rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800))
+rx.bind((iface, 0))
+rx.settimeout(0.5)
+if mode == "forge":
+    tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    tx.bind((more[1], 0))
+end, n = time.monotonic() + float(seconds), 0
+while time.monotonic() < end:
+    try:
+        frame = rx.recv(65535)
+    except TimeoutError:
+        continue
+    ip = frame[14:]
+    ihl = (ip[0] & 15) * 4
+    if ip[9] != 17 or socket.inet_ntoa(ip[12:16]) != src:
+        continue
+    if dst != "-" and socket.inet_ntoa(ip[16:20]) != dst:
+        continue
+    payload = ip[ihl + 8:]
+    if b'"t":"%s"' % kind.encode() not in payload:
+        continue
+    n += 1
+    if mode == "relay":
+        print(binascii.hexlify(payload).decode(), flush=True)
+        continue
+    head = bytearray(ip[:ihl])
+    head[12:16], head[10:12] = socket.inet_aton(more[0]), b"\0\0"
+    total = sum(struct.unpack("!%dH" % (ihl // 2), bytes(head)))
+    total = (total & 0xFFFF) + (total >> 16)
+    head[10:12] = struct.pack("!H", ~((total & 0xFFFF) + (total >> 16)) & 0xFFFF)
+    udp = bytearray(ip[ihl:ihl + 8])
+    udp[6:8] = b"\0\0"  # no UDP checksum (IPv4 allows it)
+    tx.send(frame[:14] + bytes(head) + bytes(udp) + payload)
+print("sniffed", n, file=sys.stderr)
+"""
+# In a stranger's pod: each hex payload of stdin sent to HOST:PORT from its own address;
+# on its end, how many datagrams came back (a worker's pongs).
+RELAY = r"""
+import binascii, socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setblocking(False)
+back = 0
+for line in sys.stdin:
+    s.sendto(binascii.unhexlify(line.strip()), (host, port))
+    try:
+        while s.recv(2048):
+            back += 1
+    except BlockingIOError:
+        pass
+print(back)
+"""
+
+
+@pytest.mark.parametrize("real_mpi", ["openmpi4"], indirect=True)
+class TestSeenTraffic:
+    """A stranger on the pod network who saw the liveness traffic (security review 4,
+    SECURITY.md promise 36): each worker's datagrams are signed with a key of its own (the
+    launch's key and that worker's address), so one worker's pong re-sent with another's
+    source address, and the launcher's pings to one worker relayed to another, verify for
+    no one. Before, every worker of a launch signed with the one session key."""
+
+    def test_a_pong_resent_as_another_workers(self, world: World) -> None:
+        """Every pong of worker 1, re-sent at once with worker 0's source address: the
+        job runs to its end (0), nobody is lost. Before: worker 0 was declared lost ("its
+        agent restarted": worker 1's boot id), 75, within a round."""
+        launcher = world.launcher(steps=40)
+        world.running(launcher)
+        w0, w1 = world.c.pods[1], world.c.pods[2]
+        argv = ["pong", w1.address, world.c.pods[0].address, "8", "forge", w0.address]
+        forger = subprocess.run(
+            [
+                *world.c.switch.prefix(),
+                "python3",
+                "-c",
+                SNIFF,
+                f"p{w1.index}-eth0",
+                *argv,
+                f"p{world.c.pods[0].index}-eth0",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert "sniffed" in forger.stderr and " 0" not in forger.stderr, forger.stderr
+        code, out, err = launcher.finish(timeout=120)
+        assert code == 0 and out.count("step 40 ") == 2, err
+        assert not logs.named(err, "worker lost"), err
+
+    def test_pings_for_another_worker_relayed(self, world: World) -> None:
+        """Worker 0 cut off from its launcher (a partition: it still reaches the rest of
+        the pod network) while a stranger relays it the launcher's pings to worker 1 from
+        its own address: worker 0 answers none of them and loses its launcher. Before, it
+        took each as a sign of life and answered it, and kept its ranks."""
+        from tests.support.faults import Faults
+
+        launcher = world.launcher()
+        world.running(launcher)
+        w0, w1, stranger = world.c.pods[1], world.c.pods[2], world.c.pods[3]
+        port = logs.named(world.workers[0].stderr(), "watch")[0]["port"]
+        Faults(world.c).partition(world.c.pods[0], w0)
+        seconds = str(BOUND + 4)
+        sniff = subprocess.Popen(
+            [
+                *world.c.switch.prefix(),
+                "python3",
+                "-c",
+                SNIFF,
+                f"p{world.c.pods[0].index}-eth0",
+                "ping",
+                world.c.pods[0].address,
+                w1.address,
+                seconds,
+                "relay",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        relay = subprocess.run(
+            stranger.argv(["python3", "-c", RELAY, w0.address, str(port)]),
+            stdin=sniff.stdout,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        sniff.wait(timeout=30)
+        assert relay.returncode == 0 and relay.stdout.strip() == "0", relay
+        world.workers[0].wait_event("launcher lost", timeout=BOUND + 10)
+        launcher.finish(timeout=60)
+
+
 class Stranger:
     """Someone else on the pod network, sending UDP datagrams to a worker's watch."""
 
@@ -449,7 +604,7 @@ class TestControlFifo:
             target.write_text("untouched\n")
             (state / "control-4242.out").symlink_to(target)
             with open(state / "control", "w") as fifo:
-                fifo.write(f"claim {'0' * 64} 4242\n")
+                fifo.write(f"claim {'0' * 64} 30 4242\n")
                 fifo.write("claim short 1\n")
                 fifo.write(f"rm -rf / {'a' * 5000}\n")
             w.wait_event("claim refused", pid=4242)

@@ -22,26 +22,39 @@ KEY = secrets.token_hex(32)
 OTHER = secrets.token_hex(32)
 
 
+W0, W1 = lv.worker_key(KEY, "10.250.0.11"), lv.worker_key(KEY, "10.250.0.12")
+SID = lv.session_id(KEY)
+
+
 class TestDatagrams:
-    """Only a datagram signed with the session's key, of our form, counts; nothing else
-    raises."""
+    """Only a datagram signed with that worker's key of the session, of our form, counts;
+    nothing else raises."""
 
     def test_round_trip(self) -> None:
-        data = lv.encode(KEY, "ping", 7)
+        data = lv.encode(W0, SID, "ping", 7)
         sid, msg = lv.session_of(data)  # type: ignore[misc]
-        assert sid == lv.session_id(KEY) and msg["t"] == "ping" and msg["n"] == 7
-        assert lv.authentic(KEY, msg)
+        assert sid == SID and msg["t"] == "ping" and msg["n"] == 7
+        assert lv.authentic(W0, msg)
 
     def test_another_sessions_key_does_not_verify(self) -> None:
-        _, msg = lv.session_of(lv.encode(OTHER, "stop", 9, why="job over"))  # type: ignore[misc]
-        assert not lv.authentic(KEY, msg)
+        other = lv.worker_key(OTHER, "10.250.0.11")
+        _, msg = lv.session_of(lv.encode(other, SID, "stop", 9, why="job over"))  # type: ignore[misc]
+        assert not lv.authentic(W0, msg)
+
+    def test_another_workers_key_does_not_verify(self) -> None:
+        """A pong of worker 1 is no pong of worker 0, and a ping for worker 1 no ping for
+        worker 0 (SECURITY.md, promise 36): each worker's datagrams have a key of their
+        own, from the session's key and its watch's address."""
+        for kind in ("ping", "pong"):
+            _, msg = lv.session_of(lv.encode(W1, SID, kind, 9))  # type: ignore[misc]
+            assert lv.authentic(W1, msg) and not lv.authentic(W0, msg)
 
     @pytest.mark.parametrize(
-        "change", [{"n": 8}, {"t": "stop"}, {"why": "job over"}, {"b": "0" * 16}, {"m": "0" * 32}]
+        "change", [{"n": 8}, {"t": "stop"}, {"why": "job over"}, {"b": "0" * 16}, {"mac": "0" * 64}]
     )
     def test_any_change_breaks_the_mac(self, change: dict[str, object]) -> None:
-        _, msg = lv.session_of(lv.encode(KEY, "ping", 7))  # type: ignore[misc]
-        assert not lv.authentic(KEY, {**msg, **change})
+        _, msg = lv.session_of(lv.encode(W0, SID, "ping", 7))  # type: ignore[misc]
+        assert not lv.authentic(W0, {**msg, **change})
 
     @pytest.mark.parametrize(
         "raw",
@@ -49,12 +62,12 @@ class TestDatagrams:
             b"",
             b"x" * (lv.MAX_DATAGRAM + 1),
             b"[]",
-            b'{"v": 2, "t": "ping", "s": "0123456789abcdef", "n": 1}',
-            b'{"v": 1, "t": "ping", "s": "short", "n": 1}',
-            b'{"v": 1, "t": "ping", "s": "0123456789abcdef", "n": 0}',
-            b'{"v": 1, "t": "ping", "s": "0123456789abcdef", "n": true}',
-            b'{"v": 1, "t": "ping", "s": "0123456789abcdef", "n": 9007199254740993}',
-            b'{"v": 1, "t": 5, "s": "0123456789abcdef", "n": 1}',
+            b'{"v": 1, "t": "ping", "s": "0123456789abcdef", "n": 1}',
+            b'{"v": 2, "t": "ping", "s": "short", "n": 1}',
+            b'{"v": 2, "t": "ping", "s": "0123456789abcdef", "n": 0}',
+            b'{"v": 2, "t": "ping", "s": "0123456789abcdef", "n": true}',
+            b'{"v": 2, "t": "ping", "s": "0123456789abcdef", "n": 9007199254740993}',
+            b'{"v": 2, "t": 5, "s": "0123456789abcdef", "n": 1}',
             b"[" * 100000,
         ],
     )
@@ -65,7 +78,7 @@ class TestDatagrams:
     def test_any_bytes(self, raw: bytes) -> None:
         found = lv.session_of(raw)
         if found is not None:
-            assert not lv.authentic(KEY, found[1])
+            assert not lv.authentic(W0, found[1])
 
     @given(
         st.dictionaries(
@@ -82,10 +95,10 @@ class TestDatagrams:
         )
     )
     def test_any_json(self, body: dict[str, object]) -> None:
-        data = json.dumps({"v": 1, "t": "ping", "s": lv.session_id(KEY), "n": 1, **body})
+        data = json.dumps({"v": lv.VERSION, "t": "ping", "s": SID, "n": 1, **body})
         found = lv.session_of(data.encode())
         if found is not None:
-            assert lv.authentic(KEY, found[1]) is False or "m" in body
+            assert lv.authentic(W0, found[1]) is False or "mac" in body
 
 
 class TestTiming:
@@ -124,9 +137,12 @@ class TestClaimAnswer:
         assert lv.parse_claimed(lv.claimed_text(c)).names == ("ok",)  # type: ignore[union-attr]
 
     def test_the_key_line(self) -> None:
-        assert lv.claim_line(KEY) == KEY + "\n"
+        """The key and the launcher's bound, one line; nothing else is ever written."""
+        assert lv.claim_line(KEY, 30.0) == KEY + " 30\n"
         with pytest.raises(ValueError):
-            lv.claim_line("not a key\nclaim x 1")
+            lv.claim_line("not a key\nclaim x 1", 30.0)
+        with pytest.raises(ValueError):
+            lv.claim_line(KEY, -1)
 
 
 class TestSpec:
@@ -152,7 +168,8 @@ class TestSpec:
                 "10.0.0.1",
                 (spec.Peer("w0", "10.0.0.2", 4000, "0123456789abcdef", 2222),),
             ),
-            watch=spec.Watch("/s/control", "10.0.0.2", 2222, 30.0, 30.0, False),
+            control="/s/control",
+            watch=spec.Watch("10.0.0.2", 2222, 30.0, False),
         )
 
     def test_round_trip(self) -> None:
@@ -243,19 +260,24 @@ class TestSilentLauncher:
     (`make chaos`: a launcher cut off, no worker ended its ranks)."""
 
     def test_lost_at_the_bound(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        from mpi_bootstrap.pid1.control import Control
+
         fifo = tmp_path / "control"
         os.mkfifo(fifo, 0o600)
         clock = [1000.0]
         monkeypatch.setattr(watch.time, "monotonic", lambda: clock[0])
         said: list[str] = []
+        control = Control(str(fifo), lambda event, /, **_: said.append(event), {})
         w = watch.WatchService(
-            spec.Watch(str(fifo), "127.0.0.1", 22, bound=10.0, grace=5.0, exit_on_loss=False),
+            spec.Watch("127.0.0.1", 22, grace=5.0, exit_on_loss=False),
             lambda event, /, **_: said.append(event),
             {},
+            control,
             sshd=lambda: 0,
             stop=lambda why, code: None,
         )
         try:
+            w.bound = 10.0  # the launcher's, from its claim
             w.heard_from(clock[0])  # the launcher's ping: armed
             while w.lost_at is None and clock[0] < 1000.0 + 60:
                 at = w.next_at()
@@ -265,4 +287,4 @@ class TestSilentLauncher:
             assert w.lost_at == pytest.approx(1010.0, abs=1.5) and "launcher lost" in said
         finally:
             w.udp.close()
-            os.close(w.fifo)
+            os.close(control.fd)

@@ -29,6 +29,9 @@ OWNERS = {
     "connection refused": "core/failures.py",
     "NCCL_SOCKET_IFNAME": "core/nccl.py",  # the data NIC's chooser
     "NCCL_IB_HCA": "core/nccl.py",
+    "NCCL_*": "core/env.py",  # what the job's environment carries (CARRIED)
+    "UCX_*": "core/env.py",
+    "HYDRA_*": "core/env.py",
 }
 
 
@@ -49,7 +52,16 @@ def test_one_owner(literal: object) -> None:
 
 
 def test_names_are_the_owners() -> None:
-    """What the other modules use is the owner's: the same values, one list of each."""
+    """What the other modules use is the owner's: the same values, one list of each; ssh
+    sends (SendEnv) only what the worker's sshd takes (AcceptEnv), every rank gets it."""
+    from mpi_bootstrap.core import env
+    from mpi_bootstrap.launcher.mpi import env as forwarding
+    from mpi_bootstrap.ssh import sshconfig, sshd
+
+    assert sshconfig.SEND_ENV is env.SEND_ENV and sshd.ACCEPT_ENV is env.ACCEPT_ENV
+    assert forwarding.FORWARD_PREFIXES is env.FORWARD_PREFIXES
+    assert set(env.SEND_ENV) <= set(env.ACCEPT_ENV) and "PATH" not in env.ACCEPT_ENV
+    assert all(c.ranks for c in env.CARRIED if c.send)
     assert failures.DAEMONS is runtimes.DAEMONS
     assert "K_MPI_JOB_ROLE" in config.ROLE_ENVS and SECRET_SSHD_PORT == 2222
     assert (RestartPolicy().limit, RestartPolicy().window) == (5, 60.0)

@@ -25,10 +25,6 @@ MIN_MEMLOCK = 1 << 30
 RDMA_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 NIC_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,15}")
 MAX_IFACES = 64  # interfaces a record lists (the ones NCCL could use: core/nccl.py)
-# A worker's PID 1 serves the check's sessions (pid1/dataserve.py) through a FIFO of
-# this name in its state directory, which sshd names to every session in this variable.
-PROBE_FIFO = "data-probe"
-PROBE_ENV = "MPI_BOOTSTRAP_DATA_PROBE"
 # A check's session ends by itself after this, should the launcher vanish; PID 1 serves
 # no longer one.
 SESSION_SECONDS = 60.0

@@ -1,9 +1,38 @@
 """The agent's secrets, and the environment of what it starts (system/environ.py scrubs
-them from the agent's own process)."""
+them from the agent's own process); and the one table of what the job's environment
+carries to the workers, from which the forwarded names (launcher/mpi/env.py), ssh's
+SendEnv (ssh/sshconfig.py) and sshd's AcceptEnv (ssh/sshd.py) are derived."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class Carried:
+    pattern: str  # a name, or a prefix ending in `*`
+    ranks: bool  # mpirun forwards it to every rank, by name (value-less: `-x NAME`)
+    send: bool  # the launcher's ssh sends it to each session (preflight sees it arrive)
+    accept: bool  # the worker's sshd takes it from a session's client
+
+
+CARRIED = (
+    Carried("LD_LIBRARY_PATH", ranks=True, send=True, accept=True),  # hydra's proxies need it
+    Carried("PATH", ranks=True, send=False, accept=False),  # a session's own PATH stays
+    Carried("NCCL_*", ranks=True, send=True, accept=True),
+    Carried("UCX_*", ranks=True, send=True, accept=True),
+    Carried("FI_*", ranks=True, send=True, accept=True),
+    Carried("MPIR_CVAR_*", ranks=True, send=False, accept=False),
+    Carried("OMPI_MCA_coll_*", ranks=True, send=False, accept=False),
+    # The MPIs' own variables a user's ssh may send to a worker: taken, never sent.
+    *(Carried(p, ranks=False, send=False, accept=True) for p in ("OMPI_*", "PRTE_*", "PMIX_*")),
+    *(Carried(p, ranks=False, send=False, accept=True) for p in ("I_MPI_*", "HYDRA_*")),
+)
+SEND_ENV = tuple(c.pattern for c in CARRIED if c.send)
+ACCEPT_ENV = tuple(c.pattern for c in CARRIED if c.accept)
+FORWARD_NAMES = tuple(c.pattern for c in CARRIED if c.ranks and not c.pattern.endswith("*"))
+FORWARD_PREFIXES = tuple(c.pattern[:-1] for c in CARRIED if c.ranks and c.pattern.endswith("*"))
 
 SECRET_VARIABLES = frozenset({"MPI_BOOTSTRAP_TOKEN"})
 

@@ -36,23 +36,23 @@ pid1/watch.py's. Standard library only.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import hmac
 import json
 import re
 from typing import Any
 
-VERSION = 1
+from mpi_bootstrap.core import sign
+
+VERSION = 2  # 2: each worker's datagrams signed with a key of its own (worker_key)
 PING_S = 1.0  # the launcher pings each worker this often
 ARM_N = 16  # the counters of the pings that arm each watch before any rank starts (1 to
-# ARM_N: launcher/arming.py, a new one each round); the resident's monitor counts on from it
+# ARM_N: pid1/monitor.py `arm`, a new one each round); the resident's monitor counts on from it
 CONFIRM_PING_S = 0.25  # while confirming a silence
 CONFIRM_S = 5.0  # at most this long of the bound is spent confirming
 PAUSE_S = 3.0  # a loop that did not run for this long was stopped or starved itself
 MAX_DATAGRAM = 512
+MAX_BOUND = 86400.0  # the liveness bound a claim may carry, in seconds
 SESSION_KEY = re.compile(r"[0-9a-f]{64}")
 SESSION_ID = re.compile(r"[0-9a-f]{16}")
-BOOT_ID = re.compile(r"[0-9a-f]{16}")
 MAX_COUNTER = 2**53  # exact in every JSON reader
 
 # What a confirmed silence looked like (pid1/monitor.py's TCP probe of the worker's sshd).
@@ -74,20 +74,22 @@ SEEN = {
 def session_id(key: str) -> str:
     """The public name of a session: derived from its key, so it cannot be chosen apart
     from it."""
-    return hmac.new(bytes.fromhex(key), b"mpi-bootstrap session id", hashlib.sha256).hexdigest()[
-        :16
-    ]
+    return sign.derive(bytes.fromhex(key), "mpi-bootstrap session id").hex()[:16]
 
 
-def _mac(key: str, body: dict[str, Any]) -> str:
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    return hmac.new(bytes.fromhex(key), text.encode(), hashlib.sha256).hexdigest()[:32]
+def worker_key(key: str, worker: str) -> bytes:
+    """The key of one worker's datagrams, both ways: the launch's key and the worker's
+    watch address (its claim's answer names it), so that a datagram signed for one worker
+    verifies for no other — re-sent from another worker's address, or relayed to it
+    (SECURITY.md, promise 36)."""
+    return sign.derive(bytes.fromhex(key), f"mpi-bootstrap liveness {worker}")
 
 
-def encode(key: str, kind: str, n: int, **fields: Any) -> bytes:
-    """One datagram of `kind` with counter `n`, signed with the session key `key`."""
-    body = {"v": VERSION, "t": kind, "s": session_id(key), "n": n, **fields}
-    return json.dumps({**body, "m": _mac(key, body)}, separators=(",", ":")).encode()
+def encode(key: bytes, sid: str, kind: str, n: int, **fields: Any) -> bytes:
+    """One datagram of `kind` with counter `n` of session `sid`, signed with `key` (a
+    worker's: `worker_key`)."""
+    body = {"v": VERSION, "t": kind, "s": sid, "n": n, **fields}
+    return json.dumps(sign.signed(key, body), separators=(",", ":")).encode()
 
 
 def session_of(data: bytes) -> tuple[str, dict[str, Any]] | None:
@@ -113,16 +115,7 @@ def session_of(data: bytes) -> tuple[str, dict[str, Any]] | None:
     return sid, message
 
 
-def authentic(key: str, message: dict[str, Any]) -> bool:
-    """Is `message` signed with `key`? Never raises."""
-    mac = message.get("m")
-    if not isinstance(mac, str) or not mac.isascii():
-        return False
-    try:
-        expected = _mac(key, {k: v for k, v in message.items() if k != "m"})
-    except (TypeError, ValueError):
-        return False
-    return hmac.compare_digest(mac, expected)
+authentic = sign.valid  # (key, message): is it signed with that worker's key? Never raises
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,14 +154,14 @@ def ended_note(host: str, reason: str) -> str:
 
 # ---------------------------------------------------------------- the claim
 
-CLAIM_PREFIX = "CLAIM"  # the line the remote script prints with the worker's answer
 
-
-def claim_line(key: str) -> str:
-    """What the launcher writes to a preflight session's stdin: the session's key."""
-    if not SESSION_KEY.fullmatch(key):
-        raise ValueError("not a session key")
-    return f"{key}\n"
+def claim_line(key: str, bound: float) -> str:
+    """What the launcher writes to a preflight session's stdin: the session's key, and
+    the bound of silence after which a watch takes its launcher for lost (the launcher's
+    one setting: both sides count the same)."""
+    if not SESSION_KEY.fullmatch(key) or not 0 <= bound <= MAX_BOUND:
+        raise ValueError("not a session key and bound")
+    return f"{key} {bound:g}\n"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -60,14 +60,14 @@ CONTROL_ENV = "MPI_BOOTSTRAP_CONTROL"  # the worker's control FIFO (sshd's SetEn
 
 
 def claim() -> str:
-    """The claim, before the check. Its key travels on stdin and through the FIFO (echo
-    is the shell's own: no process's argv ever holds it); the answer comes back on a
-    FIFO of this session's own, opened read-write first so that PID 1's non-blocking
-    open finds a reader."""
+    """The claim, before the check. Its key and the launcher's liveness bound travel on
+    stdin and through the FIFO (echo is the shell's own: no process's argv ever holds
+    the key); the answer comes back on a FIFO of this session's own, opened read-write
+    first so that PID 1's non-blocking open finds a reader."""
     return (
-        f'C="${{{CONTROL_ENV}:-}}"; IFS= read -r k; '
+        f'C="${{{CONTROL_ENV}:-}}"; read -r k b; '
         'if [ -p "$C" ] && o="${C%/*}/control-$$.out" && mkfifo -m 600 "$o" '
-        '2>/dev/null && exec 4<>"$o"; then echo "claim $k $$" >"$C"; k=; '
+        '2>/dev/null && exec 4<>"$o"; then echo "claim $k $b $$" >"$C"; k=; '
         'IFS= read -r a <&4; exec 4<&-; rm -f "$o"; echo "CLAIM $a"; '
         'else k=; echo "CLAIM none"; fi'
     )

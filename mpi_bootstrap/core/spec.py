@@ -75,13 +75,11 @@ class Monitor:
 
 @dataclasses.dataclass(frozen=True)
 class Watch:
-    """The worker's side of liveness (pid1/watch.py): its control FIFO (claims), the
-    address its UDP socket binds, the bound, the grace after a lost launcher."""
+    """The worker's side of liveness (pid1/watch.py): the address its UDP socket binds,
+    the grace after a lost launcher (the bound comes with each launcher's claim)."""
 
-    fifo: str
     bind: str
     sshd_port: int
-    bound: float
     grace: float
     exit_on_loss: bool
 
@@ -108,7 +106,7 @@ class Spec:
     done: Marker | None = None  # launcher: write this after a success
     termination: Termination | None = None
     net: NetExchange | None = None
-    probe_fifo: str | None = None  # the data check's request FIFO (pid1/dataserve.py)
+    control: str | None = None  # a worker's control FIFO (pid1/control.py)
     gate_dir: str | None = None  # the launch gate's marks, removed at the end
     monitor: Monitor | None = None
     watch: Watch | None = None

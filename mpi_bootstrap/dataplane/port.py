@@ -13,8 +13,7 @@ The port answers only the workers the launcher names in the session's line (`fro
 So a stranger holding a connection open, sending and never reading, costs the check
 nothing (tests/test_datacheck_attacks.py::TestDataCheckPort).
 
-Standard library only, and no import of the agent: the launcher sends this file's text
-to a worker's Python with dataplane/probe.py's (ssh/datacheck.py).
+Standard library only (the resident PID 1 runs it: pid1/dataserve.py).
 """
 
 from __future__ import annotations
@@ -24,11 +23,8 @@ import os
 import select
 import struct
 import time
-
-TYPE_CHECKING = False  # the typing module alone would add 3 ms to every start
-if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import Any
+from collections.abc import Callable
+from typing import Any
 
 PROBE_SECONDS = 5.0  # a TCP connect to one peer: ARP gives up on an absent one in 3 s
 # What one connection to the port may take: an honest probe sends its hello and reads it

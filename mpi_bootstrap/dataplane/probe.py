@@ -1,9 +1,8 @@
-"""The data-plane check's program on a worker: standard library only, and no import of
-the agent, because the launcher runs it over ssh with the worker's Python: the text of
-dataplane/port.py, then this file's, in one namespace (`python -I -S -c LOADER …`:
-ssh/datacheck.py). Nothing on the worker needs to be installed but an interpreter.
+"""The data check's program on a worker, run by its resident PID 1 in a forked copy of
+itself (pid1/dataserve.py: no interpreter starts) on two FIFOs of the launcher's ssh
+session (ssh/datacheck.py). Standard library only.
 
-    session NIC SECONDS SYSFS
+    probe NIC SECONDS SYSFS (the session's request)
       1. prints this pod's data NIC as one JSON line (name, MTU, addresses, RDMA devices,
          locked-memory limit) and the port it opened on its data address, TCP and UDP;
       2. reads one line on stdin, `from=ADDR,… NAME=ADDR:PORT:MTU …`: the addresses its
@@ -15,14 +14,7 @@ ssh/datacheck.py). Nothing on the worker needs to be installed but an interprete
       5. ends when stdin closes (the launcher has every answer) or SECONDS pass — then at
          the latest: an alarm ends the process a few seconds later whatever it is doing.
 
-The worker's agent also imports `nic_report` for its record (worker/main.py), and its
-resident PID 1 runs `session` in a forked copy of itself where it serves the check
-(pid1/dataserve.py): then no interpreter starts at all.
-
-Where a worker does start this program, once per check, its start is the check's cost: it
-uses the C modules `_socket`, `_thread` and `_signal` rather than `socket`, `threading`
-and `signal` (which import enum, selectors and collections: 19 of its 33 ms), and writes
-its own JSON.
+The worker's agent also imports `nic_report` for its record (worker/main.py).
 """
 
 from __future__ import annotations
@@ -32,21 +24,16 @@ import _socket
 import _thread
 import errno
 import fcntl
+import json
 import os
 import resource
 import select
 import struct
 import sys
 import time
+from typing import Any
 
-TYPE_CHECKING = False  # the typing module alone would add 3 ms to every start
-if TYPE_CHECKING:
-    from typing import Any
-# Sent to a worker, this file's text runs after dataplane/port.py's, in the same namespace
-# (PROGRAM: ssh/datacheck.py); imported, it imports it.
-PROGRAM = "mpi_bootstrap_dataprobe"
-if __name__ != PROGRAM:
-    from mpi_bootstrap.dataplane.port import PROBE_SECONDS, Server
+from mpi_bootstrap.dataplane.port import PROBE_SECONDS, Server
 
 SIOCGIFADDR, SIOCGIFMTU = 0x8915, 0x8921
 IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2  # <linux/in.h>
@@ -299,43 +286,14 @@ def probe(report: dict[str, Any], targets: list[str]) -> None:
         _thread.start_new_thread(one, (target,))
 
 
-def _text(v: Any) -> str:
-    """JSON for what this program says (str, int, bool, lists, dicts): the json module
-    would double the start-up time of a program that lives for a few milliseconds."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, str):
-        return (
-            '"'
-            + "".join(c if " " <= c < "\x7f" and c not in '"\\' else f"\\u{ord(c):04x}" for c in v)
-            + '"'
-        )
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{_text(str(k))}: {_text(x)}" for k, x in v.items()) + "}"
-    return "[" + ", ".join(_text(x) for x in v) + "]"
-
-
 _out = _thread.allocate_lock()
 
 
 def _write(obj: dict[str, Any]) -> None:
-    sys.stdout.write(_text(obj) + "\n")
+    sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
 
 
 def _say(obj: dict[str, Any]) -> None:
     with _out:
         _write(obj)
-
-
-def main(argv: list[str]) -> int:
-    if argv[:1] == ["session"] and len(argv) == 4:
-        return session(argv[1], float(argv[2]), argv[3])
-    sys.stderr.write("usage: session NIC SECONDS SYSFS\n")
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

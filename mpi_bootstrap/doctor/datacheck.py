@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -118,7 +117,6 @@ def network(
             names,
             ("ssh", "-F", cfg),
             nic,
-            python=sys.executable,
             sysfs=config.sysfs,
             env=dict(os.environ),
             deadline=deadline,

@@ -10,7 +10,6 @@ of its own) and one line in CHECKS.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -81,10 +80,10 @@ class Preflight:
         p, config = job.p, job.config
         first = data_rounds(p.data_check)[:1]
         then = {
-            h: datacheck.session_command(sys.executable, nic, config.sysfs, p.deadline)
+            h: datacheck.session_command(nic, config.sysfs, p.deadline)
             for h, nic in (first[0] if first else {}).items()
         }
-        check = dataclasses.replace(remote_check(p, config, job.env), claim=job.session)
+        check = claimed(remote_check(p, config, job.env), job)
         try:
             done = preflight.run(
                 p.remote,
@@ -103,6 +102,11 @@ class Preflight:
             raise with_doctor(exc, config) from None
         job.opened.update(done.opened)
         job.claims.update(done.claims)
+
+
+def claimed(check: preflight.RemoteCheck, job: Job) -> preflight.RemoteCheck:
+    """`check`, claiming each worker for this launch with its key and liveness bound."""
+    return dataclasses.replace(check, claim=job.session, bound=job.config.liveness_seconds)
 
 
 def with_doctor(exc: PeerUnavailableError, config: Config) -> PeerUnavailableError:
@@ -132,7 +136,6 @@ class DataNetwork:
                 list(nics),
                 p.ssh_command,
                 nics,
-                python=sys.executable,
                 sysfs=config.sysfs,
                 env=job.env,
                 deadline=p.deadline,

@@ -22,8 +22,9 @@ from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.spec import Marker, Peer, Spec
 from mpi_bootstrap.core.spec import Monitor as MonitorSpec
-from mpi_bootstrap.launcher import arming, checks, preflight
+from mpi_bootstrap.launcher import checks, preflight
 from mpi_bootstrap.launcher.model import Plan
+from mpi_bootstrap.pid1.monitor import arm
 from mpi_bootstrap.proc import children, handoff
 from mpi_bootstrap.system import files, netif
 from mpi_bootstrap.system.gate import Marks
@@ -170,9 +171,9 @@ def hand_over(job: checks.Job, started: handoff.Started, watched: MonitorSpec | 
 
 def armed(job: checks.Job) -> MonitorSpec | None:
     """What the resident will watch, every worker's watch armed first: no rank has
-    started yet (launcher/arming.py)."""
+    started yet (pid1/monitor.py `arm`)."""
     watched = monitor(job)
-    arming.arm(watched, job.log)
+    arm(watched, job.log)
     return watched
 
 

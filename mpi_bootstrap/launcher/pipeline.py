@@ -27,7 +27,6 @@ then turns the gate off (hydra), and every check passes before mpirun starts.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from collections.abc import Callable
 from typing import NoReturn
@@ -193,7 +192,7 @@ class Each:
     ) -> None:
         self.job, self.arrivals, self.passed = job, arrivals, passed
         p, config = job.p, job.config
-        self.check = dataclasses.replace(checks.remote_check(p, config, job.env), claim=job.session)
+        self.check = checks.claimed(checks.remote_check(p, config, job.env), job)
         self.data = data_plan(config, arrivals.facts())  # its rule and the launcher's NICs
         self.sessions: dict[str, Session] = {}
         self.targets: dict[str, tuple[str, int]] = {}
@@ -262,7 +261,7 @@ class Each:
         if missing is not None and config.data_check:
             raise PeerUnavailableError(f"data network: {missing}", phase="data check", host=host)
         then = (
-            datacheck.session_command(sys.executable, nics[0], config.sysfs, self.job.p.deadline)
+            datacheck.session_command(nics[0], config.sysfs, self.job.p.deadline)
             if nics and config.data_check
             else None
         )

@@ -36,6 +36,7 @@ class RemoteCheck:
     # This launch's session key: the session first claims the worker with it
     # (core/remote.py `claim`, core/liveness.py); None: no claim.
     claim: str | None = dataclasses.field(default=None, repr=False)
+    bound: float = 0.0  # the liveness bound the claim carries (the launcher's)
 
     def script(self) -> str:
         """Where is the daemon, what LD_LIBRARY_PATH arrived, and where the program
@@ -52,8 +53,9 @@ class RemoteCheck:
         return f"{check}; echo {END}; {self.then}" if self.then else check
 
     def stdin(self) -> bytes:
-        """What the session reads first: the claim's key (never on a command line)."""
-        return liveness.claim_line(self.claim).encode() if self.claim else b""
+        """What the session reads first: the claim's key and bound (never on a command
+        line)."""
+        return liveness.claim_line(self.claim, self.bound).encode() if self.claim else b""
 
 
 def program_of(argv: Sequence[str], program_index: int) -> str | None:

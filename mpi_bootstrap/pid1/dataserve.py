@@ -1,11 +1,11 @@
 """The worker's side of the data check, served by the resident PID 1: no interpreter is
 started on a worker for it.
 
-The launcher's session (ssh/datacheck.py) finds this worker's request FIFO in the
-variable MPI_BOOTSTRAP_DATA_PROBE (set by sshd's `SetEnv`: ssh/sshd.py) and then, in
-place of starting the worker's Python for dataplane/probe.py:
+The launcher's session (ssh/datacheck.py) finds this worker's control FIFO in the
+variable MPI_BOOTSTRAP_CONTROL (set by sshd's `SetEnv`: ssh/sshd.py; pid1/control.py)
+and then:
     1. makes two FIFOs beside it, `probe-PID.in` and `probe-PID.out` (PID: its shell's);
-    2. writes one line to the request FIFO: `session NIC SECONDS SYSFS PID`;
+    2. writes one line to the control FIFO: `probe NIC SECONDS SYSFS PID`;
     3. copies its stdin into `.in`, and `.out` to its stdout, until both end.
 PID 1 reads the line and forks (proc/spawn.py fork_call). The copy opens the two FIFOs
 (they must be this user's FIFOs, in the state directory, not reached through a link),
@@ -14,9 +14,6 @@ stdin and stdout; an alarm ends it a few seconds after its SECONDS whatever happ
 session that never opens its FIFOs). A fork of the running PID 1 costs about a
 millisecond of CPU, a new interpreter 16 ms: at 16 workers on 2 cores, most of the
 check's cost.
-
-PID 1 itself only reads the FIFO (opened read-write and non-blocking: it never sees an
-end, never blocks) and forks; a line it cannot read is logged and dropped.
 
 Standard library only (the resident PID 1 imports it).
 """
@@ -27,41 +24,28 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable, MutableMapping
 
-from mpi_bootstrap.core.datanet import NIC_NAME, PROBE_FIFO, SESSION_SECONDS
+from mpi_bootstrap.core.datanet import NIC_NAME, SESSION_SECONDS
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import is_plain_path
 
 # Imported by PID 1 when it serves the check, not by each copy: its C modules cost a
 # copy 7 ms of CPU to load, twice the rest of its work.
 from mpi_bootstrap.dataplane import probe as dataprobe
+from mpi_bootstrap.pid1.control import Control
 from mpi_bootstrap.proc.spawn import fork_call
 from mpi_bootstrap.system.files import own_fifo
 
-MAX_LINE = 4096  # a request is one write of at most PIPE_BUF bytes: never interleaved
 
-
-def make_fifo(state: str) -> str:
-    """The request FIFO in `state` (private: 0600 in the 0700 state directory), made
-    afresh: a restarted worker's old one may remain."""
-    path = os.path.join(state, PROBE_FIFO)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    os.mkfifo(path, 0o600)
-    return path
-
-
-def parse(line: bytes) -> tuple[str, float, str, int] | None:
-    """`session NIC SECONDS SYSFS PID` → (nic, seconds, sysfs, pid); None if not that."""
+def parse(words: list[str]) -> tuple[str, float, str, int] | None:
+    """`NIC SECONDS SYSFS PID` → (nic, seconds, sysfs, pid); None if not that."""
     try:
-        verb, nic, seconds_text, sysfs, pid_text = line.decode("ascii").split(" ")
+        nic, seconds_text, sysfs, pid_text = words
         seconds, pid = float(seconds_text), int(pid_text)
     except ValueError:
         return None
     if (
-        verb != "session"
-        or not NIC_NAME.fullmatch(nic)
+        not NIC_NAME.fullmatch(nic)
         or not 0 < seconds <= SESSION_SECONDS
         or not is_plain_path(sysfs)
         or not pid_text.isdigit()
@@ -71,46 +55,21 @@ def parse(line: bytes) -> tuple[str, float, str, int] | None:
     return nic, seconds, sysfs, pid
 
 
-def serve(path: str, log: Log, readers: MutableMapping[int, Callable[[], None]]) -> None:
-    """Serve the request FIFO `path` from PID 1's loop (`readers`)."""
-    state = os.path.dirname(path)
-    try:
-        fd = own_fifo(path, os.O_RDWR | os.O_NONBLOCK)
-    except OSError as exc:
-        log(
-            "data probe not served",
-            level="warning",
-            path=path,
-            error=str(exc),
-            reason="the data check starts the worker's Python instead",
-        )
-        return
-    pending = [b""]
+def serve(control: Control, log: Log) -> None:
+    """Serve the `probe` verb of the worker's control FIFO."""
 
-    def on_request() -> None:
+    def probe(words: list[str]) -> str | None:
+        request = parse(words)
+        if request is None:
+            return "not `probe NIC SECONDS SYSFS PID`"
         try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            return
-        *lines, rest = (pending[0] + chunk).split(b"\n")
-        pending[0] = rest[-MAX_LINE:]
-        for line in lines:
-            request = parse(line)
-            if request is None:
-                log(
-                    "data probe refused",
-                    level="warning",
-                    request=line[:120].decode("ascii", "replace"),
-                )
-                continue
-            try:
-                pid = fork_call(lambda r=request: run(state, *r))  # type: ignore[misc]
-            except OSError as exc:  # EAGAIN: that session waits out its deadline
-                log("data probe not served", level="error", error=str(exc))
-                continue
-            log("data probe served", pid=pid, nic=request[0], session=request[3])
+            pid = fork_call(lambda r=request: run(control.state, *r))  # type: ignore[misc]
+        except OSError as exc:  # EAGAIN: that session waits out its deadline
+            return f"not served: {exc}"
+        log("data probe served", pid=pid, nic=request[0], session=request[3])
+        return None
 
-    readers[fd] = on_request
+    control.verbs["probe"] = probe
 
 
 def _give_up(_signum: int, _frame: object) -> None:

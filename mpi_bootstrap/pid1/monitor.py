@@ -23,22 +23,25 @@ library only; nothing here blocks.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import select
 import socket
 import time
 from collections.abc import Callable, MutableMapping
+from typing import Any
 
 from mpi_bootstrap.core import liveness as lv
+from mpi_bootstrap.core.errors import some
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.spec import Monitor as MonitorSpec
 from mpi_bootstrap.core.spec import Peer
+from mpi_bootstrap.pid1.endpoint import Endpoint
 
 VERIFY_S = 2.0  # after mpirun failed by itself: how long the workers have to answer
 STOP_S = 1.0  # how long `stop` is sent again to a worker that has not acknowledged it
 STOP_EVERY_S = 0.2
-BURST = 64
+ARM_S = 1.0  # arming (`arm`): at most this long for every answer
+RESEND_S = 0.1
 
 
 class _Probe:
@@ -76,8 +79,10 @@ class _Probe:
 
 
 class _Watched:
-    def __init__(self, peer: Peer, now: float) -> None:
+    def __init__(self, peer: Peer, key: str, now: float) -> None:
         self.peer, self.heard, self.n = peer, now, 0
+        self.key = lv.worker_key(key, peer.address)  # its datagrams' both ways
+        self.sent = lv.ARM_N  # its counter: the arming pings (`arm`) came first
         self.probe: _Probe | None = None
         self.lost: str | None = None
         self.acked = False
@@ -97,33 +102,23 @@ class MonitorService:
         self.spec, self.log, self.on_lost = spec, log, on_lost
         self.timing = lv.Timing(spec.bound)
         now = time.monotonic()
-        self.watched = [_Watched(p, now) for p in spec.peers]
+        self.watched = [_Watched(p, spec.key, now) for p in spec.peers]
         self.by_address = {w.peer.address: w for w in self.watched}
-        self.udp = socket.socket(
-            socket.AF_INET6 if ":" in spec.bind else socket.AF_INET,
-            socket.SOCK_DGRAM | socket.SOCK_CLOEXEC,
-        )
-        self.udp.bind((spec.bind, 0))
-        self.udp.setblocking(False)
-        readers[self.udp.fileno()] = self.on_datagram
-        self.n = lv.ARM_N  # the launcher's arming ping came first (launcher/arming.py)
+        self.sid = lv.session_id(spec.key)
+        self.udp = Endpoint(spec.bind, self.datagram)
+        readers[self.udp.fileno()] = self.udp.read
         self.state = "watching"
         self.next_ping = now
         self.last_tick = now
         self.until = 0.0  # the end of verifying or stopping
         self.why = "job over"
-        log(
-            "monitor", workers=len(self.watched), bound_s=spec.bound, port=self.udp.getsockname()[1]
-        )
+        log("monitor", workers=len(self.watched), bound_s=spec.bound, port=self.udp.port)
 
     # ------------------------------------------------------------ sending
 
     def _send(self, w: _Watched, kind: str, **fields: str) -> None:
-        self.n += 1
-        with contextlib.suppress(OSError):  # a full buffer or an ICMP error: try again
-            self.udp.sendto(
-                lv.encode(self.spec.key, kind, self.n, **fields), (w.peer.address, w.peer.port)
-            )
+        w.sent += 1
+        self.udp.send(w.key, self.sid, kind, w.sent, (w.peer.address, w.peer.port), **fields)
 
     def _ping_all(self, now: float) -> None:
         for w in self.watched:
@@ -134,23 +129,12 @@ class MonitorService:
 
     # ------------------------------------------------------------ receiving
 
-    def on_datagram(self) -> None:
-        for _ in range(BURST):
-            try:
-                data, peer = self.udp.recvfrom(lv.MAX_DATAGRAM + 1)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                continue  # ICMP unreachable for an earlier ping: the probe says more
-            self.datagram(data, peer[0])
-
-    def datagram(self, data: bytes, address: str) -> None:
-        found = lv.session_of(data)
-        w = self.by_address.get(address)
-        if found is None or w is None or found[0] != lv.session_id(self.spec.key):
-            return
-        msg = found[1]
-        if not lv.authentic(self.spec.key, msg) or msg["n"] <= w.n:
+    def datagram(self, sid: str, msg: dict[str, Any], peer: tuple[str, int]) -> None:
+        """Taken only from the worker whose key it verifies under (by its address: a
+        datagram of another worker re-sent from this one's address fails), newer than its
+        last: core/liveness.py."""
+        w = self.by_address.get(peer[0])
+        if w is None or sid != self.sid or not lv.authentic(w.key, msg) or msg["n"] <= w.n:
             return
         w.n = msg["n"]
         now = time.monotonic()
@@ -273,3 +257,43 @@ class MonitorService:
 
     def busy(self) -> bool:
         return self.state in ("verifying", "stopping")
+
+
+def arm(spec: MonitorSpec | None, log: Log) -> None:
+    """Every worker's watch armed before any rank starts: a watch counts its launcher's
+    silence only after a first ping (a launcher still awaiting other workers may not
+    ping for minutes after its claim), and the resident pings only after the hand-over,
+    once the ranks were let go: a launcher lost in between (cut off the moment the gate
+    opened) left every rank running (`make chaos`: a launcher cut off 3 s into a
+    16-worker launch, all 16 workers' ranks left). So the launcher pings each worker,
+    again each RESEND_S with the next counter (1 to ARM_N: the monitor counts on from
+    there), until each answered or ARM_S passed. One that did not is said; the monitor
+    will find it."""
+    if spec is None:
+        return
+    started = time.monotonic()
+    mon = MonitorService(spec, _quiet, {}, lambda _lost: None)
+    todo = {w.peer.address: w for w in mon.watched}
+    try:
+        for n in range(1, lv.ARM_N + 1):
+            if not todo or (left := started + ARM_S - time.monotonic()) <= 0:
+                break
+            for w in todo.values():
+                mon.udp.send(w.key, mon.sid, "ping", n, (w.peer.address, w.peer.port))
+            until = time.monotonic() + min(RESEND_S, left)
+            while todo and (wait := until - time.monotonic()) > 0:
+                if select.select([mon.udp], [], [], wait)[0]:
+                    mon.udp.read()
+                    todo = {a: w for a, w in todo.items() if w.n == 0}
+    finally:
+        mon.udp.close()
+    if todo:
+        names = [w.peer.name for w in todo.values()]
+        log("watch not armed", level="warning", workers=len(todo), hosts=some(names))
+    else:
+        elapsed = round(time.monotonic() - started, 3)
+        log("watches armed", workers=len(spec.peers), elapsed_s=elapsed)
+
+
+def _quiet(event: str, /, level: str = "info", **keys: Any) -> None:
+    """The arming round's monitor says nothing of its own: `arm` says what it did."""

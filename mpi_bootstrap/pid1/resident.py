@@ -58,9 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         output.write(f"mpi-bootstrap: {printable(exc.message, lines=False)}\n".encode())
         code = int(exc.status)
         sup.verdict.reason = exc.message
-    if spec.probe_fifo:  # nobody reads it now: a session must not wait on it
+    if spec.control:  # nobody reads it now: a session must not wait on it
         with contextlib.suppress(OSError):
-            os.unlink(spec.probe_fifo)
+            os.unlink(spec.control)
     if spec.gate_dir:  # the launch gate's marks (core/gate.py): mpirun has ended
         import shutil
 
@@ -84,29 +84,43 @@ def duties(spec: specs.Spec, sup: Supervisor, log: Log) -> None:
         from mpi_bootstrap.ssh import netserver
 
         netserver.serve(spec.net, log, sup.readers)
-    if spec.probe_fifo:
-        from mpi_bootstrap.pid1 import dataserve
-
-        dataserve.serve(spec.probe_fifo, log, sup.readers)
     if spec.stop:
         from mpi_bootstrap.pid1.jobdone import JobDone
 
         sup.duties.append(JobDone(spec.stop, log, sup.request_stop))
-    if spec.watch:
-        from mpi_bootstrap.pid1.watch import WatchService
-
-        try:
-            sup.duties.append(
-                WatchService(
-                    spec.watch, log, sup.readers, sshd=lambda: sup.main, stop=sup.request_stop
-                )
-            )
-        except OSError as exc:  # the job still runs; nobody watches its launcher
-            log("watch not served", level="error", error=str(exc))
+    if spec.control:
+        _control(spec, sup, log)
     if spec.monitor:
         from mpi_bootstrap.pid1.lost import monitor
 
         monitor(spec.monitor, sup, log)
+
+
+def _control(spec: specs.Spec, sup: Supervisor, log: Log) -> None:
+    """The worker's control FIFO and the verbs served on it (pid1/control.py): the data
+    check (a worker without the NIC asked for says so), and the claims of its watch."""
+    from mpi_bootstrap.pid1 import dataserve
+    from mpi_bootstrap.pid1.control import Control
+
+    assert spec.control is not None  # noqa: S101 - the caller checked
+    try:
+        control = Control(spec.control, log, sup.readers)
+        dataserve.serve(control, log)
+        if spec.watch:
+            from mpi_bootstrap.pid1.watch import WatchService
+
+            sup.duties.append(
+                WatchService(
+                    spec.watch,
+                    log,
+                    sup.readers,
+                    control,
+                    sshd=lambda: sup.main,
+                    stop=sup.request_stop,
+                )
+            )
+    except OSError as exc:  # the job still runs; no claim nor probe is served
+        log("control not served", level="error", error=str(exc))
 
 
 def _terminated(spec: specs.Spec, sup: Supervisor, code: int) -> None:
@@ -174,8 +188,8 @@ def _option(spec: specs.Spec, opt: str, args: list[str]) -> specs.Spec | None:
         return dataclasses.replace(spec, grace=float(args.pop(0)))
     if opt == "--group":
         return dataclasses.replace(spec, group=True)
-    if opt == "--data-probe":  # serve the data check's FIFO (pid1/dataserve.py)
-        return dataclasses.replace(spec, probe_fifo=args.pop(0))
+    if opt == "--data-probe":  # serve the data check on FIFO (pid1/dataserve.py)
+        return dataclasses.replace(spec, control=args.pop(0))
     if opt == "--explain-failure":
         return dataclasses.replace(spec, explain_failure=True)
     if opt == "--restart":  # LIMIT/WINDOW, e.g. 5/60

@@ -1,14 +1,14 @@
 """The worker's side of liveness (core/liveness.py has the protocol), served from the
 resident PID 1's loop: the claims of launchers, their pings, and a lost launcher.
 
-A claim comes through the control FIFO (`control` in the private state directory, named
-to every ssh session by sshd's `SetEnv MPI_BOOTSTRAP_CONTROL`; only the job's user's
-sessions can write it): one line `claim KEY PID`, from a preflight session whose shell is
-PID. PID 1 ends everything the earlier launches left below it — every process but
-itself, its sshd, and that session (its shell, the shell's parents and children) — then
-answers on the FIFO `control-PID.out` beside it (made by the session, a FIFO of this
-user, not reached through a link): where its UDP socket listens, its boot id, and how
-many processes it ended, named. The key becomes the current session's.
+A claim comes through the control FIFO (pid1/control.py): `claim KEY BOUND PID`, from a
+preflight session whose shell is PID. PID 1 ends everything the earlier launches left
+below it — every process but itself, its sshd, and that session (its shell, the shell's
+parents and children) — then answers on the FIFO `control-PID.out` beside it (made by the
+session, a FIFO of this user, not reached through a link): where its UDP socket listens,
+its boot id, and how many processes it ended, named. The key becomes the current
+session's, and BOUND (the launcher's liveness bound) the silence after which its launcher
+is lost. A claim with the key already held (the same launch's) ends nothing.
 
 Pings of the current session arm the watch. Silent for the bound: the launcher is lost
 ("launcher lost"); after the grace (a new launcher may claim the worker meanwhile), what
@@ -31,20 +31,22 @@ import signal
 import socket
 import time
 from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
 
 from mpi_bootstrap.core import liveness as lv
 from mpi_bootstrap.core.errors import ExitStatus
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.spec import Watch as WatchSpec
 from mpi_bootstrap.pid1 import tree
+from mpi_bootstrap.pid1.control import Control
+from mpi_bootstrap.pid1.endpoint import Endpoint
 from mpi_bootstrap.system.files import own_fifo
 
 END_S = 3.0  # SIGTERM, then SIGKILL after this
 DRAIN_S = 0.3  # between a session's end and its connection's: sshd sends what it said
-MAX_LINE = 4096
-BURST = 64  # datagrams read per wake-up: a flood cannot hold the loop
 KEEP_OLD = 4  # superseded sessions still answered
-_CLAIM = re.compile(rb"claim ([0-9a-f]{64}) ([1-9][0-9]{0,9})")
+_PID = re.compile(r"[1-9][0-9]{0,9}")
+_BOUND = re.compile(r"[0-9]{1,5}(\.[0-9]{1,3})?")
 
 
 class _Ending:
@@ -96,16 +98,17 @@ class WatchService:
         spec: WatchSpec,
         log: Log,
         readers: MutableMapping[int, Callable[[], None]],
+        control: Control,
         *,
         sshd: Callable[[], int],
         stop: Callable[[str, int], None],
     ) -> None:
         self.spec, self.log, self.sshd, self.stop_worker = spec, log, sshd, stop
-        self.timing = lv.Timing(spec.bound)
         self.boot = secrets.token_hex(8)
-        self.key: str | None = None
+        self.key: bytes | None = None  # this worker's key of the current session
         self.sid = ""
-        self.old: dict[str, str] = {}  # superseded sessions: id → key
+        self.bound = 0.0  # the current launcher's, from its claim
+        self.old: dict[str, bytes] = {}  # superseded sessions: id → this worker's key
         self.last_n = 0
         self.armed = False
         self.heard = 0.0
@@ -113,39 +116,28 @@ class WatchService:
         self.answered_old: dict[str, float] = {}
         self.endings: list[_Ending] = []
         self.last_tick = time.monotonic()
-        self.udp = _bind(spec.bind)
-        readers[self.udp.fileno()] = self.on_datagram
-        self.fifo = own_fifo(spec.fifo, os.O_RDWR | os.O_NONBLOCK)
-        self.pending = b""
-        readers[self.fifo] = self.on_request
-        log(
-            "watch",
-            port=self.udp.getsockname()[1],
-            boot=self.boot,
-            bound_s=spec.bound,
-            grace_s=spec.grace,
-        )
+        self.udp = Endpoint(spec.bind, self.datagram)
+        readers[self.udp.fileno()] = self.udp.read
+        control.verbs["claim"] = self.on_claim
+        self.state = control.state
+        log("watch", port=self.udp.port, boot=self.boot, grace_s=spec.grace)
 
     # ------------------------------------------------------------ claims (the FIFO)
 
-    def on_request(self) -> None:
-        try:
-            chunk = os.read(self.fifo, 65536)
-        except BlockingIOError:
-            return
-        *lines, rest = (self.pending + chunk).split(b"\n")
-        self.pending = rest[-MAX_LINE:]
-        for line in lines:
-            m = _CLAIM.fullmatch(line.strip())
-            if m is None:
-                self.log(
-                    "control refused", level="warning", request=line[:80].decode("ascii", "replace")
-                )
-                continue
-            self.claim(m[1].decode(), int(m[2]))
+    def on_claim(self, words: list[str]) -> str | None:
+        if (
+            len(words) != 3
+            or not lv.SESSION_KEY.fullmatch(words[0])
+            or not _BOUND.fullmatch(words[1])
+            or not _PID.fullmatch(words[2])
+            or not float(words[1]) <= lv.MAX_BOUND
+        ):
+            return "not `claim KEY BOUND PID`"
+        self.claim(words[0], float(words[1]), int(words[2]))
+        return None
 
-    def claim(self, key: str, pid: int) -> None:
-        reply = os.path.join(os.path.dirname(self.spec.fifo), f"control-{pid}.out")
+    def claim(self, key: str, bound: float, pid: int) -> None:
+        reply = os.path.join(self.state, f"control-{pid}.out")
         try:
             fd = own_fifo(reply, os.O_WRONLY | os.O_NONBLOCK)
         except OSError as exc:
@@ -159,7 +151,7 @@ class WatchService:
             self.reply(fd, "refused: not an ssh session of this pod")
             return
         sid = lv.session_id(key)
-        sweep(os.path.dirname(self.spec.fifo), table)
+        sweep(self.state, table)
         if sid == self.sid:
             # This launch's own claim again (a preflight retried, a later round): it ends
             # nothing. Its first claim came before any other session of it could start
@@ -174,20 +166,15 @@ class WatchService:
             while len(self.old) > KEEP_OLD:
                 self.old.pop(next(iter(self.old)))
             reason = "superseded"
-        self.key, self.sid, self.last_n = key, sid, 0
-        self.armed, self.lost_at = False, None
+        self.key, self.sid, self.last_n = lv.worker_key(key, self.spec.bind), sid, 0
+        self.bound, self.armed, self.lost_at = bound, False, None
         self.log("claimed", session=sid, requester=pid)
         spared = {*tree.ancestors(pid, table), *tree.descendants(pid, table)}
         self.end_launch(reason, spared, lambda n, names: self.answer(fd, n, names))
 
     def answer(self, fd: int, ended: int, names: list[str]) -> None:
         c = lv.Claimed(
-            self.spec.bind,
-            self.udp.getsockname()[1],
-            self.boot,
-            self.spec.sshd_port,
-            ended,
-            tuple(names),
+            self.spec.bind, self.udp.port, self.boot, self.spec.sshd_port, ended, tuple(names)
         )
         self.reply(fd, lv.claimed_text(c))
 
@@ -223,21 +210,9 @@ class WatchService:
 
     # ------------------------------------------------------------ the launcher's datagrams
 
-    def on_datagram(self) -> None:
-        for _ in range(BURST):
-            try:
-                data, peer = self.udp.recvfrom(lv.MAX_DATAGRAM + 1)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                continue  # an ICMP error from an earlier send: not ours to act on
-            self.datagram(data, peer)
-
-    def datagram(self, data: bytes, peer: tuple[str, int]) -> None:
-        found = lv.session_of(data)
-        if found is None:
-            return
-        sid, msg = found
+    def datagram(self, sid: str, msg: dict[str, Any], peer: tuple[str, int]) -> None:
+        """Only a datagram signed with this worker's key counts (one signed for another
+        worker, relayed here, does not: core/liveness.py `worker_key`)."""
         now = time.monotonic()
         if sid == self.sid and self.key is not None and lv.authentic(self.key, msg):
             if msg["n"] <= self.last_n:
@@ -245,11 +220,11 @@ class WatchService:
             self.last_n = msg["n"]
             if msg["t"] == "ping":
                 self.heard_from(now)
-                self._send(self.key, "pong", msg["n"], peer, b=self.boot)
+                self.udp.send(self.key, sid, "pong", msg["n"], peer, b=self.boot)
             elif msg["t"] == "stop":
                 self.armed, self.lost_at = False, None
                 why = "job over" if msg.get("why") == "job over" else "worker lost"
-                self._send(self.key, "stopped", msg["n"], peer)
+                self.udp.send(self.key, sid, "stopped", msg["n"], peer)
                 self.end_launch(why, set())
         elif (
             sid in self.old
@@ -258,16 +233,12 @@ class WatchService:
             and now - self.answered_old.get(sid, -1.0) >= 1.0
         ):
             self.answered_old[sid] = now
-            self._send(self.old[sid], "superseded", msg["n"], peer)
+            self.udp.send(self.old[sid], sid, "superseded", msg["n"], peer)
 
     def heard_from(self, now: float) -> None:
         if self.lost_at is not None:
             self.log("launcher back", silent_s=round(now - self.heard, 1))
         self.armed, self.heard, self.lost_at = True, now, None
-
-    def _send(self, key: str, kind: str, n: int, peer: tuple[str, int], **fields: str) -> None:
-        with contextlib.suppress(OSError):  # a full buffer: the launcher pings again
-            self.udp.sendto(lv.encode(key, kind, n, **fields), peer)
 
     # ------------------------------------------------------------ the loop's timer
 
@@ -280,7 +251,7 @@ class WatchService:
             # turn it did not get for PAUSE_S for a stop of this pod's own. Woken only at
             # the bound, a silent launcher was taken each time for such a stop, never lost
             # (seen with the net and secret exchanges; dir's job-done poll hid it).
-            times.append(min(self.heard + self.spec.bound, time.monotonic() + lv.PAUSE_S / 2))
+            times.append(min(self.heard + self.bound, time.monotonic() + lv.PAUSE_S / 2))
         if self.lost_at is not None:
             times.append(self.lost_at + self.spec.grace)
         return min(times) if times else None
@@ -291,7 +262,7 @@ class WatchService:
             self.heard = max(self.heard, now)
         self.last_tick = now
         self.endings = [e for e in self.endings if not e.step(now)]
-        if self.armed and self.lost_at is None and now - self.heard >= self.spec.bound:
+        if self.armed and self.lost_at is None and now - self.heard >= self.bound:
             self.lost_at = now
             self.log(
                 "launcher lost",
@@ -312,14 +283,6 @@ class WatchService:
         return bool(self.endings)
 
 
-def _bind(address: str) -> socket.socket:
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    udp = socket.socket(family, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-    udp.bind((address, 0))
-    udp.setblocking(False)
-    return udp
-
-
 def sweep(directory: str, alive: Mapping[int, int]) -> None:
     """The reply FIFOs of sessions gone before they removed their own (an ssh session
     ended mid-claim): `control-PID.out` whose PID is no process of this pod's."""
@@ -331,12 +294,3 @@ def sweep(directory: str, alive: Mapping[int, int]) -> None:
 
 
 _REPLY = re.compile(r"control-([0-9]{1,10})\.out")
-
-
-def make_fifo(path: str) -> str:
-    """The control FIFO (0600 in the private state directory), made afresh: a restarted
-    worker's old one may remain."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    os.mkfifo(path, 0o600)
-    return path

@@ -1,11 +1,12 @@
 """Before mpirun, after preflight (and in `doctor`): the data network, tested by the
 workers themselves.
 
-One session per worker runs dataplane/probe.py's `session`: served by the worker's
-resident PID 1 where its sshd names PID 1's FIFO (pid1/dataserve.py: no interpreter
-starts), else by the worker's Python. In the launcher that session is preflight's own
-(its check's script goes on to run it: no second ssh session, no second login); the
-doctor opens its own.
+One session per worker runs dataplane/probe.py's `session`, served by the worker's
+resident PID 1 through the control FIFO its sshd names (pid1/control.py,
+pid1/dataserve.py: no interpreter starts). A worker whose PID 1 cannot serve it (its
+sshd predates OpenSSH 8.7's SetEnv) says so and is left out of the check, said in the
+log. In the launcher that session is preflight's own (its check's script goes on to run
+it: no second ssh session, no second login); the doctor opens its own.
   1. it reports its data NIC (MTU, addresses, RDMA devices, locked-memory limit) and
      opens one port, TCP and UDP, on its data address;
   2. once every worker has, the launcher sends each its peers: its ring neighbours and
@@ -20,18 +21,15 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from mpi_bootstrap.core import datanet, failures, liveness, records
 from mpi_bootstrap.core.errors import PeerUnavailableError, shown, some
 from mpi_bootstrap.core.log import Log
-from mpi_bootstrap.dataplane import port as probeport
-from mpi_bootstrap.dataplane import probe as dataprobe
+from mpi_bootstrap.core.remote import CONTROL_ENV
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.system import parallel
 
@@ -45,54 +43,24 @@ Chooser = Callable[[tuple[str, ...]], "str | None"]
 PLAIN = re.compile(r"[A-Za-z0-9_.:/@+-]+")  # words PID 1's request line may carry
 
 
-def session_command(python: str, nic: str, sysfs: str, deadline: float) -> str:
+def session_command(nic: str, sysfs: str, deadline: float) -> str:
     """The shell command of one worker's session, which ends by itself at the latest a
-    few seconds after `deadline` (monotonic)."""
-    seconds = min(LISTEN_SECONDS, max(1.0, deadline - time.monotonic() + 5))
-    return command(python, "session", nic, f"{seconds:g}", sysfs)
-
-
-def command(python: str, *args: str) -> str:
-    """The remote shell command. Where the worker's PID 1 serves the check (its FIFO in
-    PROBE_ENV: pid1/dataserve.py has the protocol), the session asks it through two
-    FIFOs of its own and copies them to and from its stdin and stdout: three small
-    programs and a fork, no interpreter. Else the probe program is run by the worker's
-    Python (the launcher's interpreter path, else `python3` on the session's PATH)."""
-    if not all(PLAIN.fullmatch(a) for a in args):  # PID 1 reads plain words only
-        return _program(python, args)
-    served = (
-        f'F="${{{datanet.PROBE_ENV}:-}}"; if [ -p "$F" ] && i="${{F%/*}}/probe-$$.in" '
-        '&& o="${F%/*}/probe-$$.out" && mkfifo -m 600 "$i" "$o" 2>/dev/null; then '
-        f'echo {" ".join(args)} "$$" >"$F" && '
-        '{ cat "$o" & cat >"$i"; wait; }; exit; fi; '
-    )
-    return served + _program(python, args)
-
-
-# The probe program, as a worker's Python runs it: the text of each module, compiled on
-# its own (each has its own `from __future__`) and run in one namespace named PROGRAM,
-# where dataplane/probe.py finds dataplane/port.py's names instead of importing the agent.
-MODULES = (probeport, dataprobe)
-_N = len(MODULES) + 1
-LOADER = (
-    f"import sys; g = {{'__name__': {dataprobe.PROGRAM!r}}}; "
-    f"[exec(compile(t, '<mpi-bootstrap data check>', 'exec'), g) for t in sys.argv[1:{_N}]]; "
-    f"sys.exit(g['main'](sys.argv[{_N}:]))"
-)
-
-
-def program(*args: str) -> list[str]:
-    """The probe program's arguments to a Python (after the interpreter's own path)."""
-    texts = [Path(str(m.__file__)).read_text(encoding="utf-8") for m in MODULES]
-    return ["-I", "-S", "-c", LOADER, *texts, *args]
-
-
-def _program(python: str, args: Sequence[str]) -> str:
+    few seconds after `deadline` (monotonic). The session asks the worker's PID 1 through
+    two FIFOs of its own, and copies them to and from its stdin and stdout: three small
+    programs and a fork, no interpreter."""
+    seconds = f"{min(LISTEN_SECONDS, max(1.0, deadline - time.monotonic() + 5)):g}"
+    if not all(PLAIN.fullmatch(a) for a in (nic, sysfs)):  # PID 1 reads plain words only
+        raise ValueError(f"{nic!r}, {sysfs!r}: not plain words")
     return (
-        f'P={shlex.quote(python)}; [ -x "$P" ] || P=$(command -v python3) || '
-        "{ echo 'data check: no Python on this worker' >&2; exit 127; }; "
-        f'exec "$P" {shlex.join(program(*args))}'
+        f'F="${{{CONTROL_ENV}:-}}"; if [ -p "$F" ] && i="${{F%/*}}/probe-$$.in" '
+        '&& o="${F%/*}/probe-$$.out" && mkfifo -m 600 "$i" "$o" 2>/dev/null; then '
+        f'echo probe {nic} {seconds} {sysfs} "$$" >"$F" && '
+        f'{{ cat "$o" & cat >"$i"; wait; }}; else echo \'{UNSERVED}\'; fi'
     )
+
+
+# A session's first line where the worker's PID 1 does not serve the check.
+UNSERVED = '{"unserved": "no control FIFO (an sshd before OpenSSH 8.7 has no SetEnv)"}'
 
 
 def mismatch(nic: str, reports: Mapping[str, Mapping[str, Any]]) -> str | None:
@@ -118,7 +86,6 @@ class _Run:
         hosts: Sequence[str],
         nics: str | Mapping[str, str],
         *,
-        python: str,
         sysfs: str,
         env: Mapping[str, str],
         deadline: float,
@@ -129,7 +96,7 @@ class _Run:
     ) -> None:
         self.hosts = list(hosts)
         self.nics = dict.fromkeys(hosts, nics) if isinstance(nics, str) else dict(nics)
-        self.ssh, self.python, self.sysfs = list(ssh), python, sysfs
+        self.ssh, self.sysfs, self.unserved = list(ssh), sysfs, list[str]()
         self.env, self.deadline, self.published = env, deadline, published
         self.value, self.choose = value, choose  # the NCCL_SOCKET_IFNAME that chose the NICs
         self.lines: dict[str, children.Lines] = dict(opened)
@@ -160,11 +127,7 @@ class _Run:
     def _start(self, host: str) -> tuple[dict[str, Any] | None, str | None]:
         if host not in self.lines:
             child = children.open_piped(
-                [
-                    *self.ssh,
-                    host,
-                    session_command(self.python, self.nics[host], self.sysfs, self.deadline),
-                ],
+                [*self.ssh, host, session_command(self.nics[host], self.sysfs, self.deadline)],
                 self.env,
             )
             self.sessions[host] = child
@@ -179,6 +142,9 @@ class _Run:
                 else f"{host}: the data check did not start (exit {code}: {err.strip()[:200]!r})"
             )
             return None, why
+        if line == UNSERVED:  # its PID 1 cannot serve the check: left out, said
+            self.unserved.append(host)
+            return None, None
         return report(host, line, self.nics[host], self.published.get(host), self.value)
 
     def send(self, host: str, line: str) -> None:
@@ -284,6 +250,8 @@ def _listen(
             addresses=f["addresses"],
             rdma=f["rdma"],
         )
+    if r.unserved:
+        log("data check not served", level="warning", hosts=some(r.unserved), reason=UNSERVED)
     if (odd := mismatch(r.label, reports)) is not None:
         problems.append(odd)
     return reports, problems, at
@@ -345,7 +313,6 @@ def run(
     ssh_command: Sequence[str],
     nics: str | Mapping[str, str],
     *,
-    python: str,
     sysfs: str,
     env: Mapping[str, str],
     deadline: float,
@@ -372,7 +339,6 @@ def run(
         ssh_command,
         hosts,
         nics,
-        python=python,
         sysfs=sysfs,
         env=env,
         deadline=deadline,

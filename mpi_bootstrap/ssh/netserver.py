@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hmac
 import json
 import socket
 import time
 from collections.abc import Callable
 from typing import Any
 
+from mpi_bootstrap.core import sign
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import fingerprint, is_public_key
 from mpi_bootstrap.core.records import MAX_MESSAGE, Record, is_target, is_version, record_from
 from mpi_bootstrap.core.spec import NetExchange
-from mpi_bootstrap.ssh.netx import NONCE, PROTOCOL, derive_key, new_challenge, signed, valid_mac
+from mpi_bootstrap.ssh.netx import NONCE, PROTOCOL, derive_key, new_challenge, signed
 
 MAX_CONNECTIONS = 16  # open at once on a worker; more evict the oldest
 CONNECTION_SECONDS = 2.0  # a peer has this long to send its hello
@@ -81,7 +81,7 @@ class NetServer:
             or set(message) != HELLO_KEYS
         ):
             return None, f"not a hello message (of protocol version {PROTOCOL})"
-        if not valid_mac(self._key, message):
+        if not sign.valid(self._key, message):
             return None, "bad mac (wrong or missing token)"
         return message, None
 
@@ -91,11 +91,7 @@ class NetServer:
         # Signed for another connection's challenge: a hello captured off the wire and
         # replayed — to this worker, or to it restarted — would otherwise replace the
         # running launcher's key (tests/test_attacks.py::TestNetExchangeReplay).
-        if (
-            not isinstance(answered, str)
-            or not answered.isascii()
-            or not hmac.compare_digest(answered, challenge)
-        ):
+        if not isinstance(answered, str) or not sign.same(answered, challenge):
             return "challenge is not the one sent on this connection (a replayed hello)"
         if not isinstance(nonce, str) or not NONCE.fullmatch(nonce):
             return "bad nonce"

@@ -21,7 +21,7 @@ The net exchange, in full (version 3). K = HMAC-SHA256(token, "mpi-bootstrap exc
    Either way it closes the connection: one hello per challenge.
 3. The launcher checks the reply's mac, that it echoes its own fresh N, and that the
    record is the target's (its host is the target's name, or it lists the target address).
-mac = hex HMAC-SHA256(K, canonical JSON of every other field). So: without the token
+mac = hex HMAC-SHA256(K, canonical JSON of every other field): core/sign.py. So: without the token
 nobody can add a key (hello mac) or pass as a worker (reply mac). A hello is good on the
 connection whose challenge it carries and nowhere else: replayed on any other connection,
 to the same worker or to one restarted since (whose memory is empty), it is refused and
@@ -41,16 +41,15 @@ Standard library only: the worker's resident PID 1 serves the exchange.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import re
 import secrets
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
+from mpi_bootstrap.core import sign
 from mpi_bootstrap.core.records import (
     MAX_MESSAGE,
     Record,
@@ -68,33 +67,11 @@ NONCE = re.compile(r"[0-9a-f]{64}")  # fullmatch: `$` would accept a trailing ne
 
 
 def derive_key(token: str) -> bytes:
-    return hmac.new(token.encode(), b"mpi-bootstrap exchange v3", hashlib.sha256).digest()
-
-
-def message_mac(key: bytes, message: Mapping[str, Any]) -> str:
-    body = json.dumps(
-        {k: v for k, v in message.items() if k != "mac"}, sort_keys=True, separators=(",", ":")
-    )
-    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+    return sign.derive(token.encode(), "mpi-bootstrap exchange v3")
 
 
 def signed(key: bytes, message: dict[str, Any]) -> bytes:
-    message["mac"] = message_mac(key, message)
-    return json.dumps(message).encode() + b"\n"
-
-
-def valid_mac(key: bytes, message: Mapping[str, Any]) -> bool:
-    """Never raises: compare_digest refuses non-ASCII text (TypeError), and a message
-    nested just below json's limits cannot be dumped again (RecursionError) — both
-    reachable without the token (tests/test_fuzz_exchange_regressions.py)."""
-    mac = message.get("mac")
-    if not isinstance(mac, str) or not mac.isascii():
-        return False
-    try:
-        expected = message_mac(key, message)
-    except (RecursionError, ValueError):
-        return False
-    return hmac.compare_digest(mac, expected)
+    return json.dumps(sign.signed(key, message)).encode() + b"\n"
 
 
 def new_challenge() -> tuple[str, bytes]:
@@ -208,7 +185,7 @@ def read_reply(raw: bytes, token: str, nonce: str, target: str) -> Record:
             f"{target}: exchange refused (is the token the same on both "
             "sides, and the agent the same version?)"
         )
-    if not valid_mac(derive_key(token), reply):
+    if not sign.valid(derive_key(token), reply):
         raise ExchangeRefused(f"{target}: exchange reply not signed with the job's token")
     if reply.get("nonce") != nonce:
         raise RecordError(f"{target}: exchange reply answers another request (replay)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from mpi_bootstrap.core.env import SEND_ENV
 from mpi_bootstrap.core.names import (
     is_host,
     is_kex_list,
@@ -19,9 +20,6 @@ from mpi_bootstrap.core.names import (
     is_user_name,
 )
 from mpi_bootstrap.core.records import Record
-
-# Sent by the client; the worker's sshd accepts the same list (sshd.ACCEPT_ENV).
-SEND_ENV = ("LD_LIBRARY_PATH", "NCCL_*", "UCX_*", "FI_*")
 
 
 @dataclasses.dataclass(frozen=True)

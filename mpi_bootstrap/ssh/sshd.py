@@ -10,7 +10,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from mpi_bootstrap.core.datanet import PROBE_ENV
+from mpi_bootstrap.core.env import ACCEPT_ENV
 from mpi_bootstrap.core.errors import PeerUnavailableError
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import is_ip_literal, is_plain_path, is_user_name
@@ -19,18 +19,6 @@ from mpi_bootstrap.proc import children
 from mpi_bootstrap.ssh.sshconfig import UnsafeValue
 from mpi_bootstrap.system.retry import LOCAL, retry_until
 
-# Variables a session may receive from the launcher (SendEnv on the client side).
-ACCEPT_ENV = (
-    "LD_LIBRARY_PATH",
-    "NCCL_*",
-    "UCX_*",
-    "OMPI_*",
-    "PRTE_*",
-    "PMIX_*",
-    "FI_*",
-    "I_MPI_*",
-    "HYDRA_*",
-)
 BANNER = b"SSH-2.0-"
 SETENV_SINCE = (8, 7)  # sshd_config's SetEnv; older sshd refuses the whole file
 PORT_TRIES = 5
@@ -69,18 +57,16 @@ def config_text(
     authorized_keys: str,
     pid_file: str,
     user: str,
-    data_probe: str | None = None,
     control: str | None = None,
 ) -> str:
-    """sshd_config for one job: public-key login for the job's user only. `data_probe`
-    and `control`: the request FIFOs of the worker's PID 1 (pid1/dataserve.py,
-    pid1/watch.py), named to every session by `SetEnv` (OpenSSH 8.7 or later: see
-    `takes_setenv`).
+    """sshd_config for one job: public-key login for the job's user only. `control`: the
+    worker's PID 1's control FIFO (pid1/control.py), named to every session by `SetEnv`
+    (OpenSSH 8.7 or later: see `takes_setenv`).
 
     Every value is checked first (UnsafeValue otherwise): sshd takes the *first* value of
     a keyword, so one injected line (`PasswordAuthentication yes`) would win.
     """
-    for path in (host_key, authorized_keys, pid_file, data_probe or "/", control or "/"):
+    for path in (host_key, authorized_keys, pid_file, control or "/"):
         if not is_plain_path(path):
             raise UnsafeValue(f"{path!r} is not a plain absolute path")
     if not all(is_ip_literal(a) for a in listen) or not is_user_name(user) or not 0 < port <= 65535:
@@ -100,12 +86,8 @@ def config_text(
         f"AcceptEnv {' '.join(ACCEPT_ENV)}",
         "LogLevel INFO",
     ]
-    # One SetEnv line: sshd takes the first value of a keyword.
-    setenv = [
-        f"{name}={path}" for name, path in ((PROBE_ENV, data_probe), (CONTROL_ENV, control)) if path
-    ]
-    if setenv:
-        lines.append(f"SetEnv {' '.join(setenv)}")
+    if control:
+        lines.append(f"SetEnv {CONTROL_ENV}={control}")
     return "\n".join(lines) + "\n"
 
 

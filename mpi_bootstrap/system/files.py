@@ -281,9 +281,18 @@ def strict_modes_problem(path: str, uid: int, home: str) -> str | None:
         directory = os.path.dirname(directory)
 
 
+def make_fifo(path: str) -> str:
+    """A FIFO of this user's, 0600, made afresh at `path` (a restarted agent's old one
+    may remain): the one way the agent makes a FIFO (pid1/control.py, system/gate.py)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    os.mkfifo(path, 0o600)
+    return path
+
+
 def own_fifo(path: str, flags: int) -> int:
     """Open `path`, which must be a FIFO of this user reached without a link (the data
-    check's and the control FIFOs of a worker's PID 1: pid1/dataserve.py, pid1/watch.py)."""
+    control FIFO of a worker's PID 1 and the FIFOs its requests make: pid1/control.py)."""
     fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
     st = os.fstat(fd)
     if not stat.S_ISFIFO(st.st_mode) or st.st_uid != os.geteuid():

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from mpi_bootstrap.core import gate
 from mpi_bootstrap.core.errors import WriteError
+from mpi_bootstrap.system.files import make_fifo
 
 
 class Marks:
@@ -27,7 +28,7 @@ class Marks:
                 shutil.rmtree(self.dir)
             os.mkdir(self.dir, 0o700)
             for name in names:
-                os.mkfifo(os.path.join(self.dir, f"{name}.wake"), 0o600)
+                make_fifo(os.path.join(self.dir, f"{name}.wake"))
         except OSError as exc:
             raise WriteError.of(self.dir, exc) from None
         self.made: set[str] = set()

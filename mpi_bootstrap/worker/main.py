@@ -24,12 +24,11 @@ from mpi_bootstrap.core.names import fingerprint
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
 from mpi_bootstrap.core.spec import Marker, NetExchange, Restart, Spec, Watch
 from mpi_bootstrap.dataplane import probe as dataprobe
-from mpi_bootstrap.pid1 import dataserve, restart
-from mpi_bootstrap.pid1.watch import make_fifo as make_control_fifo
+from mpi_bootstrap.pid1 import restart
 from mpi_bootstrap.proc.handoff import handoff
 from mpi_bootstrap.ssh import dirx, keys, sshd
 from mpi_bootstrap.system import netif
-from mpi_bootstrap.system.files import atomic_write, read_regular, state_dir
+from mpi_bootstrap.system.files import atomic_write, make_fifo, read_regular, state_dir
 
 RECORD_FILE = "record.json"
 CONTROL_FIFO = "control"  # launchers' claims (pid1/watch.py), in the state directory
@@ -234,26 +233,20 @@ def data_nic(
     return found, names
 
 
-def fifos(
-    config: Config, nic: datanet.DataNIC | None, openssh: tuple[int, int] | None, log: Log
-) -> tuple[str | None, str | None]:
-    """The FIFOs through which PID 1 serves ssh sessions, when its sshd (OpenSSH
-    `openssh`) can name them to the sessions (`SetEnv`): the data check's requests
-    (pid1/dataserve.py), for a worker with a data NIC, else each session starts this
-    worker's Python for the check; and the claims of launchers (pid1/watch.py), else
-    this worker has no liveness."""
+def control_fifo(config: Config, openssh: tuple[int, int] | None, log: Log) -> str | None:
+    """The FIFO through which PID 1 serves ssh sessions (pid1/control.py: the claims of
+    launchers, the data check), where its sshd (OpenSSH `openssh`) can name it to the
+    sessions (`SetEnv`); else no launcher can claim this worker nor check its data NIC."""
     if not sshd.takes_setenv(openssh):
         log(
             "no SetEnv",
             level="warning",
             sshd=config.sshd,
             reason=f"sshd older than OpenSSH {'.'.join(map(str, sshd.SETENV_SINCE))} has no "
-            "SetEnv: the data check starts Python, and no launcher can claim this worker "
-            "(no liveness)",
+            "SetEnv: no launcher can claim this worker (no liveness) nor check its data NIC",
         )
-        return None, None
-    probe = dataserve.make_fifo(config.state_dir) if nic is not None else None
-    return probe, make_control_fifo(os.path.join(config.state_dir, CONTROL_FIFO))
+        return None
+    return make_fifo(os.path.join(config.state_dir, CONTROL_FIFO))
 
 
 def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
@@ -272,7 +265,7 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # OpenSSH's privsep directory
     nic, ifaces = data_nic(config, environ, log)
     openssh = sshd.version(config.sshd)
-    probe_fifo, control_fifo = fifos(config, nic, openssh, log)
+    control = control_fifo(config, openssh, log)
     env = {k: v for k, v in environ.items() if not k.startswith("MPI_BOOTSTRAP_")}
     short = socket.gethostname().split(".")[0]
     if config.exchange == "dir" and config.exchange_dir:
@@ -286,8 +279,7 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
         authorized_keys=authorized_path,
         pid_file=os.path.join(state, "sshd.pid"),
         user=account.pw_name,
-        data_probe=probe_fifo,
-        control=control_fifo,
+        control=control,
     )
     pid, port, argv = sshd.start(
         functools.partial(_sshd_argv, config, settings),
@@ -308,14 +300,10 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
         openssh=".".join(map(str, openssh)) if openssh else None,
     )
     duties = _publish(config, record, ident, bind_addr, authorized_path=authorized_path, log=log)
-    bound, grace, leave = (
-        config.liveness_seconds,
-        config.launcher_grace_seconds,
-        config.exit_on_launcher_loss,
-    )
+    grace, leave = config.launcher_grace_seconds, config.exit_on_launcher_loss
     address = probe_addr if listen else bind_addr
-    watch = Watch(control_fifo, address, port, bound, grace, leave) if control_fifo else None
-    _supervise(config, duties, argv=argv, env=env, pid=pid, probe_fifo=probe_fifo, watch=watch)
+    watch = Watch(address, port, grace, leave) if control else None
+    _supervise(config, duties, argv=argv, env=env, pid=pid, control=control, watch=watch)
 
 
 def _supervise(
@@ -325,7 +313,7 @@ def _supervise(
     argv: list[str],
     env: dict[str, str],
     pid: int,
-    probe_fifo: str | None,
+    control: str | None,
     watch: Watch | None,
 ) -> NoReturn:
     """sshd, running (`pid`), handed to the resident PID 1 with the worker's duties."""
@@ -341,7 +329,7 @@ def _supervise(
             restart=Restart(restart.LIMIT, restart.WINDOW),
             adopt=pid,
             termination=config.termination(),
-            probe_fifo=probe_fifo,
+            control=control,
             watch=watch,
         )
     )

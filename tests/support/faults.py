@@ -5,6 +5,7 @@ it; the cluster's close() undoes every one still in force (also after a signal).
 
     faults = Faults(cluster)
     faults.cut_off(pod)         its eth0 and net1 cut at the switch: no FIN, no RST, nothing
+    faults.partition(a, b)      nothing passes between two pods, either way
     faults.drop(pod, percent)   that share of the frames on its links lost on the bridge
                                 (nftables `numgen random`: this kernel has no netem, no NFQUEUE)
     faults.freeze(pod[, s])     SIGSTOP to every process of the pod (for good, or s seconds)
@@ -92,6 +93,25 @@ class Faults:
         ICMP; its own stack sees only a link without carrier (its routes stay)."""
         self._links(pod, "down")
         return self._made(Fault(f"{pod.name} cut off", lambda: self._links(pod, "up")))
+
+    def partition(self, a: Pod, b: Pod) -> Fault:
+        """Nothing passes between `a` and `b` on the bridge, either way (ARP included);
+        each still reaches every other pod."""
+        one, two = (", ".join(f'"{p}"' for p in self.ports(x)) for x in (a, b))
+        table = f"{TABLE}_{a.index}_{b.index}"
+        ruleset = (
+            f"table bridge {table} {{\n  chain links {{\n"
+            "    type filter hook forward priority 0;\n"
+            f"    iifname {{ {one} }} oifname {{ {two} }} drop\n"
+            f"    iifname {{ {two} }} oifname {{ {one} }} drop\n  }}\n}}\n"
+        )
+        self._switch_run(["nft", "-f", "-"], ruleset, check=True)
+        return self._made(
+            Fault(
+                f"{a.name} | {b.name}",
+                lambda: self._switch_run(["nft", "delete", "table", "bridge", table]),
+            )
+        )
 
     def drop(self, pod: Pod, percent: int, *, inbound: bool = True) -> Fault:
         """Lose `percent`% of the frames the pod sends on its links (and, with `inbound`, of

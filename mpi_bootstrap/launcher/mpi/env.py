@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from mpi_bootstrap.core.env import CARRIED, FORWARD_NAMES, FORWARD_PREFIXES
 from mpi_bootstrap.core.model import Decision
 from mpi_bootstrap.core.names import is_env_name
 from mpi_bootstrap.core.runtimes.schema import EachName, Forward
 from mpi_bootstrap.launcher.mpi.userwins import Context, Part, decision, join
 
-# Always forwarded when set; prefixes are forwarded by name (`-x NAME`, value-less).
-FORWARD_NAMES = ("LD_LIBRARY_PATH", "PATH")
-FORWARD_PREFIXES = ("NCCL_", "UCX_", "FI_", "MPIR_CVAR_", "OMPI_MCA_coll_")
+# Always forwarded when set (core/env.py CARRIED), by name (`-x NAME`, value-less).
+DEFAULT = ", ".join(c.pattern for c in CARRIED if c.ranks)
 # Never forwarded, whatever the user asks: shell functions and OLDPWD break remote shells
 # (Horovod's denylist); the agent's own settings may hold secrets (MPI_BOOTSTRAP_TOKEN).
 DENY_PREFIXES = ("BASH_FUNC_", "MPI_BOOTSTRAP_")
@@ -98,7 +98,7 @@ def forward(how: Forward, c: Context, env_set: Mapping[str, str]) -> tuple[Part,
             how.flag,
             f"{len(names)} names",
             "agent default",
-            "forward NCCL_*, UCX_*, LD_LIBRARY_PATH, PATH and FORWARD_ENV by name",
+            f"forward {DEFAULT} and MPI_BOOTSTRAP_FORWARD_ENV by name",
         ),
     )
     if how.last:
