@@ -875,6 +875,65 @@ class TestTokenNotInEnviron:
         assert all(TOKEN not in text for text in outputs)
 
 
+# ---------------------------------------------------------------- review 4, finding 3
+
+
+class TestTokenFileSwap:
+    """Security review 4, finding 3: the token file's owner and the directories of its path
+    were not checked, so another uid that could rename its own 0600 token over the real one
+    (in a Kubernetes emptyDir: 0777, no sticky bit) chose the worker's token, had its key
+    authorised and logged in as root. The worker now refuses such a file (64, naming it and
+    why) and publishes nothing; the doctor says the same."""
+
+    def test_renamed_over(self, cluster: Cluster, base: Path) -> None:
+        """uid 1000 renames its own 0600 token over root's 0400 one in a 0777 directory; the
+        worker exits 64 naming MPI_BOOTSTRAP_TOKEN_FILE, the file and its owner, publishes no
+        record, and the attacker's hello and login get nothing (before: its key was
+        authorised, and it logged in as root). The doctor reports the file as refused."""
+        open_dir = base / "emptydir"
+        open_dir.mkdir()
+        open_dir.chmod(0o777)  # what kubelet makes of an emptyDir (kubernetes#110835)
+        token = open_dir / "token"
+        token.write_text(TOKEN + "\n")
+        token.chmod(0o400)
+        theirs = "attacker-token-0123456789"
+        as_attacker(
+            f"umask 077; printf %s {theirs} > {open_dir}/mine; mv -f {open_dir}/mine {token}"
+        )
+        assert token.stat().st_uid == 1000  # the swap took
+        worker = cluster.pods[1]
+        env = agent_env(
+            base, worker, MPI_BOOTSTRAP_TOKEN_FILE=str(token), MPI_BOOTSTRAP_SSHD_PORT="2222"
+        )
+        p = cluster.start(worker, [AGENT, "worker"], env)
+        record = base / worker.name / "state" / "record.json"
+        worker_up_or_gone(p, record)
+        key = attacker_keys(base)
+        if p.poll() is None:  # the attack: its key, in a hello signed with its token
+            public = " ".join((base / "attacker" / "id.pub").read_text().split()[:2])
+            ask(cluster.pods[0], worker.address, hello_for(theirs, public, worker.name))
+        assert_kept_out(login(cluster, worker.address, 2222, key))
+        assert p.wait(timeout=20) == 64
+        err = p.stderr.read()  # type: ignore[union-attr]
+        assert (
+            f"MPI_BOOTSTRAP_TOKEN_FILE: cannot read {token}: it belongs to uid 1000, who may "
+            "write it whatever its mode" in err
+        ), err
+        assert not record.exists() and theirs not in err
+        env = launcher_env(
+            base,
+            cluster,
+            "job-worker-0 slots=1\n",
+            MPI_BOOTSTRAP_TOKEN_FILE=str(token),
+            MPI_DNS_WAIT_SECONDS="1",
+        )
+        doctor = cluster.pods[0].run([AGENT, "doctor", "--json"], env, timeout=60)
+        (finding,) = [
+            f for f in json.loads(doctor.stdout)["findings"] if f["check"] == "token file"
+        ]
+        assert not finding["ok"] and "belongs to uid 1000" in finding["detail"], finding
+
+
 class TestSshdDisablesForwarding:
     """README: the worker's sshd allows no forwarding of any kind — what `sshd -T` (sshd's
     own reading of the config) says, not only what the file says."""

@@ -16,7 +16,10 @@ import pytest
 from mpi_bootstrap.core import tokens
 from mpi_bootstrap.core.config import Config, Machine
 from mpi_bootstrap.core.errors import ConfigError
+from mpi_bootstrap.doctor import tokencheck
+from mpi_bootstrap.doctor.finding import Finding
 from mpi_bootstrap.system import host
+from tests.support.workers import token_volume
 
 TOKEN = "secret-volume-token-0123456789"  # noqa: S105 - the test's own
 PROG = ["--", "true"]
@@ -106,13 +109,17 @@ class TestRefused:
     with every other config problem."""
 
     def test_each_bad_file(self, tmp_path: Path) -> None:
-        """Missing, a directory, too long, writable by others, too short, not UTF-8: each names
-        MPI_BOOTSTRAP_TOKEN_FILE, the path and why (never the file's text)."""
+        """Missing, a directory, too long (1 MiB too), writable by group or others, too short,
+        not UTF-8, a link to /dev/zero: each names MPI_BOOTSTRAP_TOKEN_FILE, the path and why
+        (never the file's text)."""
         cases = {
             "missing": (None, 0, "No such file or directory"),
             "dir": (None, 0, "not a regular file"),
             "long": (b"x" * (tokens.MAX_FILE + 1), 0o400, f"longer than {tokens.MAX_FILE} bytes"),
-            "writable": (TOKEN.encode(), 0o620, "others may write it (0620)"),
+            "writable": (TOKEN.encode(), 0o620, "group may write it (0620)"),
+            "open": (TOKEN.encode(), 0o602, "others may write it (0602)"),
+            "MiB": (b"x" * (1 << 20), 0o400, f"longer than {tokens.MAX_FILE} bytes"),
+            "zero": (None, 0, "not a regular file"),
             "short": (b"short\n", 0o400, "must be at least 16 characters (value not shown)"),
             "binary": (b"\xff" * 20, 0o400, "is not UTF-8 text (value not shown)"),
         }
@@ -120,6 +127,8 @@ class TestRefused:
             path = tmp_path / name
             if name == "dir":
                 path.mkdir()
+            elif name == "zero":
+                path.symlink_to("/dev/zero")
             elif data is not None:
                 path.write_bytes(data)
                 path.chmod(mode)
@@ -164,6 +173,78 @@ class TestRefused:
             "MPI_BOOTSTRAP_EXCHANGE: 'net' needs MPI_BOOTSTRAP_TOKEN_FILE (a key of a "
             "Kubernetes Secret volume)"
         ]
+
+
+class TestForeign:
+    """A file whose text another uid could have chosen is refused (64), by the launcher and
+    the worker (system/host.py) and by the doctor's word (doctor/tokencheck.py), with the
+    one rule (system/files.py `foreign`: its owner, and `swappable` for the directories of
+    its path, as written and as resolved): security review 4, finding 3. A Secret or a
+    projected volume, and a sticky directory of root's, still pass."""
+
+    def test_another_uids_file(self, tmp_path: Path, root: None) -> None:
+        """A 0600 file of uid 65534 is refused: its owner may write it whatever its mode."""
+        path = tmp_path / "token"
+        path.write_text(TOKEN)
+        path.chmod(0o600)
+        os.chown(path, 65534, 65534)
+        (found,) = problems({"MPI_BOOTSTRAP_TOKEN_FILE": str(path)}, ["worker"])
+        assert found == (
+            f"MPI_BOOTSTRAP_TOKEN_FILE: cannot read {path}: it belongs to uid 65534, who may "
+            "write it whatever its mode"
+        )
+
+    @pytest.mark.parametrize(("mode", "who"), [(0o777, "others"), (0o770, "group")])
+    def test_open_directory(self, tmp_path: Path, mode: int, who: str) -> None:
+        """A directory above the file that group or others may write without the sticky bit (an
+        emptyDir) is refused, as written and behind a link, saying which of them; and the
+        doctor says so too."""
+        parent = tmp_path / "emptydir"
+        parent.mkdir()
+        parent.chmod(mode)
+        (parent / "token").write_text(TOKEN)
+        (parent / "token").chmod(0o400)
+        (tmp_path / "link").symlink_to(parent / "token")
+        why = f"{parent} above it is writable by {who} (mode {mode:04o}) without the sticky bit"
+        for path in (parent / "token", tmp_path / "link"):
+            (found,) = problems({"MPI_BOOTSTRAP_TOKEN_FILE": str(path)}, ["worker"])
+            assert found.startswith(f"MPI_BOOTSTRAP_TOKEN_FILE: cannot read {path}: {why}")
+            (said,) = doctor_says(path)
+            assert not said.ok and why in said.detail, said
+
+    def test_volumes_pass(self, tmp_path: Path) -> None:
+        """A Secret volume (tests/support/workers.py token_volume) and a projected volume (the
+        same `..data` links, a key at a path of its own, the tmpfs 1777 as the kubelet mounts
+        it) are read, and the doctor finds nothing wrong."""
+        secret = token_volume(tmp_path, TOKEN)
+        projected = tmp_path / "projected"
+        stamp = projected / "..2025_01_01_00_00_00.000000001"
+        (stamp / "mpi").mkdir(parents=True)
+        (stamp / "mpi" / "token").write_text(TOKEN)
+        (stamp / "mpi" / "token").chmod(0o400)
+        (projected / "..data").symlink_to(stamp.name)
+        (projected / "mpi").symlink_to("..data/mpi")
+        projected.chmod(0o1777)
+        for path in (secret, projected / "mpi" / "token"):
+            assert config({"MPI_BOOTSTRAP_TOKEN_FILE": str(path)}, ["worker"]).token == TOKEN
+            (said,) = doctor_says(path)
+            assert said.ok and not said.warning, said
+
+    def test_sticky_directory_of_roots(self, tmp_path: Path, root: None) -> None:
+        """A 1777 directory of root's (/tmp) is no way in: only the file's owner may rename it."""
+        parent = tmp_path / "tmp"
+        parent.mkdir()
+        parent.chmod(0o1777)
+        assert parent.stat().st_uid == 0
+        (parent / "token").write_text(TOKEN)
+        (parent / "token").chmod(0o400)
+        c = config({"MPI_BOOTSTRAP_TOKEN_FILE": str(parent / "token")}, ["worker"])
+        assert c.token == TOKEN
+
+
+def doctor_says(path: Path) -> list[Finding]:
+    """The doctor's findings on the token file `path` (doctor/tokencheck.py)."""
+    return tokencheck.findings(config({"MPI_BOOTSTRAP_TOKEN_FILE": str(path)}, ["doctor"]))
 
 
 class TestWhoElseReads:

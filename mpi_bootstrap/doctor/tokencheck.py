@@ -1,6 +1,6 @@
 """The doctor's word on the net exchange's token: where this pod's settings take it from,
 and who else may read it there (core/tokens.py). The doctor never reads the token file
-and never needs the token: it looks at the file's mode and owner only."""
+and never needs the token: it looks at the file's mode, owner and path only (files.foreign)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import socket
 from mpi_bootstrap.core import tokens
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.doctor.finding import Finding
+from mpi_bootstrap.system import files
 
 
 def findings(config: Config) -> list[Finding]:
@@ -44,12 +45,15 @@ def findings(config: Config) -> list[Finding]:
 def _file_finding(here: str, path: str, source: str) -> Finding:
     try:
         st = os.stat(path)  # its mode and owner only: the doctor does not read it
+        problem = files.foreign(path, st, os.geteuid())  # what the launcher would refuse
     except OSError as exc:
+        problem = str(exc.strerror or exc)
+    if problem:
         return Finding(
             here,
             "token file",
             False,
-            f"{path} ({source}): {exc.strerror or exc}",
+            f"{path} ({source}): {problem}",
             "the launcher and the worker would exit 64: mount the Secret volume there",
         )
     found = tokens.TokenFile(b"", st.st_mode, st.st_uid, st.st_gid)

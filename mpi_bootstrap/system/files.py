@@ -190,8 +190,8 @@ def _refusal(
         problem = strict_modes_problem(path, uid, sshd_home)
     if problem is None and not create and st.st_mode & 0o022:
         problem = (
-            f"writable by others (mode {stat.S_IMODE(st.st_mode):04o}): anyone could "
-            "have put files there"
+            f"writable by {_writers(st.st_mode)} (mode {stat.S_IMODE(st.st_mode):04o}): "
+            "another user could have put files there"
         )
     return None if problem is None else f": {problem}"
 
@@ -211,9 +211,14 @@ def own_file(path: str) -> bool:
 
 # A Kubernetes emptyDir is 0777 without the sticky bit (kubernetes#110835).
 _EMPTYDIR_HINT = (
-    "(a Kubernetes emptyDir is such a directory: mount it at the state "
-    "directory itself, not at a parent of it, or choose another place)"
+    "(a Kubernetes emptyDir is such a directory: mount a volume at the very "
+    "directory the agent uses, not at a parent of it, or choose another place)"
 )
+
+
+def _writers(mode: int) -> str:
+    """Who besides the owner may write what has `mode` (one of its 0o022 bits set)."""
+    return "others" if mode & 0o002 else "group"
 
 
 def _ancestors(path: str) -> list[str]:
@@ -233,10 +238,10 @@ def _ancestors(path: str) -> list[str]:
 
 
 def swappable(path: str, uid: int) -> str | None:
-    """Why another user could replace `path` (rename it away and put their own directory
-    in its place), or None. That takes write access to a directory above it: one writable
-    by group or others without the sticky bit, or one owned by a uid other than root and
-    `uid` (its owner can always rename entries)."""
+    """Why another user could replace `path` (rename it away and put their own in its
+    place), or None: a directory above it writable by group or others without the sticky
+    bit, or owned by a uid other than root and `uid` (its owner can always rename entries).
+    The rule of the state directory (SECURITY.md 14) and of the token file (`foreign`)."""
     for directory in _ancestors(path):
         try:
             st = os.stat(directory)
@@ -245,17 +250,28 @@ def swappable(path: str, uid: int) -> str | None:
         except OSError as exc:
             return f"cannot check {directory}: {exc.strerror or exc}"
         if st.st_uid not in (0, uid):
-            return (
-                f"{directory} above it belongs to uid {st.st_uid}, who could replace the directory"
-            )
+            return f"{directory} above it belongs to uid {st.st_uid}, who could replace it"
         if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            who = _writers(st.st_mode)
             return (
-                f"{directory} above it is writable by others (mode "
-                f"{stat.S_IMODE(st.st_mode):04o}) without the sticky bit, so any user "
-                f"could rename the directory away and put their own in its place "
-                f"{_EMPTYDIR_HINT}"
+                f"{directory} above it is writable by {who} (mode "
+                f"{stat.S_IMODE(st.st_mode):04o}) without the sticky bit, so "
+                f"{'any user' if who == 'others' else 'its group'} could rename it away "
+                f"and put their own in its place {_EMPTYDIR_HINT}"
             )
     return None
+
+
+def foreign(path: str, st: os.stat_result, uid: int) -> str | None:
+    """Why a user but root and `uid` could choose what the file `st` is of (at `path`)
+    holds, or None: group or others may write it, another uid owns it (and may write it
+    whatever its mode), or a directory of its path, as written or resolved, lets another
+    user rename their own file over it (`swappable`). The token file's rule (SECURITY.md)."""
+    if st.st_mode & 0o022:
+        return f"{_writers(st.st_mode)} may write it ({stat.S_IMODE(st.st_mode):04o})"
+    if st.st_uid not in (0, uid):
+        return f"it belongs to uid {st.st_uid}, who may write it whatever its mode"
+    return swappable(path, uid)
 
 
 def strict_modes_problem(path: str, uid: int, home: str) -> str | None:

@@ -8,6 +8,7 @@ import stat
 
 from mpi_bootstrap.core import tokens
 from mpi_bootstrap.core.config import Machine
+from mpi_bootstrap.system import files
 
 
 def machine() -> Machine:
@@ -26,15 +27,17 @@ def read_token_file(path: str) -> tokens.TokenFile:
     ..data/KEY`, so that the kubelet can swap a new version in at once: kubernetes
     pkg/volume/util/atomic_writer.go). What counts is the file it opens, checked on the
     open descriptor: a regular file (opened without blocking: a FIFO would hold the agent
-    forever), which neither group nor others may write (whoever could would choose the
-    token), of at most tokens.MAX_FILE bytes."""
+    forever), of at most tokens.MAX_FILE bytes, whose text only root and this user could
+    have chosen (files.foreign: in a 0777 emptyDir another uid renamed its own 0600 token
+    over the real one and had its key authorised: tests/test_attacks.py::TestTokenFileSwap)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError("not a regular file")
-        if st.st_mode & 0o022:
-            raise OSError(f"others may write it ({stat.S_IMODE(st.st_mode):04o})")
+        problem = files.foreign(path, st, os.geteuid())
+        if problem:
+            raise OSError(problem)
         data = b""
         while len(data) <= tokens.MAX_FILE:
             chunk = os.read(fd, tokens.MAX_FILE + 1 - len(data))
