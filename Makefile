@@ -71,10 +71,14 @@ $(MPI_VENVS)/impi/.installed:
 
 # Lint first: the bandit rules (no shell, no hard-coded secret) are a promise (SECURITY.md).
 # Then the tiers that need no root (unit, fuzz) as an unprivileged user, then all the rest
-# (tests/support/resources.py derives each test's tier from the fixtures it uses).
+# (tests/support/resources.py derives each test's tier from the fixtures it uses), on two
+# workers (pytest-xdist): most of the root tier waits on bounds, daemons and image builds.
+# Tests of one `xdist_group` run on one worker, one after the other: the container tier
+# beside the rest (tests/support/resources.py `group`). Every run names its slowest tests.
+XDIST := -n 2 --dist loadgroup
 test: system-deps install mpi-venvs lint
 	$(MAKE) --no-print-directory test-unit UNIT="unit or fuzz"
-	$(PY) -m pytest -q -m "not unit and not fuzz"
+	$(PY) -m pytest -q $(XDIST) --durations=15 -m "not unit and not fuzz"
 
 # The images and the compose simulation under podman and Docker Engine, and the wheelhouse
 # they install from: the `container` tier (also part of `make test`).
@@ -98,7 +102,7 @@ SYSTEM_PYTHON := /usr/bin/python3
 UNIT_ENV := PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin LANG=C.UTF-8 \
             PYTHONDONTWRITEBYTECODE=1 GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory \
             GIT_CONFIG_VALUE_0='*'
-UNIT_PYTEST := -m pytest -q -p no:cacheprovider -m "$(UNIT)"
+UNIT_PYTEST := -m pytest -q -p no:cacheprovider -n 2 -m "$(UNIT)"
 test-unit: install
 	@if [ "$$(id -u)" != 0 ]; then exec $(PY) $(UNIT_PYTEST); fi; \
 	py=$(CURDIR)/$(PY); as="runuser -u nobody --"; \

@@ -257,7 +257,14 @@ def write_lock(path: Path, lock: Iterable[Pin]) -> None:
 
 def fill(house: Path) -> list[Pin]:
     """The wheels for every Python and architecture, and their lock."""
-    done = pip("wheel", "-q", "--no-deps", "--wheel-dir", str(house), str(ROOT))
+    # Built from a copy: setuptools builds in the tree's own build/, where two builds at
+    # once (two workers of the suite) or one cut short leave each other a broken tree.
+    with tempfile.TemporaryDirectory(prefix="mpib-wheel-") as d:
+        skip = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(ROOT / "mpi_bootstrap", Path(d) / "mpi_bootstrap", ignore=skip)
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy(ROOT / name, d)
+        done = pip("wheel", "-q", "--no-deps", "--wheel-dir", str(house), d)
     if done.returncode != 0:
         raise SystemExit(f"building the agent's wheel failed:\n{done.stderr}")
     agent = next(house.glob("mpi_bootstrap-*.whl"))

@@ -102,6 +102,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fuzzer = getattr(getattr(item, "obj", None), resources.FUZZER, False)
         for name in resources.markers(getattr(item, "fixturenames", ()), fuzzer):
             item.add_marker(name)
+        if (
+            group := resources.group(item.nodeid, item.get_closest_marker("container"))
+        ) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -37,24 +37,13 @@ class TestEveryMPI:
         self, real_mpi: RealMPI, work: Path, programs: Path
     ) -> None:
         """Each MPI runs an allreduce on 2 worker pods × 2 slots through the agent, every rank on
-        a worker, after the workers tested their data NIC (net1) between them."""
+        a worker, after the workers tested their data NIC (net1) between them. mpirun's ssh
+        runs over the connection preflight opened (ControlMaster), whose session also ran
+        the data check: each worker's sshd accepts one login per job, not two, and no
+        connection that only looked at its banner; the sockets' directory is private."""
         exe = compile_allreduce(real_mpi, programs)
-        with Cluster(PODS, dns=True, pid1=True) as c:
-            job = Job(c, work, real_mpi)
-            job.start_workers()
-            done = job.launch([str(exe)])
-            check_allreduce(done, 4, WORKERS)
-            assert logs.event(done.stderr, "data check ok", workers=2, nic="net1") is not None
-
-    def test_mpirun_reuses_preflight_connections(
-        self, real_mpi: RealMPI, work: Path, programs: Path
-    ) -> None:
-        """mpirun's ssh runs over the connection preflight opened (ControlMaster), whose
-        session also runs the data check: each worker's sshd accepts one login per job, not
-        two, and no connection that only looked at its banner; the sockets' directory is
-        private."""
-        exe = compile_allreduce(real_mpi, programs)
-        sshd_logs = sshd_log_per_worker(work, real_mpi, exe, "on")
+        sshd_logs, done = sshd_log_per_worker(work, real_mpi, exe, "on")
+        assert logs.event(done.stderr, "data check ok", workers=2, nic="net1") is not None
         assert [log.count("Accepted publickey") for log in sshd_logs] == [1, 1]
         # sshd's words for a client that left before its own banner (a readiness probe)
         assert not [log for log in sshd_logs if "kex_exchange_identification" in log]
@@ -63,9 +52,10 @@ class TestEveryMPI:
         """The control for the test above: with MPI_BOOTSTRAP_SSH_REUSE=off, preflight (with
         the data check in its session) and mpirun each log in to every worker."""
         m = REAL_MPIS["openmpi4"]
-        sshd_logs = sshd_log_per_worker(work, m, compile_allreduce(m, programs), "off")
+        sshd_logs, _ = sshd_log_per_worker(work, m, compile_allreduce(m, programs), "off")
         assert [log.count("Accepted publickey") for log in sshd_logs] == [2, 2]
 
+    @pytest.mark.parametrize("real_mpi", ["openmpi4", "mpich"], indirect=True)  # MPI-free
     def test_late_dns_record(self, real_mpi: RealMPI, work: Path, programs: Path) -> None:
         """The launcher keeps waiting (DNS WAIT) for a worker's late DNS record, then runs the job
         once it appears."""
@@ -174,9 +164,12 @@ def failing_mpi(request: pytest.FixtureRequest) -> RealMPI:
     return REAL_MPIS[request.param]
 
 
-def sshd_log_per_worker(work: Path, m: RealMPI, exe: Path, reuse: str) -> list[str]:
+def sshd_log_per_worker(
+    work: Path, m: RealMPI, exe: Path, reuse: str
+) -> tuple[list[str], subprocess.CompletedProcess[str]]:
     """Run the allreduce with MPI_BOOTSTRAP_SSH_REUSE=`reuse`; each worker's log, sshd's
-    included. The state directory is short (the socket's path must fit in 108 bytes)."""
+    included, and the launcher's run. The state directory is short (the socket's path must
+    fit in 108 bytes)."""
     state = Path(tempfile.mkdtemp(prefix="mpib-", dir="/run"))
     try:
         with Cluster(PODS, dns=True, pid1=True) as c:
@@ -194,7 +187,7 @@ def sshd_log_per_worker(work: Path, m: RealMPI, exe: Path, reuse: str) -> list[s
             else:
                 assert not (state / "s" / "cm").exists()
             # The workers end on the job's end (job-done); sshd's log is in theirs.
-            return [w.finish(timeout=30)[2] for w in workers]
+            return [w.finish(timeout=30)[2] for w in workers], done
     finally:
         shutil.rmtree(state, ignore_errors=True)
 

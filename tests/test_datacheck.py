@@ -401,10 +401,19 @@ def cluster(netns: None) -> Iterator[Cluster]:
 
 
 def run_job(c: Cluster, work: Path, **extra: str) -> subprocess.CompletedProcess[str]:
+    """One job on fresh workers, which have ended when it returns: the next job's take
+    their pods' state directories (one agent holds a state directory at a time)."""
     job = Job(c, work, REAL_MPIS["openmpi4"])
-    for w in job.start_workers():
-        job.wait_ready(w)
-    return job.launch(["/bin/true"], slots=1, names=W3, timeout=120, **extra)
+    workers = job.start_workers()
+    try:
+        for w in workers:
+            job.wait_ready(w)
+        return job.launch(["/bin/true"], slots=1, names=W3, timeout=120, **extra)
+    finally:
+        for w in workers:
+            if w.p.poll() is None:  # after a failure: they stay up for the next launcher
+                w.signal()
+            w.finish(timeout=30)
 
 
 def outer(c: Cluster, i: int, *cmd: str) -> None:

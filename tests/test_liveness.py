@@ -151,13 +151,27 @@ def kill_pod(world: World, index: int) -> None:
     os.kill(world.c.pid_of(world.workers[index].p), signal.SIGKILL)
 
 
+# Each MPI's own reaction to a lost daemon (Open MPI 4 waits, Open MPI 5 aborts, hydra
+# waits forever) on every MPI with one fault; the faults themselves (what the monitor
+# sees: the agent's logic, MPI-free) on one Open MPI and one hydra.
+LOST = [
+    *(pytest.param(m, "cut-off", id=f"{m}-cut-off") for m in ("openmpi4", "openmpi5")),
+    *(pytest.param(m, "cut-off", id=f"{m}-cut-off") for m in ("mpich", "intel")),
+    *(
+        pytest.param(m, f, id=f"{m}-{f}")
+        for m in ("openmpi4", "mpich")
+        for f in ("frozen", "killed")
+    ),
+]
+
+
 class TestLostWorker:
     """Worker 1 lost while every rank runs its steps: the launcher ends the job (75) within
     the bound, naming the pod, its address and what was seen; the termination message
     says so (no talk of start-up, no signal for an exit code); worker 0's daemon and ranks
     are ended too."""
 
-    @pytest.mark.parametrize("fault", ["cut-off", "frozen", "killed"])
+    @pytest.mark.parametrize(("real_mpi", "fault"), LOST, indirect=["real_mpi"])
     def test_ends_the_job_named(self, world: World, fault: str) -> None:
         launcher = world.launcher()
         world.running(launcher)
@@ -195,6 +209,7 @@ class TestLostWorker:
         assert all(e["reason"] == "worker lost" for e in ended), world.workers[0].stderr()
 
 
+@pytest.mark.parametrize("real_mpi", ["openmpi4", "mpich"], indirect=True)  # MPI-free
 class TestNoFalseAlarm:
     """A pod stopped for less than the bound, then continued, is no lost pod: the job runs
     to its own end (0)."""
@@ -418,8 +433,8 @@ class TestStrangers:
 SNIFF = r"""
 import binascii, socket, struct, sys, time
 iface, kind, src, dst, seconds, mode, *more = sys.argv[1:]
-rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800))
-rx.bind((iface, 0))
+rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))  # ETH_P_ALL: a
+rx.bind((iface, 0))  # bridge port's frames reach no tap of one protocol (the bridge takes them)
 rx.settimeout(0.5)
 if mode == "forge":
     tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
@@ -432,7 +447,7 @@ while time.monotonic() < end:
         continue
     ip = frame[14:]
     ihl = (ip[0] & 15) * 4
-    if ip[9] != 17 or socket.inet_ntoa(ip[12:16]) != src:
+    if frame[12:14] != b"\x08\x00" or ip[9] != 17 or socket.inet_ntoa(ip[12:16]) != src:
         continue
     if dst != "-" and socket.inet_ntoa(ip[16:20]) != dst:
         continue
@@ -503,10 +518,10 @@ class TestSeenTraffic:
             timeout=60,
             check=False,
         )
-        assert "sniffed" in forger.stderr and " 0" not in forger.stderr, forger.stderr
         code, out, err = launcher.finish(timeout=120)
         assert code == 0 and out.count("step 40 ") == 2, err
         assert not logs.named(err, "worker lost"), err
+        assert int(forger.stderr.split()[-1]) >= 2, forger.stderr  # pongs re-sent as worker 0's
 
     def test_pings_for_another_worker_relayed(self, world: World) -> None:
         """Worker 0 cut off from its launcher (a partition: it still reaches the rest of
@@ -546,7 +561,10 @@ class TestSeenTraffic:
             check=False,
         )
         sniff.wait(timeout=30)
-        assert relay.returncode == 0 and relay.stdout.strip() == "0", relay
+        assert sniff.stderr is not None
+        relayed = int(sniff.stderr.read().split()[-1])
+        assert relayed >= 2, f"the stranger relayed {relayed} pings"
+        assert relay.returncode == 0 and relay.stdout.strip() == "0", relay  # none answered
         world.workers[0].wait_event("launcher lost", timeout=BOUND + 10)
         launcher.finish(timeout=60)
 

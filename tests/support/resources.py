@@ -66,3 +66,18 @@ def need(resource: str, what: str) -> None:
             f"as an argument (or `@pytest.mark.usefixtures({resource!r})`), so that the test "
             f"is marked `{resource}` ({RESOURCES[resource]})"
         )
+
+
+# Under pytest-xdist (`make test`: two workers, `--dist loadgroup`), the tests of a group
+# run on one worker, one after the other: the container tier (its images are built once
+# per session of a worker), and the modules whose tests share an expensive fixture of
+# module or class scope, built once there instead of on each worker.
+SHARED = ("tests/test_datacheck_attacks.py", "tests/test_realmpi.py", "tests/test_mpi.py")
+
+
+def group(nodeid: str, container: object) -> str | None:
+    """The xdist group of a test (None: any worker)."""
+    if container is not None:
+        return "container"
+    module = nodeid.split("::", 1)[0]
+    return module if module in SHARED else None
