@@ -424,6 +424,26 @@ class TestStrangers:
         ), said
 
 
+def key_holders(c: Cluster) -> list[str]:
+    """Processes of the pods that hold a session key where another process could read it
+    while ranks run: a 64-hex word in their argv or environment, or the hand-off's spec
+    (which carries the key) still open in a memfd (SECURITY.md, promise 36)."""
+    import re
+
+    found = []
+    for pod in c.pods:
+        for pid in pod.netns.pids():
+            with contextlib.suppress(OSError):
+                for what in ("cmdline", "environ"):
+                    if re.search(rb"\b[0-9a-f]{64}\b", Path(f"/proc/{pid}/{what}").read_bytes()):
+                        found.append(f"{pod.name} {pid} {what}")
+                for fd in Path(f"/proc/{pid}/fd").iterdir():
+                    with contextlib.suppress(OSError):
+                        if "mpi-bootstrap-plan" in os.readlink(fd):
+                            found.append(f"{pod.name} {pid} {fd}")
+    return found
+
+
 # Sniffs, in the switch's namespace, the frames arriving from a pod on its port (IF): the
 # liveness datagrams of KIND from SRC (to DST, if given) — what a stranger on the pod
 # network who saw the traffic has (SECURITY.md's threat model).
@@ -501,6 +521,7 @@ class TestSeenTraffic:
         agent restarted": worker 1's boot id), 75, within a round."""
         launcher = world.launcher(steps=40)
         world.running(launcher)
+        assert not key_holders(world.c), "a process holds the launch's key where others read"
         w0, w1 = world.c.pods[1], world.c.pods[2]
         argv = ["pong", w1.address, world.c.pods[0].address, "8", "forge", w0.address]
         forger = subprocess.run(
