@@ -19,6 +19,7 @@ from mpi_bootstrap.core import names
 from mpi_bootstrap.core import settings as cfg
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import ConfigError, ExitStatus
+from mpi_bootstrap.core.exchanges import EXCHANGES
 from tests.support.machine import FILE_TOKEN, HOST, TOKEN_FILES
 from tests.support.strategies import fuzz, outcome, tainted
 
@@ -231,7 +232,7 @@ EXPECTED: dict[str, Callable[[object], bool]] = {
     "liveness_seconds": lambda v: _finite(0)(v) and (v == 0 or v >= 3),
     "launcher_grace_seconds": _finite(0),
     "exit_on_launcher_loss": lambda v: type(v) is bool,
-    "exchange": _one_of(tuple(m for m in cfg.EXCHANGE_MODES if m != "auto")),
+    "exchange": _one_of(tuple(EXCHANGES)),
     "exchange_dir": _optional(_is_plain_path),
     "exchange_port": _int_in(0, 65535),
     "token_file": _optional(_is_path),

@@ -434,7 +434,6 @@ class TestSSHTrust:
         (mpirun runs its ranks without ssh: no record, no check); `own_kex`: what the
         launcher's ssh takes (`ssh -Q kex`); `openssh`: worker 1's sshd's version;
         `unresolved`: names with no answer yet (a pipelined launch's first Plan)."""
-        from mpi_bootstrap.core.model import ClientKey, PlannedFile
 
         env = {
             **BASE_ENV,
@@ -445,6 +444,32 @@ class TestSSHTrust:
         config = Config.from_env(
             env, ["--state-dir", state, *flags, "launcher", "--", *program], host=HOST
         )
+        return TestSSHTrust.plan_with(  # (other classes borrow `plan`)
+            self,
+            config,
+            env,
+            kind,
+            local=local,
+            own_kex=own_kex,
+            openssh=openssh,
+            unresolved=unresolved,
+        )
+
+    def plan_with(
+        self,
+        config: Config,
+        env: dict[str, str],
+        kind: str = "openmpi4",
+        *,
+        local: str | None = None,
+        own_kex: tuple[str, ...] = (),
+        openssh: str | None = None,
+        unresolved: tuple[str, ...] = (),
+    ) -> Plan:
+        """The two workers' plan with `config` and its environment `env` (see `plan`)."""
+        from mpi_bootstrap.core.model import ClientKey, PlannedFile
+
+        exchange_mode = config.exchange
         text = f"{local} slots=2\n{HOSTFILE}" if local else HOSTFILE
         parsed = hf.parse(text, "/etc/mpi/hostfile")
         answers = {
@@ -1150,6 +1175,45 @@ ACME = Runtime(
     forward=NameList("-envlist", ("envlist", "envall")),
 )
 ACME_VERSION = "Acme MPI 7.1 (build 3)\n"
+
+
+class TestAFifthExchange:
+    """An exchange is one descriptor (core/exchanges.py): one defined in this test alone
+    is planned by the real planner — what it does is asked of its descriptor, its name is
+    compared nowhere."""
+
+    def test_planned(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A `vault` exchange whose key is the launcher's own and whose records are fetched:
+        ssh is pinned through the launch gate, preflight claims every worker, and
+        --explain's `ssh trust` says how, in the descriptor's words."""
+        from mpi_bootstrap.core import exchanges
+        from mpi_bootstrap.launcher.execute import session_key
+
+        vault = exchanges.Exchange(
+            "vault",
+            exchanges.OWN,
+            exchanges.FETCHED,
+            needs="token",
+            trust="records from the vault on port {c.exchange_port}",
+        )
+        monkeypatch.setitem(exchanges.EXCHANGES, "vault", vault)
+        base = TestSSHTrust().plan("openmpi4", "net")
+        env = {**BASE_ENV, "MPI_BOOTSTRAP_TOKEN": "t" * 16}
+        config = Config.from_env(
+            env,
+            ["--state-dir", "/run/mpi-bootstrap", "launcher", "--", "python3", "train.py"],
+            host=HOST,
+        )
+        config = dataclasses.replace(config, exchange="vault")
+        assert config.ex is vault
+        plan = TestSSHTrust().plan_with(config, env)
+        assert (
+            plan.ssh_command == base.ssh_command == ("ssh", "-F", "/run/mpi-bootstrap/ssh_config")
+        )
+        assert plan.preflight and session_key(plan, config) is not None
+        trust = next(d for d in plan.decisions if d.setting == "ssh trust")
+        assert trust.value == "vault"
+        assert trust.reason.startswith(f"records from the vault on port {config.exchange_port}")
 
 
 class TestAFifthRuntime:

@@ -17,9 +17,10 @@ from typing import Any
 from mpi_bootstrap.core import nccl, tokens
 from mpi_bootstrap.core.cmdline import make_parser, split_role
 from mpi_bootstrap.core.errors import ConfigError
+from mpi_bootstrap.core.exchanges import EXCHANGES, Exchange
 from mpi_bootstrap.core.model import Decision
 from mpi_bootstrap.core.names import is_dns_name, is_plain_path
-from mpi_bootstrap.core.settings import ROLES, SECRET_SSHD_PORT, SETTINGS, Source
+from mpi_bootstrap.core.settings import ROLES, SETTINGS, Source
 from mpi_bootstrap.core.spec import Termination
 
 
@@ -101,6 +102,11 @@ class Config:
 
     def source(self, name: str) -> Source:
         return self.sources[name]
+
+    @property
+    def ex(self) -> Exchange:
+        """The exchange's descriptor (core/exchanges.py): what it does is asked of it."""
+        return EXCHANGES[self.exchange]
 
     @property
     def state_base(self) -> str | None:
@@ -289,23 +295,20 @@ def _derived(d: _Draft, role: str, environ: Mapping[str, str], host: Machine) ->
     exchange_reason = f"set by {sources['exchange']}"
     if values["exchange"] == "auto":
         values["exchange"], exchange_reason = _auto_exchange(values, host)
-    if values["exchange"] == "dir" and not values["exchange_dir"]:
-        d.problems.append("MPI_BOOTSTRAP_EXCHANGE: 'dir' needs MPI_BOOTSTRAP_EXCHANGE_DIR")
-    if (
-        values["exchange"] == "net"
-        and not values["token"]
-        and not values["token_file"]
-        and role in ("launcher", "worker")
-    ):
+    x = EXCHANGES[values["exchange"]]
+    if x.needs == "exchange_dir" and not values["exchange_dir"]:
+        d.problems.append(f"MPI_BOOTSTRAP_EXCHANGE: {x.name!r} needs MPI_BOOTSTRAP_EXCHANGE_DIR")
+    needs_token = x.needs == "token" and role in ("launcher", "worker")
+    if needs_token and not values["token"] and not values["token_file"]:
         d.problems.append(
-            "MPI_BOOTSTRAP_EXCHANGE: 'net' needs MPI_BOOTSTRAP_TOKEN_FILE "
+            f"MPI_BOOTSTRAP_EXCHANGE: {x.name!r} needs MPI_BOOTSTRAP_TOKEN_FILE "
             "(a key of a Kubernetes Secret volume)"
         )
     if values["sshd_port"] is None:
-        values["sshd_port"] = SECRET_SSHD_PORT if values["exchange"] == "secret" else 0
-    elif values["exchange"] == "secret" and values["sshd_port"] == 0:
+        values["sshd_port"] = x.port
+    elif x.port and values["sshd_port"] == 0:
         d.problems.append(
-            f"{sources['sshd_port'].name}: the secret exchange needs a fixed "
+            f"{sources['sshd_port'].name}: the {x.name} exchange needs a fixed "
             "port (no exchange tells the launcher a free one)"
         )
     return exchange_reason

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from mpi_bootstrap.core import failures, records, remote, runtimes
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import BootstrapError
+from mpi_bootstrap.core.exchanges import FETCHED, READ
 from mpi_bootstrap.doctor.finding import Finding
 from mpi_bootstrap.system import dns as sysdns
 
@@ -119,7 +120,7 @@ def ssh_jobs(
     """ssh checks for the workers the exchange knows (dir), with their pinned keys."""
     from mpi_bootstrap.ssh import dirx
 
-    if config.exchange != "dir" or not config.exchange_dir:
+    if config.ex.records != READ or not config.exchange_dir:
         return []
     where = config.exchange_dir
     ex = dirx.DirExchange(where)
@@ -193,9 +194,9 @@ def reach_jobs(
     """Where the doctor has no record to log in with (every exchange but `dir`): whether
     each worker's ssh port answers with an SSH banner (the fixed sshd port, else 22), or,
     with the `net` exchange, whether its exchange port takes a connection."""
-    if config.exchange == "dir" and config.exchange_dir:
+    if config.ex.records == READ and config.exchange_dir:
         return []  # ssh_jobs logs in with the job's key
-    if config.exchange == "net":
+    if config.ex.records == FETCHED:
         port, what = config.exchange_port, "net exchange port"
     else:
         port, what = config.sshd_port or 22, "ssh port"

@@ -28,7 +28,7 @@ def findings(config: Config) -> list[Finding]:
                 warning=True,
             )
         ]
-    if config.exchange == "net":
+    if config.ex.needs == "token":
         return [
             Finding(
                 here,

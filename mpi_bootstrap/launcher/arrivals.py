@@ -20,6 +20,7 @@ from typing import Any
 
 from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
+from mpi_bootstrap.core.exchanges import FETCHED, MADE, READ
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.model import Answer
 from mpi_bootstrap.core.names import is_ip_literal
@@ -66,9 +67,10 @@ class Arrivals:
 
     def start(self) -> None:
         threading.Thread(target=self._dns, name="dns", daemon=True).start()
-        if self.records and self.config.exchange == "dir" and self.config.exchange_dir:
+        how = self.config.ex.records
+        if self.records and how == READ and self.config.exchange_dir:
             threading.Thread(target=self._dir, name="records", daemon=True).start()
-        if self.records and self.config.exchange == "net":
+        if self.records and how == FETCHED:
             self.fetches = parallel.Workers(self._fetch, 32, "records")
         for w in self.workers.values():  # an address as written resolves at once
             if is_ip_literal(w.lookup):
@@ -117,7 +119,7 @@ class Arrivals:
                 del self.workers[w.new]
                 self.local.append(w.new)
                 continue
-            if self.records and self.config.exchange == "secret":
+            if self.records and self.config.ex.records == MADE:
                 assert self.base.client is not None  # noqa: S101 - self.records
                 w.record = peers.secret_record(self.config, self.base.client, w.new, w.address)
             elif self.fetches is not None and w.record is None:

@@ -182,7 +182,7 @@ def remote_check(p: Plan, config: Config, env: Mapping[str, str]) -> preflight.R
             if program.startswith("/")
             else resolve(program, path if path is not None else env.get("PATH"))
         )
-    auto_none = config.exchange == "none" and config.source("exchange").kind == "default"
+    auto_none = not config.ex.keyed and config.source("exchange").kind == "default"
     hint = (
         (
             f"no exchange is set up ({config.exchange_reason}); run `mpi-bootstrap worker` "
@@ -196,7 +196,7 @@ def remote_check(p: Plan, config: Config, env: Mapping[str, str]) -> preflight.R
     return preflight.RemoteCheck(
         mpi=p.mpi,
         prefix=p.prefix,
-        want_ld=env.get("LD_LIBRARY_PATH") if config.exchange != "none" else None,
+        want_ld=env.get("LD_LIBRARY_PATH") if config.ex.keyed else None,
         program=program,
         ranks_path=path,
         expected=expected,

@@ -120,33 +120,34 @@ def plan(
     *,
     control: str,
     configured: str | None,
-    exchange: str,
+    made: bool,
     remote: Sequence[str],
     recs: Mapping[str, records.Record],
     own_rdma: Mapping[str, tuple[str, ...]],
 ) -> DataPlan:
     """The data NICs of the launcher (its interfaces `names`, in NCCL's order) and of
     each remote worker (its record's list; the launcher's where it has none).
-    `configured`: where MPI_BOOTSTRAP_DATA_IFACE came from, when it is set."""
+    `configured`: where MPI_BOOTSTRAP_DATA_IFACE came from, when it is set; `made`: the
+    workers' records are made by the launcher (the secret exchange), not published."""
     own, first = _launcher(configured, rule, names, control)
     decisions = [first]
     rdma = [("launcher", dev) for nic in own for dev in own_rdma.get(nic, ())]
     probe: dict[str, tuple[str, ...]] = {}
     missing: dict[str, str] = {}
-    if exchange == "secret" and remote:
+    if made and remote:
         decisions.append(
             Decision(
                 "data NICs",
                 ", ".join(own) or "(none)",
                 "as the launcher's",
-                "secret: workers publish no record; each is taken to have the launcher's "
+                "workers publish no record; each is taken to have the launcher's "
                 "interfaces (one that lacks them fails the data check, naming its own)",
             )
         )
     for host in remote:
         rec = recs.get(host)
         data, why, decision = worker(host, rule, rec, own, control)
-        if exchange != "secret":
+        if not made:
             decisions.append(decision)
         if why is not None:
             missing[host] = why

@@ -70,7 +70,7 @@ def write_files(p: Plan, config: Config, log: Log) -> None:
 
 def session_key(p: Plan, config: Config) -> str | None:
     """This launch's session (core/liveness.py): preflight claims every worker with it."""
-    return secrets.token_hex(32) if p.preflight and config.exchange != "none" else None
+    return secrets.token_hex(32) if p.preflight and config.ex.keyed else None
 
 
 def spec_of(job: checks.Job) -> Spec:

@@ -326,7 +326,7 @@ def resolved(config: Config, facts: Gathered, answers: Mapping[str, Answer], log
 def ssh_kex(config: Config, env: Mapping[str, str], remote: bool) -> tuple[str, ...]:
     """The key exchanges this pod's ssh takes, where the agent chooses one (core/kex.py):
     a name ssh does not know in its config fails every connection."""
-    if config.ssh_kex is not None or config.exchange == "none" or not remote:
+    if config.ssh_kex is not None or not config.ex.keyed or not remote:
         return ()
     code, out = children.capture(["ssh", "-Q", "kex"], env=env, timeout=5.0)
     return tuple(out.split()) if code == 0 else ()

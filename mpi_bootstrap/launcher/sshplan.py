@@ -82,7 +82,7 @@ def _holder(facts: Gathered) -> str:
 def control_dir(config: Config, facts: Gathered, preflight: bool) -> tuple[str | None, Decision]:
     """Where ssh keeps preflight's connections for mpirun to reuse (or None), and why."""
     path: str | None = f"{config.state_dir}/cm"
-    if not config.ssh_reuse or config.exchange == "none" or facts.client is None:
+    if not config.ssh_reuse or not config.ex.keyed or facts.client is None:
         why, path = (
             (
                 "disabled"
@@ -126,8 +126,8 @@ def ssh_setup(
     config: Config, facts: Gathered, entries: list[HostEntry], control: str | None = None
 ) -> SshSetup:
     """The ssh command mpirun uses, the files behind it, and where each sshd listens."""
-    if config.exchange == "none" or facts.client is None:
-        why = f" ({config.exchange_reason})" if config.exchange == "none" else ""
+    if not config.ex.keyed or facts.client is None:
+        why = f" ({config.exchange_reason})" if not config.ex.keyed else ""
         said = f"no exchange{why}: mpirun uses ssh as the image configures it"
         return SshSetup(
             ssh_command(config),
@@ -215,13 +215,7 @@ def _stale_dns(facts: Gathered, by_new: Mapping[str, HostEntry]) -> list[Decisio
 
 
 def _trust(config: Config, facts: Gathered) -> Decision:
-    how = {
-        "secret": "the job's key from the Secret is also each worker's host key: pinned, "
-        "no exchange",
-        "dir": f"records and the job key in {config.exchange_dir}",
-        "net": f"records fetched from each worker on port {config.exchange_port}, "
-        "HMAC-authenticated with the job's token",
-    }[config.exchange]
+    how = config.ex.trust.format(c=config)
     known = f"; {len(facts.records)} of {len(facts.remote)} remote workers known"
     return Decision("ssh trust", config.exchange, str(config.source("exchange")), how + known)
 

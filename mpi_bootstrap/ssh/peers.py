@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import BootstrapError, ConfigError, PeerUnavailableError, some
+from mpi_bootstrap.core.exchanges import FETCHED, MADE, MOUNTED, OWN, READ, SHARED
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.model import ClientKey, PlannedFile
 from mpi_bootstrap.core.names import is_ip_literal
@@ -38,8 +39,8 @@ def is_local(name: str, address: str | None, own_name: str, own: frozenset[str])
 
 def client_key(config: Config, *, write: bool, log: Log) -> ClientKey | None:
     """The key the launcher's ssh presents. `write=False` (explain) creates nothing."""
-    state = config.state_dir
-    if config.exchange == "secret":
+    state, key = config.state_dir, config.ex.key
+    if key == MOUNTED:
         src = os.path.join(config.ssh_auth_dir, keys.MOUNT_PRIVATE)
         try:
             with open(src, encoding="utf-8") as fh:
@@ -58,7 +59,7 @@ def client_key(config: Config, *, write: bool, log: Log) -> ClientKey | None:
                 "Secret with the mode ssh accepts (mpi-operator #429)",
             ),
         )
-    if config.exchange == "dir" and config.exchange_dir:
+    if key == SHARED and config.exchange_dir:
         ex = dirx.DirExchange(config.exchange_dir)
         path = os.path.join(state, "id_job")
         job = ex.job_key(keys.make_job_key, log) if write else ex.peek_job_key()
@@ -79,7 +80,7 @@ def client_key(config: Config, *, write: bool, log: Log) -> ClientKey | None:
             ),
             job.fingerprint,
         )
-    if config.exchange == "net":
+    if key == OWN:
         path = os.path.join(state, "id_launcher")
         if not write:
             return ClientKey(path, "(generated at run time)", None)
@@ -103,16 +104,17 @@ def collect(
     `hosts` is (name in the input, name mpirun uses, address). `fetch=False` (explain)
     reads what is already there and never talks to a worker.
     """
-    if config.exchange == "secret":
+    how = config.ex.records
+    if how == MADE:
         assert key is not None  # noqa: S101 - client_key() returns one in this mode
         return {new: secret_record(config, key, new, addr) for _, new, addr in hosts}
     records: dict[str, Record] = {}
     last: dict[str, str] = {}  # the last failure per worker, for the error message
-    if config.exchange == "dir" and config.exchange_dir:
+    if how == READ and config.exchange_dir:
         records = _collect_dir(
             dirx.DirExchange(config.exchange_dir), hosts, deadline, last, fetch=fetch
         )
-    elif config.exchange == "net" and fetch:
+    elif how == FETCHED and fetch:
         assert key is not None  # noqa: S101 - see Config
         found = parallel.map_all(
             lambda host: fetch_net(config, key, host, deadline, last), list(hosts), 32
@@ -137,7 +139,7 @@ def no_record(config: Config, missing: Sequence[str], last: Mapping[str, str]) -
     """Records still missing at the deadline: whose, where looked, the last failures."""
     where = (
         f"in {config.exchange_dir}"
-        if config.exchange == "dir"
+        if config.ex.records == READ
         else f"on port {config.exchange_port}"
     )
     return PeerUnavailableError(

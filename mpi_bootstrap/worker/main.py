@@ -19,6 +19,7 @@ from typing import NoReturn
 from mpi_bootstrap.core import datanet, nccl, records
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import ConfigError, ExitStatus, PeerUnavailableError
+from mpi_bootstrap.core.exchanges import FETCHED, MOUNTED, READ, SHARED
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import fingerprint
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
@@ -47,10 +48,7 @@ def mounted_keys(config: Config) -> tuple[keys.KeyPair, list[tuple[str, str]]] |
     otherwise only when the directory was set explicitly. Its default (~/.ssh) may hold
     keys baked into the image, which everyone who can pull the image has: `net` and
     `dir` bring their own key and never authorise those silently."""
-    if (
-        config.exchange not in ("secret", "none")
-        and config.source("ssh_auth_dir").kind == "default"
-    ):
+    if not config.ex.mounted and config.source("ssh_auth_dir").kind == "default":
         return None
     return keys.from_secret(config.ssh_auth_dir, config.state_dir)
 
@@ -58,7 +56,7 @@ def mounted_keys(config: Config) -> tuple[keys.KeyPair, list[tuple[str, str]]] |
 def needs_exchange(config: Config) -> None:
     """A worker with no way to learn the launcher's key is refused before anything is
     written (its state directory, its host key), saying what it looked for."""
-    if config.exchange != "none" or mounted_keys(config) is not None:
+    if config.ex.keyed or mounted_keys(config) is not None:
         return
     where = (
         f"`auto` found none: {config.exchange_reason.removeprefix('auto: ')}"
@@ -81,11 +79,11 @@ def identity(config: Config, log: Log) -> Identity:
     """Keys for this start: the host key, and the client keys sshd will authorise."""
     state = config.state_dir
     mounted = mounted_keys(config)
-    if config.exchange == "secret":
+    if config.ex.key == MOUNTED:
         if mounted is None:
             raise ConfigError(
                 [
-                    f"MPI_BOOTSTRAP_EXCHANGE: 'secret' but no key is mounted at "
+                    f"MPI_BOOTSTRAP_EXCHANGE: {config.exchange!r} but no key is mounted at "
                     f"{config.ssh_auth_dir} (set MPI_BOOTSTRAP_SSH_AUTH_DIR to "
                     "the MPIJob's sshAuthMountPath)"
                 ]
@@ -99,7 +97,7 @@ def identity(config: Config, log: Log) -> Identity:
     )
     authorized: list[tuple[str, str]] = list(mounted[1]) if mounted else []
     job = None
-    if config.exchange == "dir" and config.exchange_dir:  # Config ensures the dir is set
+    if config.ex.key == SHARED and config.exchange_dir:  # Config ensures the dir is set
         key = dirx.DirExchange(config.exchange_dir).job_key(keys.make_job_key, log)
         authorized.append((key.public, f"{config.exchange_dir}/{records.KEY_DIR}"))
         job = key.fingerprint
@@ -162,7 +160,7 @@ def _publish(
     """Make the record known to the launcher; what the resident PID 1 must keep doing
     (the spec's `stop` and `net`, to be completed by the caller)."""
     spec = Spec(argv=(), env={})
-    if config.exchange == "dir" and config.exchange_dir:
+    if config.ex.records == READ and config.exchange_dir:
         where = dirx.DirExchange(config.exchange_dir).publish(record)
         spec = dataclasses.replace(
             spec,
@@ -171,8 +169,8 @@ def _publish(
                 records.done_text(ident.job or ""),
             ),
         )
-        log("record published", exchange="dir", path=where, port=record.port)
-    elif config.exchange == "net" and config.token is not None:
+        log("record published", exchange=config.exchange, path=where, port=record.port)
+    elif config.ex.records == FETCHED and config.token is not None:
         # detach(): the fd outlives this socket object (else its collection closes the
         # fd before the resident PID 1 inherits it).
         listener = _net_listener(config, bind_addr)
@@ -187,7 +185,10 @@ def _publish(
             ),
         )
         log(
-            "record published", exchange="net", port=record.port, exchange_port=config.exchange_port
+            "record published",
+            exchange=config.exchange,
+            port=record.port,
+            exchange_port=config.exchange_port,
         )
     else:
         log("record published", exchange=config.exchange, port=record.port)
@@ -268,7 +269,7 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
     control = control_fifo(config, openssh, log)
     env = {k: v for k, v in environ.items() if not k.startswith("MPI_BOOTSTRAP_")}
     short = socket.gethostname().split(".")[0]
-    if config.exchange == "dir" and config.exchange_dir:
+    if config.ex.records == READ and config.exchange_dir:
         # A restarted worker's previous record names a port nobody listens on: withdraw
         # it, so the launcher waits for the new one instead of a dead port.
         dirx.DirExchange(config.exchange_dir).withdraw(short)
@@ -362,7 +363,7 @@ def probe(config: Config) -> int:
         print(f"not ready: no record yet ({exc})")
         return int(ExitStatus.PEER_UNAVAILABLE)
     if (
-        config.exchange == "dir"
+        config.ex.records == READ
         and config.exchange_dir
         and dirx.DirExchange(config.exchange_dir).read(record.host) != record
     ):

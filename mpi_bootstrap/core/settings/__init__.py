@@ -11,7 +11,6 @@ from __future__ import annotations
 from mpi_bootstrap.core.settings import agent, job
 from mpi_bootstrap.core.settings.base import (
     DATA_IFACE_CANDIDATES,
-    EXCHANGE_MODES,
     LOG_FORMATS,
     LOG_LEVELS,
     MPI_CHOICES,
@@ -24,7 +23,6 @@ from mpi_bootstrap.core.settings.base import (
 
 __all__ = [
     "DATA_IFACE_CANDIDATES",
-    "EXCHANGE_MODES",
     "LOG_FORMATS",
     "LOG_LEVELS",
     "MPI_CHOICES",

@@ -4,13 +4,8 @@ exchange and ssh, the data check, its own files and logs. Pure."""
 from __future__ import annotations
 
 from mpi_bootstrap.core import values as v
-from mpi_bootstrap.core.settings.base import (
-    EXCHANGE_MODES,
-    LOG_FORMATS,
-    LOG_LEVELS,
-    SECRET_SSHD_PORT,
-    Setting,
-)
+from mpi_bootstrap.core.exchanges import EXCHANGES
+from mpi_bootstrap.core.settings.base import LOG_FORMATS, LOG_LEVELS, SECRET_SSHD_PORT, Setting
 from mpi_bootstrap.core.termination import DEFAULT_PATH as DEFAULT_TERMINATION_LOG
 
 ROWS: tuple[Setting, ...] = (
@@ -70,7 +65,7 @@ ROWS: tuple[Setting, ...] = (
         "--exchange",
         ("MPI_BOOTSTRAP_EXCHANGE",),
         "auto",
-        v.choice(EXCHANGE_MODES),
+        v.choice(("auto", *EXCHANGES)),
         "how peers learn each other's sshd: secret, dir, net, none, or auto (dir if "
         "EXCHANGE_DIR is set, else net if TOKEN_FILE or TOKEN is set, else secret if a "
         "key is mounted)",

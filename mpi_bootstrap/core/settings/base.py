@@ -16,7 +16,6 @@ DATA_IFACE_CANDIDATES = ("net1", "dranet0")
 # (no exchange tells the launcher another).
 SECRET_SSHD_PORT = 2222
 REWRITE_MODES = ("none", "fqdn", "ip")
-EXCHANGE_MODES = ("auto", "secret", "dir", "net", "none")
 MPI_CHOICES = ("auto", *runtimes.CHOICES)  # auto, openmpi, openmpi4, openmpi5, mpich, intel
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
