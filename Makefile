@@ -4,6 +4,7 @@
 #   make test    everything CI runs
 #   make test-unit   the unit tier, as an unprivileged user: ~30 s (docs/development.md)
 #   make lint    ruff (rules and format), mypy, import-linter (the architecture's rules)
+#   make docs    rewrite docs/configuration.md's lists from the code (tests/support/docgen.py)
 #   make bench   benchmarks; numbers go to docs/benchmarks.md
 #   make bench-scale N="16 32 64 128"   one job on N worker pods, agent vs bare mpirun
 #   make bench-stagger N="16 64"         the same, the workers ready one after another
@@ -26,7 +27,7 @@ MPICH_VERSION := 5.0.2
 # 2021.19 needs a libfabric wheel PyPI does not have; 2021.18.1 bundles its own.
 IMPI_VERSION := 2021.18.1
 
-.PHONY: install system-deps mpi-venvs wheelhouse test test-unit test-fast compose-test lint bench bench-scale bench-stagger soak chaos loaded demo clean
+.PHONY: install system-deps mpi-venvs wheelhouse test test-unit test-fast compose-test lint docs bench bench-scale bench-stagger soak chaos loaded demo clean
 
 install: $(VENV)/.installed
 
@@ -136,6 +137,12 @@ lint: install
 	$(VENV)/bin/ruff format --check mpi_bootstrap tests
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+
+# docs/configuration.md's settings tables and what each MPI gets, rewritten in place from
+# the settings table and the runtime descriptors (between its `<!-- generated: ... -->`
+# markers); tests/test_docs.py TestGenerated fails, saying to run this, when they differ.
+docs: $(VENV)/.base
+	$(PY) -m tests.support.docgen
 
 # The agent as an image has it: a plain (not editable) install with the runtime
 # dependencies only. The development venv's extras cost every agent start time (rich,

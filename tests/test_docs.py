@@ -1,6 +1,7 @@
 """README and docs/ stay true: every setting, variable and exit code the code has is
-documented (docs/configuration.md, docs/troubleshooting.md), every link resolves, and the
-README stays a page a newcomer reads (at most 15 KB)."""
+documented (docs/configuration.md, docs/troubleshooting.md), the configuration page's
+lists are the code's (tests/support/docgen.py), every link resolves, and the README stays
+a page a newcomer reads (at most 15 KB)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from mpi_bootstrap.core.errors import ExitStatus
+from mpi_bootstrap.core.runtimes import schema
 from mpi_bootstrap.core.settings import SETTINGS
+from tests.support import docgen
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -25,6 +28,57 @@ def test_setting_documented(setting: object) -> None:
         assert f"`{env}`" in CONFIGURATION, env
     if setting.flag:  # type: ignore[attr-defined]
         assert f"`{setting.flag}`" in CONFIGURATION  # type: ignore[attr-defined]
+
+
+class TestGenerated:
+    """docs/configuration.md's settings tables and what each MPI gets are written from the
+    code by tests/support/docgen.py (`make docs`), never by hand."""
+
+    def test_up_to_date(self) -> None:
+        """The page's generated parts are what `make docs` writes from the code now."""
+        import difflib
+
+        expected = docgen.render(CONFIGURATION)
+        if expected != CONFIGURATION:
+            diff = difflib.unified_diff(
+                CONFIGURATION.splitlines(), expected.splitlines(), "page", "code", lineterm=""
+            )
+            pytest.fail(
+                "docs/configuration.md's generated parts differ from the code: run `make "
+                "docs`\n" + "\n".join(list(diff)[:40])
+            )
+
+    def test_a_changed_part_is_rewritten(self) -> None:
+        """A cell edited by hand is put back, a part without its markers is refused: the
+        check above can fail."""
+        edited = CONFIGURATION.replace("| `MPI_HOSTFILE` |", "| `MPI_HOSTFILES` |", 1)
+        assert edited != CONFIGURATION
+        assert docgen.render(edited) == docgen.render(CONFIGURATION)
+        with pytest.raises(ValueError, match="0 parts marked 'mpi'"):
+            docgen.render(CONFIGURATION.replace("<!-- end generated: mpi -->", ""))
+
+    def test_every_kind_of_row_is_described(self) -> None:
+        """A runtime's rows of a new kind cannot go missing from the page."""
+        import typing
+
+        assert set(docgen.DESCRIBERS) == set(typing.get_args(schema.Row))
+
+    def test_conditions_in_words(self) -> None:
+        """A row's condition is named by the cases where it holds; one that depends on two
+        of them stops the generator, naming the row."""
+        assert docgen.condition(lambda f: f.is_root, "row") == "as root"
+        assert docgen.condition(lambda f: True, "row") == ""
+        with pytest.raises(ValueError, match="both: its condition depends on 2"):
+            docgen.condition(lambda f: f.is_root and f.startup_timeout > 0, "both")
+
+    def test_notes_name_settings(self) -> None:
+        """Each note below the settings tables starts with a flag or variable the code has."""
+        import re
+
+        names = {s.flag for s in SETTINGS} | {e for s in SETTINGS for e in s.envs}
+        notes = CONFIGURATION.split("**More on some settings**", 1)[1].split("\n\n")[1]
+        heads = re.findall(r"^- `([^`]+)`:", notes, re.M)
+        assert heads and set(heads) <= names
 
 
 @pytest.mark.parametrize("status", [s for s in ExitStatus if s not in (0, 128)])

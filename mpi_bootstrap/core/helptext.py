@@ -106,21 +106,22 @@ def form(setting: s.Setting) -> str:
 
 
 def default_of(setting: s.Setting) -> str:
+    """The default as --help-all and docs/configuration.md write it."""
     value = setting.default
     if value is None:
-        return "auto"
+        return setting.default_text or "unset"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, tuple):
         return ",".join(value) or "none"
-    return str(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _line(setting: s.Setting) -> str:
     flag = f"{setting.flag} {form(setting)}" if setting.flag else f"(variable) {form(setting)}"
     head = f"  {flag:<34} {', '.join(setting.envs)} [default: {default_of(setting)}]"
     return (
-        head
+        textwrap.fill(head, 90, subsequent_indent=" " * 6, break_on_hyphens=False)
         + "\n"
         + textwrap.fill(setting.help, 88, initial_indent=" " * 6, subsequent_indent=" " * 6)
     )
@@ -134,8 +135,7 @@ def exit_codes() -> str:
 
 
 def short() -> str:
-    by_name = {x.name: x for x in s.SETTINGS}
-    common = "\n".join(_line(by_name[n]) for n in COMMON)
+    common = "\n".join(_line(s.setting(n)) for n in COMMON)
     return (
         f"{USAGE}\nThe settings people change most (each also a variable; the flag "
         f"wins):\n{common}\n  --explain [--json]                 show the plan and "
@@ -145,10 +145,9 @@ def short() -> str:
 
 
 def full() -> str:
-    by_name = {x.name: x for x in s.SETTINGS}
     parts = [USAGE]
     for title, names in GROUPS:
-        parts.append(f"{title}:\n" + "\n".join(_line(by_name[n]) for n in names) + "\n")
+        parts.append(f"{title}:\n" + "\n".join(_line(s.setting(n)) for n in names) + "\n")
     parts.append(
         "Other:\n  --explain                          show the plan and every "
         "decision; run nothing\n  --json                             with "

@@ -23,7 +23,7 @@ ROWS: tuple[Setting, ...] = (
         ("MPI_BOOTSTRAP_GRACE_SECONDS",),
         10.0,
         v.seconds,
-        "after mpirun exits: SIGTERM what is left, SIGKILL after this long",
+        "when mpirun exits: SIGTERM what is left, SIGKILL after this long (below Kubernetes' 30 s)",
     ),
     Setting(
         "signal_group",
@@ -49,7 +49,7 @@ ROWS: tuple[Setting, ...] = (
         30.0,
         v.seconds,
         "worker: after its launcher is lost, wait this long (a restarted launcher may "
-        "take over), then end what the launch started on it (daemons, ranks)",
+        "take over), then end what the launch started on it (daemons, proxies, ranks)",
     ),
     Setting(
         "exit_on_launcher_loss",
@@ -58,7 +58,7 @@ ROWS: tuple[Setting, ...] = (
         False,
         v.boolean,
         "worker: exit (75) once its launcher is lost and the launch ended, instead of "
-        "staying up for the next launcher",
+        "staying up for the next launcher (MPI Operator recreates no worker)",
     ),
     Setting(
         "exchange",
@@ -112,7 +112,8 @@ ROWS: tuple[Setting, ...] = (
         ("MPI_BOOTSTRAP_SSH_AUTH_DIR",),
         None,
         v.path,
-        "where the job's key Secret is mounted (MPI Operator's sshAuthMountPath; default ~/.ssh)",
+        "where the job's key Secret is mounted (MPI Operator's sshAuthMountPath)",
+        "~/.ssh",
     ),
     Setting(
         "sshd_port",
@@ -120,8 +121,8 @@ ROWS: tuple[Setting, ...] = (
         ("MPI_BOOTSTRAP_SSHD_PORT",),
         None,
         v.port,
-        f"worker sshd port: a number, or 0 for a free one (default {SECRET_SSHD_PORT} "
-        "with the secret exchange, else 0)",
+        "worker sshd port: a number, or 0 for a free one (retried if lost to a race)",
+        f"{SECRET_SSHD_PORT} with the secret exchange, else 0",
     ),
     Setting(
         "sshd",
@@ -137,8 +138,8 @@ ROWS: tuple[Setting, ...] = (
         ("MPI_BOOTSTRAP_SSH_USER",),
         None,
         v.user,
-        "user the launcher logs in as (default: from each worker's record, or the "
-        "launcher's own user)",
+        "user the launcher logs in as",
+        "each worker's own (its record); with the secret exchange, the launcher's own",
     ),
     Setting(
         "preflight",
@@ -146,7 +147,7 @@ ROWS: tuple[Setting, ...] = (
         ("MPI_BOOTSTRAP_PREFLIGHT",),
         True,
         v.boolean,
-        "check every worker over ssh before starting mpirun",
+        "check every worker over ssh, beside mpirun's start: no rank starts before all passed",
     ),
     Setting(
         "ssh_reuse",
@@ -172,10 +173,10 @@ ROWS: tuple[Setting, ...] = (
         ("MPI_BOOTSTRAP_SSH_KEX",),
         None,
         v.kex,
-        "key exchange of the launcher's ssh (OpenSSH KexAlgorithms; default: the "
-        "agent's choice, mlkem768x25519-sha256 where both ends take it, else "
-        "curve25519-sha256; `default`: ssh's own, sntrup761x25519 in OpenSSH 9.0-9.8, "
-        "six times the CPU per handshake)",
+        "key exchange of the launcher's ssh (OpenSSH KexAlgorithms): the agent's choice is "
+        "mlkem768x25519-sha256 where both ends take it, else curve25519-sha256; `default`: "
+        "ssh's own, sntrup761x25519 in OpenSSH 9.0-9.8, six times the CPU per handshake",
+        "the agent's choice",
     ),
     Setting(
         "data_check",
@@ -183,8 +184,8 @@ ROWS: tuple[Setting, ...] = (
         ("MPI_BOOTSTRAP_DATA_CHECK",),
         True,
         v.boolean,
-        "before mpirun, test the data network between workers (ring and random pairs: "
-        "TCP, and full-MTU packets that may not fragment); on when a data NIC is planned",
+        "before any rank starts, test the data network between workers (ring and random "
+        "pairs: TCP, full-MTU packets that may not fragment); on with a data NIC and preflight",
     ),
     Setting(
         "sysfs",
@@ -192,7 +193,7 @@ ROWS: tuple[Setting, ...] = (
         ("MPI_BOOTSTRAP_SYSFS",),
         "/sys",
         v.path,
-        "where sysfs is mounted (a data NIC's RDMA device is read from it)",
+        "where sysfs is mounted (a data NIC's RDMA device: class/net/NIC/device/infiniband/)",
     ),
     Setting(
         "state_dir",
@@ -200,8 +201,9 @@ ROWS: tuple[Setting, ...] = (
         ("MPI_BOOTSTRAP_STATE_DIR",),
         None,
         v.plain_dir,
-        "private directory for generated files, the pod's own (default "
-        "/run/mpi-bootstrap/HOSTNAME as root)",
+        "private directory for generated files, one per pod, held by the agent for its life",
+        "/run/mpi-bootstrap/HOSTNAME as root, else ~/.mpi-bootstrap/HOSTNAME "
+        "(/tmp/mpi-bootstrap-UID/HOSTNAME without a home)",
     ),
     Setting(
         "termination_log",

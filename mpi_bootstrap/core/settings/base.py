@@ -31,6 +31,7 @@ class Setting:
     default: Any
     parse: Callable[[str], Any]
     help: str
+    default_text: str = ""  # the default in words, where it is worked out at run time
 
 
 @dataclasses.dataclass(frozen=True)

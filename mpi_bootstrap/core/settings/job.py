@@ -21,8 +21,8 @@ ROWS: tuple[Setting, ...] = (
         ("MPI_BOOTSTRAP_OUTPUT_HOSTFILE",),
         None,
         v.path,
-        "where the rewritten hostfile is written (default: STATE_DIR/hostfile); the "
-        "original text goes to PATH.orig",
+        "where the rewritten hostfile is written, atomically; the original text goes to PATH.orig",
+        "STATE_DIR/hostfile",
     ),
     Setting(
         "dns_wait_seconds",
@@ -38,7 +38,7 @@ ROWS: tuple[Setting, ...] = (
         ("MPI_DNS_WAIT_INTERVAL",),
         3.0,
         v.positive_seconds,
-        "paces re-polling: at most max(20, hosts/interval) lookups per second",
+        "paces re-polling: at most max(20, hosts/interval) lookups a second after the first round",
     ),
     # 32: as fast as 64 here, and each lookup sends two queries (A and AAAA); at ~100
     # in flight dnsmasq's receive buffer overflowed and glibc waited out 5 s timeouts.
@@ -48,7 +48,7 @@ ROWS: tuple[Setting, ...] = (
         ("MPI_BOOTSTRAP_DNS_CONCURRENCY",),
         32,
         v.positive_int,
-        "lookups in flight at once",
+        "lookups in flight at once (each sends an A and an AAAA query)",
     ),
     Setting(
         "rewrite",
@@ -56,7 +56,7 @@ ROWS: tuple[Setting, ...] = (
         ("MPI_BOOTSTRAP_REWRITE",),
         "none",
         v.choice(REWRITE_MODES),
-        "rewrite hostnames: none, fqdn (x.svc → x.svc.DOMAIN), ip",
+        "rewrite hostnames: none, fqdn (x.svc → x.svc.DOMAIN, idempotent), ip (its address)",
     ),
     Setting(
         "rewrite_fqdn_legacy",
@@ -64,7 +64,7 @@ ROWS: tuple[Setting, ...] = (
         ("REWRITE_MPI_HOSTFILE_FQDN",),
         False,
         v.boolean,
-        "legacy switch: true means --rewrite fqdn",
+        "legacy switch: true means --rewrite fqdn unless --rewrite/MPI_BOOTSTRAP_REWRITE is set",
     ),
     Setting(
         "cluster_domain",
@@ -88,8 +88,8 @@ ROWS: tuple[Setting, ...] = (
         ("MPI_BOOTSTRAP_DATA_IFACE",),
         None,
         v.iface,
-        "data NIC the agent gives NCCL when NCCL_SOCKET_IFNAME is unset (default: net1 or "
-        "dranet0 if present)",
+        "data NIC (if present) the agent gives NCCL as NCCL_SOCKET_IFNAME==NIC when that is unset",
+        "net1 or dranet0",
     ),
     Setting(
         "mpi",
@@ -105,7 +105,8 @@ ROWS: tuple[Setting, ...] = (
         ("MPI_BOOTSTRAP_MPIRUN",),
         None,
         v.path,
-        "mpirun to use (default: `mpirun` on PATH)",
+        "mpirun to use (wrap mode uses yours)",
+        "`mpirun` on PATH",
     ),
     Setting(
         "forward_env",
@@ -116,12 +117,7 @@ ROWS: tuple[Setting, ...] = (
         "extra variables to forward: NAME or PREFIX*, comma separated",
     ),
     Setting(
-        "np",
-        "--np",
-        ("MPI_BOOTSTRAP_NP",),
-        None,
-        v.positive_int,
-        "number of ranks (default: sum of slots)",
+        "np", "--np", ("MPI_BOOTSTRAP_NP",), None, v.positive_int, "number of ranks", "sum of slots"
     ),
     Setting(
         "startup_timeout",
