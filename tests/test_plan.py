@@ -194,11 +194,13 @@ class TestSnapshots:
     @pytest.mark.parametrize("rewrite", ["none", "fqdn", "ip"])
     @pytest.mark.parametrize("override", ["none", "flags", "env"])
     def test_plan(self, kind: str, rewrite: str, override: str) -> None:
-        """Each MPI × rewrite × user-override plan equals its reviewed snapshot, and neither render
-        shows the token's value nor lists MPI_BOOTSTRAP_TOKEN among the plan's variables."""
+        """Each MPI × rewrite × user-override plan equals its reviewed snapshot, --explain --json
+        writes it as json.dumps(indent=2) would, and neither render shows the token's value nor
+        lists MPI_BOOTSTRAP_TOKEN among the plan's variables."""
         plan = make_plan(kind, rewrite, override)
         data = render.as_dict(plan)
         check_snapshot(f"{kind}-{rewrite}-{override}", data)
+        assert render.as_json(plan) == json.dumps(data, indent=2) + "\n"
         # never a secret, never a value of a forwarded variable
         text = json.dumps(data) + render.as_text(plan)
         assert "never-shown-token" not in text

@@ -12,7 +12,7 @@ import argparse
 import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mpi_bootstrap.core import nccl, tokens
 from mpi_bootstrap.core.cmdline import make_parser, split_role
@@ -21,7 +21,9 @@ from mpi_bootstrap.core.exchanges import EXCHANGES, Exchange
 from mpi_bootstrap.core.model import Decision
 from mpi_bootstrap.core.names import is_dns_name, is_plain_path
 from mpi_bootstrap.core.settings import ROLES, SETTINGS, Source
-from mpi_bootstrap.core.spec import Termination
+
+if TYPE_CHECKING:  # the hand-off's types (8 dataclasses, 4 ms): not for --explain, the doctor
+    from mpi_bootstrap.core.spec import Termination
 
 
 def _no_reader(path: str) -> tokens.TokenFile:
@@ -130,6 +132,8 @@ class Config:
     def termination(self) -> Termination:
         """Where the termination message goes (system/termlog.py): the path, and whether
         to create it (only a path that was set; the default only where it exists)."""
+        from mpi_bootstrap.core.spec import Termination
+
         return Termination(self.termination_log, self.sources["termination_log"].kind != "default")
 
 

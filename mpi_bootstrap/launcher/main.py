@@ -16,8 +16,7 @@ from collections.abc import Mapping
 
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.log import Log
-from mpi_bootstrap.launcher import gather, pipeline, render
-from mpi_bootstrap.launcher.execute import execute
+from mpi_bootstrap.launcher import gather, render
 from mpi_bootstrap.launcher.model import Gathered, Plan
 from mpi_bootstrap.launcher.plan import build_plan
 
@@ -35,9 +34,11 @@ def main(config: Config, environ: Mapping[str, str], log: Log) -> int:
         p, _ = plan(config, environ, log)
         sys.stdout.write(render.as_json(p) if config.json else render.as_text(p))
         return 0
+    from mpi_bootstrap.launcher import execute, pipeline  # not for --explain (cli._dispatch)
+
     facts, _ = gather.before_dns(config, environ, log)
     if pipeline.wanted(config, facts):
         pipeline.launch(config, facts, log)
     answers = gather.wait_for_dns(config, facts.hostfile, socket.gethostname(), log)
     facts = gather.resolved(config, facts, answers, log)
-    execute(build_plan(config, facts), config, facts.environ, log)
+    execute.execute(build_plan(config, facts), config, facts.environ, log)

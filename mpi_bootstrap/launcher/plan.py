@@ -175,13 +175,15 @@ def build_plan(config: Config, facts: Gathered) -> Plan:
     """The Plan: each step below returns its value and the decisions that say why, and
     --explain lists them in the order the steps are taken here."""
     entries = host_entries(config, facts.hostfile, facts.answers)
+    remote = set(facts.remote)  # not the tuple: `in` it for each of 4,096 hosts took 50 ms
     text, form = _hostfile(config, facts, entries)
     data = data_plan(config, facts)
     preflight, run_decisions = _run_decisions(config, facts)
     control, reuse = control_dir(config, facts, preflight)
     ssh = ssh_setup(config, facts, entries, control)
+    local = tuple(e.rewritten_to for e in entries if e.rewritten_to not in remote)
     spec, check, (mode, gate_files, gate_decision) = _mpirun(
-        config, facts, entries, data, preflight=preflight, ssh_cmd=ssh.command
+        config, facts, local, data, preflight=preflight, ssh_cmd=ssh.command
     )
     pipeline, order = _order(config, mode)
     decisions = (
@@ -200,7 +202,6 @@ def build_plan(config: Config, facts: Gathered) -> Plan:
     )
     files = (*_hostfiles(config, facts, text), *ssh.files, *spec.files, *gate_files)
     done, done_text = _job_done(config, facts)
-    remote = set(facts.remote)
     return Plan(
         mpi=facts.mpi,
         hosts=tuple(entries),
@@ -234,7 +235,7 @@ def build_plan(config: Config, facts: Gathered) -> Plan:
 def _mpirun(
     config: Config,
     facts: Gathered,
-    entries: list[HostEntry],
+    local: tuple[str, ...],
     data: dataplan.DataPlan,
     *,
     preflight: bool,
@@ -245,7 +246,6 @@ def _mpirun(
     # --exec): mpirun's ssh is then the gate, where it alone can start ranks
     # (launcher/mpi/gating.py: not the user's own agent, no rank on this pod unseen).
     gate_path = f"{config.state_dir}/{gate.SCRIPT}" if preflight and not config.exec else None
-    local = tuple(e.rewritten_to for e in entries if e.rewritten_to not in facts.remote)
     spec = _launch(
         config, facts, data.rule, ssh_cmd, rdma=data.rdma, ssh_gate=gate_path, local=local
     )

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import shlex
+from itertools import chain
 from typing import Any
 
 from mpi_bootstrap.core.errors import printable
 from mpi_bootstrap.launcher.model import Plan
 
 JSON_VERSION = 1
+_SCALARS = {str, int, float, bool, type(None)}
 
 
 def as_dict(plan: Plan) -> dict[str, Any]:
@@ -55,7 +57,22 @@ def as_dict(plan: Plan) -> dict[str, Any]:
 
 
 def as_json(plan: Plan) -> str:
-    return json.dumps(as_dict(plan), indent=2) + "\n"
+    """as_dict's text as json.dumps(indent=2) writes it (tests/test_plan.py TestSnapshots)."""
+    fields = [f"  {json.dumps(key)}: {_field(value)}" for key, value in as_dict(plan).items()]
+    return "{\n" + ",\n".join(fields) + "\n}\n"
+
+
+def _field(value: Any) -> str:
+    """A field of as_dict's, one level in. indent turns json's C encoder off, and the Python
+    one took 30 ms over a 4,096-host plan's hosts and decisions: a list of flat objects is
+    written by the C encoder, the indent in its separators (an encoded string holds no
+    newline, so `},` newline `{` stands only between two objects)."""
+    objects = type(value) is list and value and set(map(type, value)) == {dict} and all(value)
+    if not objects or not set(map(type, chain.from_iterable(map(dict.values, value)))) <= _SCALARS:
+        return json.dumps(value, indent=2).replace("\n", "\n  ")
+    text = json.dumps(value, separators=(",\n      ", ": "))[2:-2]
+    text = text.replace("},\n      {", "\n    },\n    {\n      ")
+    return "[\n    {\n      " + text + "\n    }\n  ]"
 
 
 def _command(argv: tuple[str, ...], program_index: int) -> str:

@@ -75,8 +75,8 @@ def _holder(facts: Gathered) -> str:
     a worker, its name resolved to an address not this pod's. In a pipelined launch's
     first Plan a name not resolved yet may turn out to be this pod, whose ranks mpirun
     starts without ssh: its gate, never run, would hold nothing back."""
-    known = [h for h in facts.remote if (a := facts.answers.get(h)) is not None and a.ok]
-    return known[-1] if known else facts.remote[-1]
+    known = (h for h in reversed(facts.remote) if (a := facts.answers.get(h)) is not None and a.ok)
+    return next(known, facts.remote[-1])
 
 
 def control_dir(config: Config, facts: Gathered, preflight: bool) -> tuple[str | None, Decision]:
