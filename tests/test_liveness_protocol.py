@@ -251,6 +251,30 @@ class TestReplySweep:
         assert sorted(p.name for p in tmp_path.iterdir()) == ["control", here.name]
 
 
+class TestEndedNote:
+    """The line a worker's PID 1 writes on a session it ends goes to that session's pipe
+    only (pid1/tree.py `say`): a process whose stderr is a file, which PID 1 might write
+    where the process may not, gets nothing."""
+
+    def test_pipe_only(self, tmp_path: Path) -> None:
+        import subprocess
+
+        victim = tmp_path / "victim"
+        victim.write_text("untouched\n")
+        with victim.open("rb") as ro:  # read-only: the process could not write it
+            on_file = subprocess.Popen(["sleep", "30"], stderr=ro)
+        on_pipe = subprocess.Popen(["sleep", "30"], stderr=subprocess.PIPE)
+        try:
+            tree.say(on_file.pid, b"ended\n")
+            tree.say(on_pipe.pid, b"ended\n")
+            assert victim.read_text() == "untouched\n"
+            assert on_pipe.stderr is not None and on_pipe.stderr.readline() == b"ended\n"
+        finally:
+            for p in (on_file, on_pipe):
+                p.kill()
+                p.wait()
+
+
 class TestSilentLauncher:
     """The worker's watch, driven as the resident's loop drives it: asleep until its
     `next_at`, with nothing else to wake it (the net and secret exchanges have no job-done

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Iterable
 
 
@@ -86,11 +87,13 @@ def signal_all(pids: Iterable[int], signum: int) -> int:
 
 
 def say(pid: int, text: bytes) -> None:
-    """Write `text` on `pid`'s stderr (an ssh session's channel), if it can be done at
-    once: never blocks, never fails."""
+    """Write `text` on `pid`'s stderr where it is a pipe (an ssh session's channel), if it
+    can be done at once: never blocks, never fails. Never on anything else: a process
+    could point its stderr at a file that only this PID 1 may write."""
     with contextlib.suppress(OSError):
         fd = os.open(f"/proc/{pid}/fd/2", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
-            os.write(fd, text)
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, text)
         finally:
             os.close(fd)
