@@ -26,7 +26,7 @@ def test_twelve_launches(exchange: str, tmp_path_factory: pytest.TempPathFactory
     said: list[str] = []
     try:
         soak = Soak(work, 4, exchange)
-        outcomes = run_soak(soak, 12, 4, say=said.append)
+        outcomes = run_soak(soak, 12, 4, say=said.append, together=True)
         wrong = [
             (o.run, o.kind, o.code, EXPECTED[o.kind], o.stderr_tail) for o in outcomes if not o.ok
         ]

@@ -78,6 +78,11 @@ def args_of(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--env", nargs="*", default=[], help="K=V for every agent (e.g. a setting)")
     ap.add_argument(
+        "--together",
+        action="store_true",
+        help="the first clean run's launcher started with the workers, as a cluster does",
+    )
+    ap.add_argument(
         "--give-up",
         type=float,
         default=GIVE_UP_S,
@@ -117,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         ch = Chaos(Path(d), args.workers, REAL_MPIS[args.mpi], env=env)
         try:
             print(f"cluster {ch.c.id}: namespaces mpib-*-{ch.c.id}-*, files in {d}", flush=True)
-            ch.start_workers()
-            print(f"{args.workers} workers ready in {time.monotonic() - t0:.1f} s", flush=True)
+            ch.start_workers(wait=not args.together)
+            print(f"{args.workers} workers started in {time.monotonic() - t0:.1f} s", flush=True)
             code, clean_s, err = ch.clean_run()
             if code != 0:
                 raise SystemExit(f"the first clean run exited {code}: {err[-3000:]}")

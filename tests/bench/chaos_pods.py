@@ -114,9 +114,12 @@ class Chaos:
     def wait_ready(self, w: Agent, timeout: float = 120) -> None:
         wait_until(lambda: self.ready(w), timeout, f"{w.pod.name} to be ready", interval=0.2)
 
-    def start_workers(self) -> None:
+    def start_workers(self, *, wait: bool = True) -> None:
+        """Every worker pod's agent; each ready before this returns, unless not `wait`
+        (the next launcher then starts with them, as a cluster starts it)."""
         for w in [self.start_worker(p) for p in self.c.pods[1:]]:
-            self.wait_ready(w, 180)
+            if wait:
+                self.wait_ready(w, 180)
 
     def restart_worker(self, name: str) -> None:
         """A worker whose pod was killed, started again (a new pod, as its StatefulSet's)."""

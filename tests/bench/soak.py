@@ -50,6 +50,9 @@ def main() -> int:
     ap.add_argument("--every", type=int, default=20)
     ap.add_argument("--exchange", nargs="+", default=["dir", "net"])
     ap.add_argument("--json", type=Path, help="write the results here too")
+    ap.add_argument(
+        "--together", action="store_true", help="the first launcher started with the workers"
+    )
     args = ap.parse_args()
     results = {}
     for exchange in args.exchange:
@@ -62,6 +65,7 @@ def main() -> int:
                     args.runs,
                     args.every,
                     say=lambda s, x=exchange: print(f"[{x}] {s}", flush=True),
+                    together=args.together,
                 )
             finally:
                 soak.close()

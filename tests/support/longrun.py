@@ -98,8 +98,9 @@ class Soak:
 
     # ------------------------------------------------------------ workers
 
-    def start_workers(self, timeout: float = 120) -> None:
-        """Every worker that is not running, started; until each is ready."""
+    def start_workers(self, timeout: float = 120, *, wait: bool = True) -> None:
+        """Every worker that is not running, started; until each is ready, unless not
+        `wait` (the next launcher then starts with them, as a cluster starts it)."""
         (self.xdir / "job-done").unlink(missing_ok=True)
         started = []
         for pod in self.c.pods[1:]:
@@ -114,7 +115,7 @@ class Soak:
             argv = ["sh", "-c", f"{hide}exec {shlex.quote(AGENT)} worker"]
             self.workers[pod.name] = w = Agent(self.c, pod, argv, self.env(pod))
             started.append(w)
-        for w in started:
+        for w in started if wait else ():
             wait_until(
                 lambda w=w: _probe(w, self.env(w.pod)),
                 timeout,
@@ -281,9 +282,12 @@ def _spread(values: list[int]) -> dict[str, float]:
     return {"median": statistics.median(values), "max": max(values)}
 
 
-def run_soak(soak: Soak, runs: int, every: int, say: Any = print) -> list[Outcome]:
-    """`runs` launches, sampled after every `every` runs (and after the first)."""
-    soak.start_workers()
+def run_soak(
+    soak: Soak, runs: int, every: int, say: Any = print, *, together: bool = False
+) -> list[Outcome]:
+    """`runs` launches, sampled after every `every` runs (and after the first); with
+    `together`, the first launcher starts with the workers, as a cluster starts it."""
+    soak.start_workers(wait=not together)
     outcomes = []
     for run in range(1, runs + 1):
         out = soak.launch(run)
