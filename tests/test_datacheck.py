@@ -25,9 +25,11 @@ from mpi_bootstrap.core.model import Answer, ClientKey
 from mpi_bootstrap.dataplane import probe as dataprobe
 from mpi_bootstrap.launcher import checks, pipeline, preflight
 from mpi_bootstrap.launcher.plan import Gathered, Plan, build_plan
+from mpi_bootstrap.launcher.session import Session
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.ssh import datacheck
 from mpi_bootstrap.ssh.datacheck import mismatch
+from mpi_bootstrap.system import parallel
 from mpi_bootstrap.worker.main import CONTROL_FIFO
 from tests.conftest import AGENT, REAL_MPIS
 from tests.support import logs
@@ -667,18 +669,22 @@ LOCAL_SSH = [
 class TestPreflightHandsOverItsSession:
     """With the data check on, preflight's own ssh session goes on to run it (one login per
     worker, not two): a session whose check passed is kept open and handed over; when
-    preflight fails, no kept session is left running."""
+    preflight fails, no kept session is left running. The sessions run as the launch's
+    `Each` runs them (launcher/pipeline.py): each on its own, a failure said of its host,
+    every kept session released on it."""
 
     def run(self, hosts: list[str], then: str) -> dict[str, Any]:
         check = preflight.RemoteCheck(mpi=OMPI4, prefix=None, want_ld=None, then=then)
-        return preflight.run(
-            hosts,
-            LOCAL_SSH,
-            check,
-            env=BASE_ENV,
-            deadline=time.monotonic() + 20,
-            log=lambda *a, **k: None,
-        ).opened
+        sessions = {h: Session(h, LOCAL_SSH, check, BASE_ENV, lambda *a, **k: None) for h in hosts}
+        deadline = time.monotonic() + 20
+        whys = parallel.map_all(lambda h: sessions[h].until_done(deadline, None, None), hosts, 4)
+        failed = {h: why for h, why in zip(hosts, whys, strict=True) if why}
+        try:
+            preflight.raise_failures(hosts, sessions, failed)
+        except BaseException:
+            preflight.release(sessions.values())
+            raise
+        return {h: s.kept for h, s in sessions.items() if s.kept is not None}
 
     def test_kept_after_the_check(self) -> None:
         """Each session prints the check's report, then runs `then`, which reads the

@@ -148,7 +148,8 @@ class TestEveryWorkerFirst:
         self, real_mpi: RealMPI, work: Path, marker: tuple[Path, Path], setting: dict[str, str]
     ) -> None:
         """With the pipeline off, or --rewrite ip (the hostfile holds every address), no
-        worker is checked and mpirun does not start before the last name resolved."""
+        worker is taken (checked) and mpirun does not start before the last name resolved
+        and every record was read."""
         prog, marks = marker
         with Cluster(["job-launcher", *W3], dns=True, pid1=True, late=[LATE]) as c:
             job = Job(c, work, real_mpi)
@@ -160,8 +161,9 @@ class TestEveryWorkerFirst:
             code, _, err = launcher.finish(timeout=120)
             assert code == 0, err
             names = [e["event"] for e in logs.events(err)]
-            assert names.index("DNS done") < names.index("mpirun start"), names
-            assert "worker passed" not in names and len(list(marks.iterdir())) == 3
+            assert names.index("DNS done") < names.index("records") < names.index("worker in")
+            assert names.index("records") < names.index("mpirun start"), names
+            assert len(list(marks.iterdir())) == 3
 
     def test_rdma_devices_make_mpirun_wait_for_every_worker(
         self, real_mpi: RealMPI, work: Path, marker: tuple[Path, Path], tmp_path: Path

@@ -36,7 +36,7 @@ from mpi_bootstrap.core.runtimes.schema import (
 from mpi_bootstrap.core.settings import MPI_CHOICES
 from mpi_bootstrap.launcher import mpi, preflight, render
 from mpi_bootstrap.launcher.mpi.resolve import READERS
-from mpi_bootstrap.launcher.plan import Gathered, Plan, build_plan
+from mpi_bootstrap.launcher.plan import Gathered, Plan, build_plan, changes
 from mpi_bootstrap.ssh import sshconfig
 from mpi_bootstrap.ssh.sshconfig import UnsafeValue
 from mpi_bootstrap.system.dns import Answer
@@ -1118,6 +1118,21 @@ class TestLaunchOrder:
         value, reason = self.decision(plan)
         assert (plan.pipeline, value) == (False, "every worker first")
         assert why in reason, reason
+
+
+    @pytest.mark.parametrize("kind", ["openmpi4", "mpich"])
+    def test_explain_shows_the_first_plan(self, kind: str) -> None:
+        """--explain of a pipelined launch says the Plan mpirun starts from first: the
+        first worker's alone (its answer and record); none where every worker is first."""
+        plan = self.plan(kind, "dir", "--explain")
+        (d,) = [d for d in plan.decisions if d.setting == "first plan"]
+        assert d.value == "mpirun as below", d.reason
+        assert d.reason.startswith("from pi-worker-0.pi.default.svc alone"), d.reason
+        ordered = self.plan(kind, "dir", "--explain", "--pipeline", "off")
+        assert not [d for d in ordered.decisions if d.setting == "first plan"]
+        assert plan.argv == self.plan(kind, "dir").argv
+        later = dataclasses.replace(plan, env_set={**plan.env_set, "NCCL_IB_HCA": "=mlx5_1"})
+        assert changes(plan, later) == ["environment"] and changes(plan, plan) == []
 
 
 class TestLocalRule:

@@ -5,7 +5,9 @@ dir exchange: one thread polls the directory), fetched (net: once its name resol
 made (secret) as soon as it can be. A worker is *ready* once its name resolved and its
 record is in. The threads only put what they learn on one queue of events; the
 caller's thread takes them (`wait`), holds all the state (`handle`), and learns which
-workers became ready. Every thread is a daemon and stops when `stop` is set.
+workers became ready. Every thread is a daemon and stops when `stop` is set. Where every
+worker comes first (the Plan's `launch order`), `whole` reads them all before any is
+taken, as gather.py does for --explain: then every worker is ready at once.
 """
 
 from __future__ import annotations
@@ -64,6 +66,19 @@ class Arrivals:
         self.last: dict[str, str] = {}  # the last failure reading each worker's record
         self.records = facts.client is not None
         self.fetches: parallel.Workers[Worker, None] | None = None
+        self.at_once = False  # `whole`: every worker read first
+
+    def whole(self) -> None:
+        """Every name resolved and every record read (gather.py, its failures as it says
+        them), before any worker is taken: all ready at once, no thread started."""
+        config = self.config
+        answers = gather.wait_for_dns(config, self.base.hostfile, self.own[0], self.log)
+        facts = gather.resolved(config, self.base, answers, self.log)
+        self.answers, self.dns_done, self.at_once = dict(answers), True, True
+        self.workers = {  # by the names mpirun uses now (--rewrite ip: their addresses)
+            new: Worker(orig, new, "", addr, facts.records.get(new), ready=True)
+            for orig, new, addr in gather.remote_hosts(config, facts)
+        }
 
     def start(self) -> None:
         threading.Thread(target=self._dns, name="dns", daemon=True).start()

@@ -1,10 +1,10 @@
-"""The checks of the workers before any rank runs: a list of check objects, taken in
-order. Each either looks at every worker at once (the data NIC's selection, the data
-network between them) or at each worker on its own (preflight's ssh session, which calls
-`passed(host)` as each worker passes: the launch gate lets mpirun's ssh through to it).
-A check raises a BootstrapError naming the host at fault (exit 69 as a rule); what it
-leaves for what follows goes into `Checked`. A new check is a class here (or a module
-of its own) and one line in CHECKS.
+"""The checks of the workers before any rank runs. Each worker's own (NCCL's selection on
+it, its preflight session, which calls `passed(host)` as it passes: the launch gate lets
+mpirun's ssh through to it) are taken as it arrives (launcher/pipeline.py `Each`); then
+the checks of ACROSS, in order, look at every worker together. A check raises a
+BootstrapError naming the host at fault (exit 69 as a rule); what it leaves for what
+follows goes into the `Job`. A new check across the workers is a class here (or a module
+of its own) and one line in ACROSS.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from mpi_bootstrap.core.config import Config
-from mpi_bootstrap.core.errors import NotSetUpError, PeerUnavailableError, some
+from mpi_bootstrap.core.errors import PeerUnavailableError
 from mpi_bootstrap.core.liveness import Claimed
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.launcher import preflight
@@ -49,59 +49,6 @@ class Check(Protocol):
 
     def run(self, job: Job) -> None:
         """Check, or raise naming the host at fault."""
-
-
-class NcclSelects:
-    """NCCL_SOCKET_IFNAME selects an interface on every worker (from their records):
-    failed before any ssh."""
-
-    def wanted(self, job: Job) -> bool:
-        return bool(job.p.data_missing)
-
-    def run(self, job: Job) -> None:
-        problems = list(job.p.data_missing.values())
-        raise PeerUnavailableError(
-            f"data network: {some(problems)}",
-            details="\n".join(problems) if len(problems) > 1 else "",
-            phase="data check",
-            host=next(iter(job.p.data_missing)),
-        )
-
-
-class Preflight:
-    """Each worker, over a real ssh session (launcher/preflight.py): claimed for this
-    launch, its sshd, the MPI's daemon, LD_LIBRARY_PATH, the program; the session goes on
-    to run the first data NIC's check where there is one."""
-
-    def wanted(self, job: Job) -> bool:
-        return job.p.preflight
-
-    def run(self, job: Job) -> None:
-        p, config = job.p, job.config
-        first = data_rounds(p.data_check)[:1]
-        then = {
-            h: datacheck.session_command(nic, config.sysfs, p.deadline)
-            for h, nic in (first[0] if first else {}).items()
-        }
-        check = claimed(remote_check(p, config, job.env), job)
-        try:
-            done = preflight.run(
-                p.remote,
-                p.ssh_command,
-                check,
-                env=job.env,
-                deadline=p.deadline,
-                log=job.log,
-                targets=p.ssh_targets or None,
-                passed=job.passed,
-                then=then,
-            )
-        except NotSetUpError:
-            raise  # said all there is to say; DNS and the Service are beside the point
-        except PeerUnavailableError as exc:
-            raise with_doctor(exc, config) from None
-        job.opened.update(done.opened)
-        job.claims.update(done.claims)
 
 
 def claimed(check: preflight.RemoteCheck, job: Job) -> preflight.RemoteCheck:
@@ -148,14 +95,12 @@ class DataNetwork:
             job.opened = {}
 
 
-# In order: what can fail without ssh first, then each worker, then all of them together.
-# The pipelined launch (launcher/pipeline.py) takes the first two worker by worker as
-# each arrives, then ACROSS.
+# What looks at every worker together, once each passed its own (launcher/pipeline.py
+# `Each`: NCCL's selection on it, then its preflight session), in order.
 ACROSS: tuple[Check, ...] = (DataNetwork(),)
-CHECKS: tuple[Check, ...] = (NcclSelects(), Preflight(), *ACROSS)
 
 
-def run(job: Job, these: tuple[Check, ...] = CHECKS) -> Job:
+def run(job: Job, these: tuple[Check, ...] = ACROSS) -> Job:
     """Every check of `these` the plan asks for, in order; the job, with what they left."""
     for check in these:
         if check.wanted(job):

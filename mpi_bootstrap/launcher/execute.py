@@ -1,5 +1,5 @@
-"""Carry a Plan out: write its files, then check the workers (their sshd, preflight, the
-data network between them) and run mpirun, supervised by the resident PID 1 (or exec'd).
+"""Carrying a Plan out (the steps launcher/pipeline.py takes): its files, this launch's
+key, mpirun started and ended, and handed to the resident PID 1 (or exec'd).
 
 With the launch gate (core/gate.py) mpirun starts first and the checks run beside it:
 each worker that passes is let through the gate, and mpirun is handed to the resident
@@ -14,7 +14,7 @@ import dataclasses
 import os
 import secrets
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import NoReturn
 
 from mpi_bootstrap.core import gate
@@ -22,7 +22,7 @@ from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.spec import Marker, Peer, Spec
 from mpi_bootstrap.core.spec import Monitor as MonitorSpec
-from mpi_bootstrap.launcher import checks, preflight
+from mpi_bootstrap.launcher import checks
 from mpi_bootstrap.launcher.model import Plan
 from mpi_bootstrap.pid1.monitor import arm
 from mpi_bootstrap.proc import children, handoff
@@ -30,31 +30,14 @@ from mpi_bootstrap.system import files, netif
 from mpi_bootstrap.system.gate import Marks
 
 
-def execute(p: Plan, config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
-    """Write the plan's files, check the workers and hand mpirun over: started beside the
-    checks behind the launch gate (`gated`), or after them — then replacing the agent
-    (`--exec`) or supervised by the resident PID 1. Every way ends in an exec: the
-    supervisor exits with mpirun's code."""
-    write_files(p, config, log)
-    env = p.environment(environ)
-    if p.ssh_targets and not p.preflight:
-        preflight.wait_sshd(p.ssh_targets, p.deadline, log)
-    job = checks.Job(p, config, env, log, session_key(p, config))
-    if p.gate is not None:
-        gated = Gated.of(job)
-        started = gated.start(job)
-        with ending(job, gated):
-            passed = gated.marks.open if p.gate == gate.EACH else None
-            checks.run(dataclasses.replace(job, passed=passed))
-            watched = armed(job)
-            gated.marks.open(gate.ALL)
-        hand_over(job, started, watched)
-    checks.run(job)
-    if config.exec:
-        log("mpirun exec", argv=list(p.argv), forwarded=list(p.forwarded))
-        handoff.exec_replace(p.argv, env)
-    watched = armed(job)
-    log("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded))
+def ungated(job: checks.Job, watched: MonitorSpec | None) -> NoReturn:
+    """Every check passed, no launch gate: mpirun replaces the agent (`--exec`) or is
+    started and handed to the resident PID 1 (`watched`: armed already)."""
+    p = job.p
+    if job.config.exec:
+        job.log("mpirun exec", argv=list(p.argv), forwarded=list(p.forwarded))
+        handoff.exec_replace(p.argv, job.env)
+    job.log("mpirun start", argv=list(p.argv), forwarded=list(p.forwarded))
     handoff.start_and_handoff(dataclasses.replace(spec_of(job), monitor=watched))
 
 
@@ -92,14 +75,15 @@ def spec_of(job: checks.Job) -> Spec:
 
 @dataclasses.dataclass
 class Gated:
-    """mpirun behind the launch gate: its gates' marks, and mpirun once started."""
+    """mpirun behind the launch gate: its gates' marks (made where a gate may be: `may`),
+    and mpirun once started."""
 
-    marks: Marks
+    marks: Marks | None
     started: handoff.Started | None = None
 
     @classmethod
-    def of(cls, job: checks.Job) -> Gated:
-        return cls(Marks(job.config.state_dir, job.p.remote))
+    def of(cls, job: checks.Job, may: bool) -> Gated:
+        return cls(Marks(job.config.state_dir, job.p.remote) if may else None)
 
     def start(self, job: checks.Job) -> handoff.Started:
         """mpirun started now, in a process group of its own (so that ending it ends its
@@ -128,10 +112,12 @@ def ending(job: checks.Job, gated: Gated) -> Iterator[None]:
         # it, and what it did is its own to say (its output), not the agent's.
         started = gated.started
         before = children.exited(started.pid) if started is not None else None
-        gated.marks.fail()  # the gates that wait exit without connecting: mpirun gives up
+        if gated.marks is not None:
+            gated.marks.fail()  # the gates that wait exit without connecting: mpirun gives up
         if started is not None:
             _end(job, started, before, exc)
-        gated.marks.remove()
+        if gated.marks is not None:
+            gated.marks.remove()
         raise
     job.log("checks passed", workers=len(job.p.remote), elapsed_s=round(time.monotonic() - t0, 3))
 

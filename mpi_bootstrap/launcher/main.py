@@ -1,16 +1,18 @@
 """The launcher role: gather facts, build the Plan, then explain it or carry it out.
 
-config → mpirun --version → hostfile → DNS wait → Plan → (--explain | write + run)
-(gather.py)                                      (plan.py)  (render.py | execute.py)
+config → mpirun --version → hostfile → DNS wait → Plan → --explain
+(gather.py)                                      (plan.py)  (render.py)
 
-Where the Plan takes the workers as they come (its `launch order`), the DNS wait, the
-records and the checks run as one pipeline instead (pipeline.py).
+A launch runs the one pipeline (pipeline.py): this pod's facts (gather.py), then the
+workers as they arrive (arrivals.py), each checked as it does, mpirun started behind the
+launch gate. Here the launch's order is chosen, by the Plan of this pod's facts (its
+`launch order`): the workers as they come, or every worker first — every name resolved
+and every record read before the first is taken (`Arrivals.whole`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import socket
 import sys
 from collections.abc import Mapping
 
@@ -34,11 +36,13 @@ def main(config: Config, environ: Mapping[str, str], log: Log) -> int:
         p, _ = plan(config, environ, log)
         sys.stdout.write(render.as_json(p) if config.json else render.as_text(p))
         return 0
-    from mpi_bootstrap.launcher import execute, pipeline  # not for --explain (cli._dispatch)
+    from mpi_bootstrap.launcher import pipeline  # not for --explain (cli._dispatch)
+    from mpi_bootstrap.launcher.arrivals import Arrivals
 
     facts, _ = gather.before_dns(config, environ, log)
-    if pipeline.wanted(config, facts):
-        pipeline.launch(config, facts, log)
-    answers = gather.wait_for_dns(config, facts.hostfile, socket.gethostname(), log)
-    facts = gather.resolved(config, facts, answers, log)
-    execute.execute(build_plan(config, facts), config, facts.environ, log)
+    arrivals = Arrivals(config, facts, log)
+    if build_plan(config, facts).pipeline:
+        arrivals.start()  # as they come
+    else:
+        arrivals.whole()  # every worker first
+    pipeline.launch(config, arrivals, log)

@@ -38,46 +38,45 @@ from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.launcher import checks, dataplan, execute, gather, preflight
 from mpi_bootstrap.launcher.arrivals import Arrivals, Event
 from mpi_bootstrap.launcher.model import Gathered, Plan
-from mpi_bootstrap.launcher.plan import build_plan, data_plan, host_entries
+from mpi_bootstrap.launcher.plan import build_plan, changes, data_plan, host_entries
 from mpi_bootstrap.launcher.session import Session
 from mpi_bootstrap.launcher.sshplan import ssh_setup
 from mpi_bootstrap.ssh import datacheck
 from mpi_bootstrap.system import files, parallel
 
 
-def wanted(config: Config, facts: Gathered) -> bool:
-    """Whether the Plan takes the workers as they come (its `launch order`)."""
-    return build_plan(config, facts).pipeline
-
-
-def launch(config: Config, facts: Gathered, log: Log) -> NoReturn:
-    """The pipelined launch of `facts` (gather.before_dns's), ending in the hand-over."""
-    arrivals = Arrivals(config, facts, log)
-    arrivals.start()
+def launch(config: Config, arrivals: Arrivals, log: Log) -> NoReturn:
+    """The launch of `arrivals`' workers, as they come or (`Arrivals.whole`) all at once,
+    ending in the hand-over (or, with no gate, mpirun started or exec'd after the checks)."""
     try:
         ready = _first(arrivals)
         first = build_plan(config, arrivals.facts())
         execute.write_files(first, config, log)
-        env = first.environment(facts.environ)
+        env = first.environment(arrivals.base.environ)
         job = checks.Job(first, config, env, log, execute.session_key(first, config))
-        gated = execute.Gated.of(job)
-        each = Each(job, arrivals, gated.marks.open if first.gate == gate.EACH else None)
-        start = Start(job, gated, arrivals, _after_every_worker(each, first, arrivals.facts()))
+        gated = execute.Gated.of(job, may=first.gate is not None or not arrivals.at_once)
+        marks = gated.marks
+        each = Each(job, arrivals, marks.open if marks and first.gate == gate.EACH else None)
+        start = Start(job, gated, arrivals, _after_every_worker(each, first, arrivals))
         with execute.ending(job, gated):
-            each.run(ready, start)
+            if first.preflight:
+                each.run(ready, start)
+            elif first.ssh_targets:
+                preflight.wait_sshd(first.ssh_targets, first.deadline, log)
             job = _final(start.job, arrivals.facts(), each.passed, started=start.done)
             if not start.done and job.p != start.job.p:  # mpirun starts from this Plan
                 execute.write_files(job.p, config, log)
             if job.p.gate is not None and not start.done:
                 gated.start(job)  # beside the data network's check
             checks.run(job, checks.ACROSS)
-            watched = execute.armed(job)
-            started = gated.started or gated.start(job)  # no gate: every check passed first
-            if job.p.gate is not None:
-                gated.marks.open(gate.ALL)
+            watched = None if config.exec else execute.armed(job)
+            if marks is not None and job.p.gate is not None:
+                marks.open(gate.ALL)
     finally:
         arrivals.stop.set()
-    execute.hand_over(job, started, watched)
+    if gated.started is None:  # no gate: every check passed first
+        execute.ungated(job, watched)
+    execute.hand_over(job, gated.started, watched)
 
 
 NAMES, WORKERS = "every name resolved", "every worker in"
@@ -127,7 +126,7 @@ class Start:
         self.gated.start(self.job)
 
 
-def _after_every_worker(each: Each, first: Plan, facts: Gathered) -> tuple[str, str] | None:
+def _after_every_worker(each: Each, first: Plan, arrivals: Arrivals) -> tuple[str, str] | None:
     """Why mpirun must wait, if it must, and until when: NCCL_IB_HCA names the RDMA
     devices behind every worker's data NIC (dataplan.py), which may differ from worker
     to worker (SR-IOV functions); the gate is off (every check before mpirun); or every
@@ -135,20 +134,23 @@ def _after_every_worker(each: Each, first: Plan, facts: Gathered) -> tuple[str, 
     name is not resolved yet: mpirun, resolving it as this pod's before the agent does,
     would start that host's ranks without ssh. (Where gates open one by one, the one
     that waits for every check is a worker's whose name resolved: sshplan.py
-    `_holder`.)"""
+    `_holder`.) Every worker in already (`Arrivals.whole`): nothing to wait for."""
     if first.gate is None:
         return (
-            "the launch gate is off for what the first workers showed (see --explain's "
-            "`launch gate`): every check passes before mpirun starts",
+            "the launch gate is off (see --explain's `launch gate`): every check passes "
+            "before mpirun starts",
             WORKERS,
         )
+    if arrivals.complete():
+        return None
     if any(where != "launcher" for where, _ in each.data.rdma):
         return (
             "the first worker's record lists RDMA devices behind its data NIC: NCCL_IB_HCA "
             "names every worker's, so mpirun starts once every worker is in",
             WORKERS,
         )
-    unresolved = [h for h in first.remote if not ((a := facts.answers.get(h)) and a.ok)]
+    answers = arrivals.answers
+    unresolved = [h for h in first.remote if not ((a := answers.get(h)) and a.ok)]
     if first.gate == gate.EVERY and unresolved:
         return (
             f"{some(unresolved)} not resolved yet: every gate waits for every check, and a "
@@ -160,7 +162,10 @@ def _after_every_worker(each: Each, first: Plan, facts: Gathered) -> tuple[str, 
 
 
 def _first(arrivals: Arrivals) -> list[str]:
-    """Until a worker is ready (or the wait fails): the workers ready by then."""
+    """Until a worker is ready (or the wait fails): the workers ready by then (all of
+    them, none awaited, where every worker came first)."""
+    if arrivals.at_once:
+        return list(arrivals.workers)
     while True:
         ready = [new for event in arrivals.wait() for new in arrivals.handle(event)]
         if ready:
@@ -201,7 +206,7 @@ class Each:
             self._one, parallel.SSH_AT_ONCE, "preflight"
         )
         self.started = time.monotonic()
-        self.said = False  # the `records` line
+        self.said = arrivals.at_once  # the `records` line (gather.py's, when all at once)
 
     def run(self, ready: list[str], start: Start) -> None:
         """Until every worker passed; what preflight leaves goes into the job. Once mpirun
@@ -211,8 +216,7 @@ class Each:
             while ready or not (self.arrivals.complete() and self.done >= set(self.sessions)):
                 if ready:
                     self._trust()
-                    for host in ready:
-                        self._start(host)
+                    self._start(ready)
                     self._records()
                 _overdue(self.arrivals, self.job.p.deadline)
                 ready = []
@@ -251,30 +255,44 @@ class Each:
             files.atomic_write(f.path, f.text, f.mode)
         self.targets.update(ssh.targets)
 
-    def _start(self, host: str) -> None:
-        """NCCL's selection on the worker (from its record), then its preflight."""
-        self.job.log("worker in", host=host)  # resolved, its record in: trusted now
-        config, rec = self.job.config, self.arrivals.workers[host].record
-        nics, missing, _ = dataplan.worker(
-            host, self.data.rule, rec, self.data.own, config.control_iface
-        )
-        if missing is not None and config.data_check:
-            raise PeerUnavailableError(f"data network: {missing}", phase="data check", host=host)
-        then = (
-            datacheck.session_command(nics[0], config.sysfs, self.job.p.deadline)
-            if nics and config.data_check
-            else None
-        )
-        check = dataclasses.replace(self.check, then=then) if then else self.check
-        self.sessions[host] = Session(
-            host,
-            list(self.job.p.ssh_command),
-            check,
-            self.job.env,
-            self.job.log,
-            expect_sshd=host in self.targets,
-        )
-        self.pool.submit(host)
+    def _start(self, hosts: list[str]) -> None:
+        """NCCL's selection on each worker (from its record): one that finds no NIC fails
+        the launch, every such one of `hosts` named; then their preflight sessions."""
+        config = self.job.config
+        nics = {
+            h: dataplan.worker(
+                h,
+                self.data.rule,
+                self.arrivals.workers[h].record,
+                self.data.own,
+                config.control_iface,
+            )[:2]
+            for h in hosts
+        }
+        missing = [m for _, m in nics.values() if m is not None]
+        if missing and config.data_check:
+            raise PeerUnavailableError(
+                f"data network: {some(missing)}",
+                details="\n".join(missing) if len(missing) > 1 else "",
+                phase="data check",
+                host=next(h for h, (_, m) in nics.items() if m is not None),
+            )
+        for host, (found, _) in nics.items():
+            self.job.log("worker in", host=host)  # resolved, its record in: trusted now
+            then = (
+                datacheck.session_command(found[0], config.sysfs, self.job.p.deadline)
+                if found and config.data_check
+                else None
+            )
+            self.sessions[host] = Session(
+                host,
+                list(self.job.p.ssh_command),
+                dataclasses.replace(self.check, then=then) if then else self.check,
+                self.job.env,
+                self.job.log,
+                expect_sshd=host in self.targets,
+            )
+            self.pool.submit(host)
 
     def _one(self, host: str) -> None:
         """In a pool thread: the worker's session until done; the outcome as an event."""
@@ -341,17 +359,7 @@ def _final(
             raise _changed(["program or library path the workers were checked for"], [])
         return dataclasses.replace(job, p=final, env=env)
     _local(first, sorted(set(first.remote) - set(remote)), passed)
-    changed = [
-        what
-        for what, a, b in (
-            ("command", first.argv, final.argv),
-            ("environment", first.env_set, final.env_set),
-            ("forwarded variables", first.forwarded, final.forwarded),
-            ("hostfile", first.hostfile_text, final.hostfile_text),
-        )
-        if a != b
-    ]
-    if changed:
+    if changed := changes(first, final):
         raise _changed(
             changed, [f"{k}={v}" for k, v in final.env_set.items() if first.env_set.get(k) != v]
         )

@@ -6,6 +6,8 @@ The same Plan drives `--explain` (rendered, then the agent stops) and the real r
 
 from __future__ import annotations
 
+import dataclasses
+import shlex
 from collections.abc import Mapping
 
 from mpi_bootstrap.core import gate, nccl, records
@@ -173,7 +175,62 @@ def _run_decisions(config: Config, facts: Gathered) -> tuple[bool, list[Decision
 
 def build_plan(config: Config, facts: Gathered) -> Plan:
     """The Plan: each step below returns its value and the decisions that say why, and
-    --explain lists them in the order the steps are taken here."""
+    --explain lists them in the order the steps are taken here; a pipelined one's, the
+    Plan it starts mpirun from first (`first plan`)."""
+    plan = _plan(config, facts)
+    if not (config.explain and plan.pipeline):
+        return plan
+    return dataclasses.replace(plan, decisions=(*plan.decisions, _first(config, facts, plan)))
+
+
+def changes(first: Plan, final: Plan) -> list[str]:
+    """What of mpirun's launch the Plan of every fact changes from a pipelined launch's
+    first Plan."""
+    return [
+        what
+        for what, a, b in (
+            ("command", first.argv, final.argv),
+            ("environment", first.env_set, final.env_set),
+            ("forwarded variables", first.forwarded, final.forwarded),
+            ("hostfile", first.hostfile_text, final.hostfile_text),
+        )
+        if a != b
+    ]
+
+
+def _first(config: Config, facts: Gathered, final: Plan) -> Decision:
+    """The Plan a pipelined launch starts mpirun from: that of the first worker in alone
+    (here: the hostfile's first remote worker resolved with its record read), its answer
+    and record the only ones."""
+    for e in host_entries(config, facts.hostfile, facts.answers):
+        name, keyed = e.rewritten_to, facts.client is not None
+        if name in facts.remote and e.address and (name in facts.records or not keyed):
+            break
+    else:
+        why = "no worker is in here (resolved, its record read): mpirun starts from the first"
+        return Decision("first plan", "none yet", "launch order", why)
+    lookup = hf.lookup_name(e.name, config.rewrite, config.cluster_domain)
+    alone = dataclasses.replace(
+        facts,
+        answers={k: a for k, a in facts.answers.items() if k == lookup},
+        records={k: r for k, r in facts.records.items() if k == name},
+    )
+    plan = _plan(config, alone)
+    if not (changed := changes(plan, final)):
+        why = f"from {name} alone (its answer and record): the same as this Plan's"
+        return Decision("first plan", "mpirun as below", "launch order", why)
+    diff = [f"{k}={v}" for k, v in plan.env_set.items() if final.env_set.get(k) != v]
+    return Decision(
+        "first plan",
+        f"{' and '.join(changed)} differ",
+        "launch order",
+        f"from {name} alone (its answer and record): {shlex.join(plan.argv)}"
+        f"{' with ' + ', '.join(diff) if diff else ''}; where mpirun starts before every "
+        "worker is in, a later worker that changes this fails the launch (exit 69)",
+    )
+
+
+def _plan(config: Config, facts: Gathered) -> Plan:
     entries = host_entries(config, facts.hostfile, facts.answers)
     remote = set(facts.remote)  # not the tuple: `in` it for each of 4,096 hosts took 50 ms
     text, form = _hostfile(config, facts, entries)
