@@ -23,7 +23,7 @@ from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import PeerUnavailableError
 from mpi_bootstrap.core.model import Answer, ClientKey
 from mpi_bootstrap.dataplane import probe as dataprobe
-from mpi_bootstrap.launcher import checks, pipeline, preflight
+from mpi_bootstrap.launcher import checks, pipeline, remotecheck, session
 from mpi_bootstrap.launcher.plan import Gathered, Plan, build_plan
 from mpi_bootstrap.launcher.session import Session
 from mpi_bootstrap.proc import children
@@ -189,7 +189,6 @@ class TestPlan:
         assert "the data check probes net1" in shown.reason and "WARNING" not in shown.reason
         assert decision(plan, "data check").value == "on"
         assert plan.data_check == {h: ("net1",) for h in ADDRESSES}
-        assert plan.data_missing == {}
 
     def test_missing_nic_flagged(self) -> None:
         """A worker where the ranks' NCCL_SOCKET_IFNAME selects nothing is flagged in
@@ -205,7 +204,6 @@ class TestPlan:
         )
         assert why in decision(plan, "data NIC pi-worker-0.pi.default.svc").reason
         assert "WARNING" in decision(plan, "data NIC pi-worker-1.pi.default.svc").reason
-        assert set(plan.data_missing) == set(ADDRESSES)
 
     def test_record_without_a_list(self) -> None:
         """An older worker's record lists no interfaces: it is taken to have the
@@ -214,7 +212,6 @@ class TestPlan:
         d = decision(plan, "data NIC pi-worker-0.pi.default.svc")
         assert (d.value, d.source) == ("net1", "as the launcher's")
         assert plan.data_check["pi-worker-0.pi.default.svc"] == ("net1",)
-        assert plan.data_missing == {}
 
     @pytest.mark.parametrize(
         ("flags", "env", "why"),
@@ -674,16 +671,13 @@ class TestPreflightHandsOverItsSession:
     every kept session released on it."""
 
     def run(self, hosts: list[str], then: str) -> dict[str, Any]:
-        check = preflight.RemoteCheck(mpi=OMPI4, prefix=None, want_ld=None, then=then)
+        check = remotecheck.RemoteCheck(mpi=OMPI4, prefix=None, want_ld=None, then=then)
         sessions = {h: Session(h, LOCAL_SSH, check, BASE_ENV, lambda *a, **k: None) for h in hosts}
         deadline = time.monotonic() + 20
         whys = parallel.map_all(lambda h: sessions[h].until_done(deadline, None, None), hosts, 4)
-        failed = {h: why for h, why in zip(hosts, whys, strict=True) if why}
-        try:
-            preflight.raise_failures(hosts, sessions, failed)
-        except BaseException:
-            preflight.release(sessions.values())
-            raise
+        if failed := [(h, why) for h, why in zip(hosts, whys, strict=True) if why]:
+            session.release(sessions.values())
+            raise session.failure(sessions[failed[0][0]], failed[0][1])
         return {h: s.kept for h, s in sessions.items() if s.kept is not None}
 
     def test_kept_after_the_check(self) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from mpi_bootstrap.core import config, failures, runtimes
 from mpi_bootstrap.core.settings import SECRET_SSHD_PORT
-from mpi_bootstrap.launcher import preflight
+from mpi_bootstrap.launcher import session
 from mpi_bootstrap.pid1.restart import RestartPolicy
 
 PACKAGE = Path(__file__).parent.parent / "mpi_bootstrap"
@@ -81,7 +81,7 @@ def test_one_definition() -> None:
                         defs.setdefault(t.id, []).append(str(path.relative_to(PACKAGE)))
     assert defs["lookup_name"] == ["core/hostfile.py"]
     assert defs["unreached"] == ["core/failures.py"]
-    assert preflight.transient is failures.transient  # core/model.py's is DNS's, not ssh's
+    assert session.transient is failures.transient  # core/model.py's is DNS's, not ssh's
     assert defs["SSH_AT_ONCE"] == ["system/parallel.py"] and "MAX_PARALLEL" not in defs
 
 

@@ -34,7 +34,7 @@ from mpi_bootstrap.core.runtimes.schema import (
     Runtime,
 )
 from mpi_bootstrap.core.settings import MPI_CHOICES
-from mpi_bootstrap.launcher import mpi, preflight, render
+from mpi_bootstrap.launcher import mpi, remotecheck, render
 from mpi_bootstrap.launcher.mpi.resolve import READERS
 from mpi_bootstrap.launcher.plan import Gathered, Plan, build_plan, changes
 from mpi_bootstrap.ssh import sshconfig
@@ -1119,7 +1119,6 @@ class TestLaunchOrder:
         assert (plan.pipeline, value) == (False, "every worker first")
         assert why in reason, reason
 
-
     @pytest.mark.parametrize("kind", ["openmpi4", "mpich"])
     def test_explain_shows_the_first_plan(self, kind: str) -> None:
         """--explain of a pipelined launch says the Plan mpirun starts from first: the
@@ -1204,7 +1203,6 @@ class TestAFifthExchange:
         ssh is pinned through the launch gate, preflight claims every worker, and
         --explain's `ssh trust` says how, in the descriptor's words."""
         from mpi_bootstrap.core import exchanges
-        from mpi_bootstrap.launcher.execute import session_key
 
         vault = exchanges.Exchange(
             "vault",
@@ -1227,7 +1225,7 @@ class TestAFifthExchange:
         assert (
             plan.ssh_command == base.ssh_command == ("ssh", "-F", "/run/mpi-bootstrap/ssh_config")
         )
-        assert plan.preflight and session_key(plan, config) is not None
+        assert plan.preflight and config.ex.keyed  # a claim key (launcher/pipeline.py)
         trust = next(d for d in plan.decisions if d.setting == "ssh trust")
         assert trust.value == "vault"
         assert trust.reason.startswith(f"records from the vault on port {config.exchange_port}")
@@ -1323,7 +1321,7 @@ class TestAFifthRuntime:
         local = build_plan(config, facts)
         why = next(d.reason for d in local.decisions if d.setting == "launch gate")
         assert local.gate is None and "launcher-0 in the hostfile is this pod: acme" in why
-        script = preflight.RemoteCheck(self.info(), prefix=None, want_ld=None).script()
+        script = remotecheck.RemoteCheck(self.info(), prefix=None, want_ld=None).script()
         assert "DAEMON acme_proxy" in script
 
 

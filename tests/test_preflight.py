@@ -1,10 +1,10 @@
-"""launcher/preflight.py: which failures of a worker's check are worth another try."""
+"""launcher/session.py: which failures of a worker's check are worth another try."""
 
 from __future__ import annotations
 
 import pytest
 
-from mpi_bootstrap.launcher import preflight
+from mpi_bootstrap.launcher import session
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,4 +26,4 @@ class TestPreflightRetry:
     def test_transient(self, code: int, output: str, expected: bool) -> None:
         """Only ssh's own connection failures (255: refused, reset, closed) are retried; a host key
         mismatch, a denied key or the program's own exit code fail at once."""
-        assert preflight.transient(code, output) is expected
+        assert session.transient(code, output) is expected

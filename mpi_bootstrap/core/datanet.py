@@ -50,14 +50,18 @@ class DataNIC:
         return f"{self.nic} {' '.join(self.addresses) or '(no address)'} MTU {self.mtu}{rdma}"
 
 
+def listed(value: Any, most: int, ok: Callable[[str], object]) -> bool:
+    """Whether `value` is a list of at most `most` strings, each `ok`."""
+    return (
+        isinstance(value, list)
+        and len(value) <= most
+        and all(isinstance(v, str) and ok(v) for v in value)
+    )
+
+
 def ifaces_from(data: Any) -> tuple[str, ...]:
     """Validate a record's `ifaces`: interface names, each once, at most MAX_IFACES."""
-    if (
-        not isinstance(data, list)
-        or len(data) > MAX_IFACES
-        or len(set(map(str, data))) != len(data)
-        or not all(isinstance(n, str) and NIC_NAME.fullmatch(n) for n in data)
-    ):
+    if not listed(data, MAX_IFACES, NIC_NAME.fullmatch) or len(set(data)) != len(data):
         raise ValueError("ifaces is not a list of interface names")
     return tuple(data)
 
@@ -69,19 +73,11 @@ def data_from(data: Any) -> DataNIC:
     nic, addrs, mtu, rdma = data["nic"], data["addresses"], data["mtu"], data["rdma"]
     if not isinstance(nic, str) or not NIC_NAME.fullmatch(nic):
         raise ValueError("data.nic is not an interface name")
-    if (
-        not isinstance(addrs, list)
-        or len(addrs) > 16
-        or not all(isinstance(a, str) and is_ip_literal(a) for a in addrs)
-    ):
+    if not listed(addrs, 16, is_ip_literal):
         raise ValueError("data.addresses is not a list of IP addresses")
     if type(mtu) is not int or not 68 <= mtu <= 65536:
         raise ValueError("data.mtu is not 68..65536")
-    if (
-        not isinstance(rdma, list)
-        or len(rdma) > 16
-        or not all(isinstance(r, str) and RDMA_NAME.fullmatch(r) for r in rdma)
-    ):
+    if not listed(rdma, 16, RDMA_NAME.fullmatch):
         raise ValueError("data.rdma is not a list of device names")
     return DataNIC(nic, tuple(addrs), mtu, tuple(rdma))
 
@@ -114,11 +110,7 @@ def session_report(data: Any, nic: str) -> dict[str, Any]:
         error, have = data["error"], data.get("have", [])
         if not isinstance(error, str) or not error or not set(data) <= _REPORT | {"error", "have"}:
             raise ValueError("not an error report")
-        if (
-            not isinstance(have, list)
-            or len(have) > 64
-            or not all(isinstance(n, str) and NIC_NAME.fullmatch(n) for n in have)
-        ):
+        if not listed(have, 64, NIC_NAME.fullmatch):
             raise ValueError("have is not a list of interface names")
         return {"nic": nic, "error": shown(error), "have": list(have)}
     if set(data) != _REPORT:

@@ -18,7 +18,7 @@ import dataclasses
 import json
 from typing import Any
 
-from mpi_bootstrap.core.datanet import DataNIC, data_from, ifaces_from
+from mpi_bootstrap.core.datanet import DataNIC, data_from, ifaces_from, listed
 from mpi_bootstrap.core.kex import version_of
 from mpi_bootstrap.core.names import is_dns_name, is_ip_literal, is_public_key, is_user_name
 
@@ -97,11 +97,7 @@ def record_from(data: Any) -> Record:
         raise RecordError("host_key is not one OpenSSH public key (type and base64 only)")
     if not isinstance(user, str) or not is_user_name(user):
         raise RecordError("user is not a user name")
-    if (
-        not isinstance(addrs, list)
-        or len(addrs) > 16
-        or not all(isinstance(a, str) and is_ip_literal(a) for a in addrs)
-    ):
+    if not listed(addrs, 16, is_ip_literal):
         raise RecordError("addresses is not a list of IP addresses")
     nic, ifaces, openssh = _optional(data)
     return Record(host, tuple(addrs), port, key, user, nic, ifaces, openssh)

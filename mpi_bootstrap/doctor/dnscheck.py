@@ -6,6 +6,7 @@ address count against the workers in the hostfile."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 
 from mpi_bootstrap.core.model import TEMPORARY, Answer
@@ -144,55 +145,32 @@ def service_finding(
     hosts: Sequence[str], domain: str, conf: sysdns.ResolvConf, deadline: float
 ) -> list[Finding]:
     """`<subdomain>.<ns>.svc.<domain>` addresses versus the workers that use it."""
-    groups: dict[str, int] = {}
+    groups: Counter[str] = Counter()
     for h in hosts:
         labels = h.rstrip(".").split(".")
-        if "svc" in labels:
-            i = labels.index("svc")
-            if i >= 3:
-                groups[".".join(labels[1 : i + 1]) + f".{domain}"] = (
-                    groups.get(".".join(labels[1 : i + 1]) + f".{domain}", 0) + 1
-                )
+        if "svc" in labels and (i := labels.index("svc")) >= 3:
+            groups[".".join(labels[1 : i + 1]) + f".{domain}"] += 1
     out = []
     for service, workers in groups.items():
-        if not conf.nameservers:
-            break
         left = deadline - time.monotonic()
-        if left <= 0.05:
+        if not conf.nameservers or left <= 0.05:
             break
         status, addrs, _ = ask(conf.nameservers[0], service, min(conf.timeout, left))
-        if len(addrs) >= workers:
-            out.append(
-                Finding(
-                    service,
-                    "headless Service",
-                    True,
-                    f"{len(addrs)} addresses for {workers} workers",
-                )
-            )
+        ok, detail, advice = len(addrs) >= workers, f"{len(addrs)} addresses", ""
+        if ok:
+            detail += f" for {workers} workers"
         elif status == "NXDOMAIN":  # no such name at all: not an empty Service
-            out.append(
-                Finding(
-                    service,
-                    "headless Service",
-                    False,
-                    f"no such name (NXDOMAIN) for {workers} workers",
-                    "the Service does not exist (yet): MPI Operator creates it "
-                    "with the job; check its name and namespace, and "
-                    "MPI_BOOTSTRAP_CLUSTER_DOMAIN if the cluster's domain is "
-                    "not cluster.local",
-                )
+            detail = f"no such name (NXDOMAIN) for {workers} workers"
+            advice = (
+                "the Service does not exist (yet): MPI Operator creates it with the job; "
+                "check its name and namespace, and MPI_BOOTSTRAP_CLUSTER_DOMAIN if the "
+                "cluster's domain is not cluster.local"
             )
         else:
-            out.append(
-                Finding(
-                    service,
-                    "headless Service",
-                    False,
-                    f"{len(addrs)} addresses for {workers} workers ({status})",
-                    "the Service exists but its endpoints are not populated: "
-                    "worker pods are not Ready (readinessProbe) or do not match "
-                    "its selector",
-                )
+            detail += f" for {workers} workers ({status})"
+            advice = (
+                "the Service exists but its endpoints are not populated: worker pods are "
+                "not Ready (readinessProbe) or do not match its selector"
             )
+        out.append(Finding(service, "headless Service", ok, detail, advice))
     return out

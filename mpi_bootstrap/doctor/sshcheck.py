@@ -6,6 +6,7 @@ its failures explained by the same table (core/failures.py)."""
 
 from __future__ import annotations
 
+import base64
 import errno
 import functools
 import socket
@@ -73,7 +74,7 @@ def ssh_finding(
         client.get_host_keys().add(
             f"[{target}]:{port}" if port != 22 else target,
             kind,
-            paramiko.PKey.from_type_string(kind, _b64(blob)),
+            paramiko.PKey.from_type_string(kind, base64.b64decode(blob)),
         )
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     try:
@@ -106,12 +107,6 @@ def ssh_finding(
         return Finding(name, "ssh", False, sig.cause.format(host=name, path=""), sig.fix)
     finally:
         client.close()
-
-
-def _b64(blob: str) -> bytes:
-    import base64
-
-    return base64.b64decode(blob)
 
 
 def ssh_jobs(

@@ -1,24 +1,22 @@
 """The checks of the workers before any rank runs. Each worker's own (NCCL's selection on
 it, its preflight session, which calls `passed(host)` as it passes: the launch gate lets
 mpirun's ssh through to it) are taken as it arrives (launcher/pipeline.py `Each`); then
-the checks of ACROSS, in order, look at every worker together. A check raises a
+`across` looks at every worker together (the data network). A check raises a
 BootstrapError naming the host at fault (exit 69 as a rule); what it leaves for what
-follows goes into the `Job`. A new check across the workers is a class here (or a module
-of its own) and one line in ACROSS.
+follows goes into the `Job`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
-from typing import Protocol
+from collections.abc import Mapping
 
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import PeerUnavailableError
 from mpi_bootstrap.core.liveness import Claimed
 from mpi_bootstrap.core.log import Log
-from mpi_bootstrap.launcher import preflight
 from mpi_bootstrap.launcher.model import Plan
+from mpi_bootstrap.launcher.remotecheck import RemoteCheck, program_of, ranks_path
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.proc.spawn import resolve
 from mpi_bootstrap.ssh import datacheck
@@ -38,22 +36,8 @@ class Job:
     env: Mapping[str, str]
     log: Log
     session: str | None = None  # this launch's key: preflight claims every worker with it
-    passed: Callable[[str], None] | None = None  # a worker passed its own checks
     opened: dict[str, children.Lines] = dataclasses.field(default_factory=dict)
     claims: dict[str, Claimed] = dataclasses.field(default_factory=dict)
-
-
-class Check(Protocol):
-    def wanted(self, job: Job) -> bool:
-        """Whether the plan asks for this check."""
-
-    def run(self, job: Job) -> None:
-        """Check, or raise naming the host at fault."""
-
-
-def claimed(check: preflight.RemoteCheck, job: Job) -> preflight.RemoteCheck:
-    """`check`, claiming each worker for this launch with its key and liveness bound."""
-    return dataclasses.replace(check, claim=job.session, bound=job.config.liveness_seconds)
 
 
 def with_doctor(exc: PeerUnavailableError, config: Config) -> PeerUnavailableError:
@@ -69,43 +53,26 @@ def with_doctor(exc: PeerUnavailableError, config: Config) -> PeerUnavailableErr
     return exc
 
 
-class DataNetwork:
-    """The data network between the workers (ssh/datacheck.py), in rounds: each worker's
-    first data NIC (in preflight's own sessions), then its second, …"""
-
-    def wanted(self, job: Job) -> bool:
-        return bool(job.p.data_check)
-
-    def run(self, job: Job) -> None:
-        p, config = job.p, job.config
-        for nics in data_rounds(p.data_check):  # later rounds open sessions of their own
-            datacheck.run(
-                list(nics),
-                p.ssh_command,
-                nics,
-                sysfs=config.sysfs,
-                env=job.env,
-                deadline=p.deadline,
-                log=job.log,
-                opened=job.opened,
-                reaper=not config.exec,
-                published=p.published_data,
-                value=p.data_value,
-            )
-            job.opened = {}
-
-
-# What looks at every worker together, once each passed its own (launcher/pipeline.py
-# `Each`: NCCL's selection on it, then its preflight session), in order.
-ACROSS: tuple[Check, ...] = (DataNetwork(),)
-
-
-def run(job: Job, these: tuple[Check, ...] = ACROSS) -> Job:
-    """Every check of `these` the plan asks for, in order; the job, with what they left."""
-    for check in these:
-        if check.wanted(job):
-            check.run(job)
-    return job
+def across(job: Job) -> None:
+    """The data network between the workers (ssh/datacheck.py), where the plan checks it,
+    in rounds: each worker's first data NIC (in preflight's own sessions), then its
+    second, …"""
+    p, config = job.p, job.config
+    for nics in data_rounds(p.data_check):  # later rounds open sessions of their own
+        datacheck.run(
+            list(nics),
+            p.ssh_command,
+            nics,
+            sysfs=config.sysfs,
+            env=job.env,
+            deadline=p.deadline,
+            log=job.log,
+            opened=job.opened,
+            reaper=not config.exec,
+            published=p.published_data,
+            value=p.data_value,
+        )
+        job.opened = {}
 
 
 def data_rounds(probe: Mapping[str, tuple[str, ...]]) -> list[dict[str, str]]:
@@ -115,11 +82,11 @@ def data_rounds(probe: Mapping[str, tuple[str, ...]]) -> list[dict[str, str]]:
     return [{h: nics[i] for h, nics in probe.items() if i < len(nics)} for i in range(most)]
 
 
-def remote_check(p: Plan, config: Config, env: Mapping[str, str]) -> preflight.RemoteCheck:
+def remote_check(p: Plan, config: Config, env: Mapping[str, str]) -> RemoteCheck:
     """What preflight checks on each worker; the program is resolved here (the launcher's
     filesystem), with the PATH the ranks will get."""
-    program = preflight.program_of(p.argv, p.program_index)
-    path = preflight.ranks_path(env, p.forwarded, p.prefix)
+    program = program_of(p.argv, p.program_index)
+    path = ranks_path(env, p.forwarded, p.prefix)
     expected = None
     if program:
         expected = (
@@ -138,7 +105,7 @@ def remote_check(p: Plan, config: Config, env: Mapping[str, str]) -> preflight.R
         if auto_none
         else ""
     )
-    return preflight.RemoteCheck(
+    return RemoteCheck(
         mpi=p.mpi,
         prefix=p.prefix,
         want_ld=env.get("LD_LIBRARY_PATH") if config.ex.keyed else None,

@@ -24,7 +24,6 @@ class DataPlan:
     rule: nccl.Rule
     own: tuple[str, ...]  # the launcher's data NICs (NCCL's, less the control interface)
     probe: Mapping[str, tuple[str, ...]]  # worker → the data NICs its check probes
-    missing: Mapping[str, str]  # worker → why NCCL finds no interface there
     rdma: tuple[tuple[str, str], ...]  # (where, device) behind the data NICs
     decisions: tuple[Decision, ...]
 
@@ -133,7 +132,6 @@ def plan(
     decisions = [first]
     rdma = [("launcher", dev) for nic in own for dev in own_rdma.get(nic, ())]
     probe: dict[str, tuple[str, ...]] = {}
-    missing: dict[str, str] = {}
     if made and remote:
         decisions.append(
             Decision(
@@ -146,13 +144,11 @@ def plan(
         )
     for host in remote:
         rec = recs.get(host)
-        data, why, decision = worker(host, rule, rec, own, control)
+        data, _, decision = worker(host, rule, rec, own, control)
         if not made:
             decisions.append(decision)
-        if why is not None:
-            missing[host] = why
         if data:
             probe[host] = data
         if rec is not None and rec.data is not None and rec.data.nic in data:
             rdma += [(host, dev) for dev in rec.data.rdma]
-    return DataPlan(rule, own, probe, missing, tuple(rdma), tuple(decisions))
+    return DataPlan(rule, own, probe, tuple(rdma), tuple(decisions))

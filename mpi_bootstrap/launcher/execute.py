@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import secrets
 import time
 from collections.abc import Iterator
 from typing import NoReturn
@@ -49,11 +48,6 @@ def write_files(p: Plan, config: Config, log: Log) -> None:
         log("wrote", level="debug", path=f.path, purpose=f.purpose)
     if p.control_dir is not None:
         files.state_dir(p.control_dir, "the ssh ControlPath directory")
-
-
-def session_key(p: Plan, config: Config) -> str | None:
-    """This launch's session (core/liveness.py): preflight claims every worker with it."""
-    return secrets.token_hex(32) if p.preflight and config.ex.keyed else None
 
 
 def spec_of(job: checks.Job) -> Spec:
@@ -108,16 +102,16 @@ def ending(job: checks.Job, gated: Gated) -> Iterator[None]:
     try:
         yield
     except BaseException as exc:
+        if gated.marks is None:  # no gate: mpirun was not started
+            raise
         # Exited by itself already (a bad option, say): then it is not the gate that ended
         # it, and what it did is its own to say (its output), not the agent's.
         started = gated.started
         before = children.exited(started.pid) if started is not None else None
-        if gated.marks is not None:
-            gated.marks.fail()  # the gates that wait exit without connecting: mpirun gives up
+        gated.marks.fail()  # the gates that wait exit without connecting: mpirun gives up
         if started is not None:
             _end(job, started, before, exc)
-        if gated.marks is not None:
-            gated.marks.remove()
+        gated.marks.remove()
         raise
     job.log("checks passed", workers=len(job.p.remote), elapsed_s=round(time.monotonic() - t0, 3))
 
@@ -156,16 +150,9 @@ def hand_over(job: checks.Job, started: handoff.Started, watched: MonitorSpec | 
 
 
 def armed(job: checks.Job) -> MonitorSpec | None:
-    """What the resident will watch, every worker's watch armed first: no rank has
-    started yet (pid1/monitor.py `arm`)."""
-    watched = monitor(job)
-    arm(watched, job.log)
-    return watched
-
-
-def monitor(job: checks.Job) -> MonitorSpec | None:
     """What the resident PID 1 watches while ranks run: every worker that answered the
-    claim (core/liveness.py); None when liveness is off or nobody answered."""
+    claim (core/liveness.py), each one's watch armed first, no rank started yet
+    (pid1/monitor.py `arm`); None when liveness is off or nobody answered."""
     p, config, session, claims, log = job.p, job.config, job.session, job.claims, job.log
     if session is None or not claims or config.liveness_seconds <= 0:
         if session is not None and config.liveness_seconds > 0:
@@ -185,7 +172,9 @@ def monitor(job: checks.Job) -> MonitorSpec | None:
     ipv6 = ":" in peers[0].address
     own = [a for a in netif.addresses(config.control_iface, link_local=False) if (":" in a) == ipv6]
     bind = own[0] if own else ("::" if ipv6 else "0.0.0.0")  # noqa: S104 - no control iface
-    return MonitorSpec(session, config.liveness_seconds, bind, peers)
+    watched = MonitorSpec(session, config.liveness_seconds, bind, peers)
+    arm(watched, log)
+    return watched
 
 
 # How long mpirun may take to give up by itself once the gates have refused it (its

@@ -248,16 +248,6 @@ def dns_decision(config: Config, answers: Mapping[str, Answer]) -> Decision:
     )
 
 
-def gather(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Gathered, list[Decision]]:
-    """Every fact the Plan needs: this pod's first (before_dns), then every host's
-    address and every remote worker's record (resolved)."""
-    facts, notes = before_dns(config, environ, log)
-    answers = wait_for_dns(config, facts.hostfile, socket.gethostname(), log)
-    if config.explain:
-        notes.append(dns_decision(config, answers))
-    return resolved(config, facts, answers, log), notes
-
-
 def before_dns(
     config: Config, environ: Mapping[str, str], log: Log
 ) -> tuple[Gathered, list[Decision]]:

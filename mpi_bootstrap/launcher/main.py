@@ -13,27 +13,31 @@ and every record read before the first is taken (`Arrivals.whole`).
 from __future__ import annotations
 
 import dataclasses
+import socket
 import sys
 from collections.abc import Mapping
 
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.launcher import gather, render
-from mpi_bootstrap.launcher.model import Gathered, Plan
+from mpi_bootstrap.launcher.model import Plan
 from mpi_bootstrap.launcher.plan import build_plan
 
 
-def plan(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Plan, Gathered]:
-    facts, notes = gather.gather(config, environ, log)
-    p = build_plan(config, facts)
-    if notes:
-        p = dataclasses.replace(p, decisions=(*notes, *p.decisions))
-    return p, facts
+def explain(config: Config, environ: Mapping[str, str], log: Log) -> Plan:
+    """--explain's Plan: every fact, this pod's first (before_dns), then every host's
+    address after one DNS round, and the remote workers' records as they are here."""
+    facts, notes = gather.before_dns(config, environ, log)
+    answers = gather.wait_for_dns(config, facts.hostfile, socket.gethostname(), log)
+    p = build_plan(config, gather.resolved(config, facts, answers, log))
+    return dataclasses.replace(
+        p, decisions=(*notes, gather.dns_decision(config, answers), *p.decisions)
+    )
 
 
 def main(config: Config, environ: Mapping[str, str], log: Log) -> int:
     if config.explain:
-        p, _ = plan(config, environ, log)
+        p = explain(config, environ, log)
         sys.stdout.write(render.as_json(p) if config.json else render.as_text(p))
         return 0
     from mpi_bootstrap.launcher import pipeline  # not for --explain (cli._dispatch)

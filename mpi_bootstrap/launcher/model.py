@@ -71,9 +71,6 @@ class Plan:
     control_dir: str | None = None  # ssh's ControlPath directory (connection reuse)
     # The data NICs each worker tests before mpirun (core/nccl.py chose them); empty: off.
     data_check: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
-    # Workers where NCCL_SOCKET_IFNAME selects no interface: why, by host (exit 69, as
-    # part of the data check: off with it).
-    data_missing: Mapping[str, str] = dataclasses.field(default_factory=dict)
     data_value: str | None = None  # the NCCL_SOCKET_IFNAME the ranks get (None: unset)
     # The data NICs the workers' records name, by host: their check's reports must agree.
     published_data: Mapping[str, DataNIC] = dataclasses.field(default_factory=dict)

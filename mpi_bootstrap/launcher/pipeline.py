@@ -27,6 +27,7 @@ then turns the gate off (hydra), and every check passes before mpirun starts.
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import time
 from collections.abc import Callable
 from typing import NoReturn
@@ -35,11 +36,11 @@ from mpi_bootstrap.core import gate
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import NotSetUpError, PeerUnavailableError, some
 from mpi_bootstrap.core.log import Log
-from mpi_bootstrap.launcher import checks, dataplan, execute, gather, preflight
+from mpi_bootstrap.launcher import checks, dataplan, execute, gather
 from mpi_bootstrap.launcher.arrivals import Arrivals, Event
 from mpi_bootstrap.launcher.model import Gathered, Plan
 from mpi_bootstrap.launcher.plan import build_plan, changes, data_plan, host_entries
-from mpi_bootstrap.launcher.session import Session
+from mpi_bootstrap.launcher.session import Session, failure, release, wait_sshd
 from mpi_bootstrap.launcher.sshplan import ssh_setup
 from mpi_bootstrap.ssh import datacheck
 from mpi_bootstrap.system import files, parallel
@@ -53,7 +54,9 @@ def launch(config: Config, arrivals: Arrivals, log: Log) -> NoReturn:
         first = build_plan(config, arrivals.facts())
         execute.write_files(first, config, log)
         env = first.environment(arrivals.base.environ)
-        job = checks.Job(first, config, env, log, execute.session_key(first, config))
+        # This launch's key (core/liveness.py): preflight claims every worker with it.
+        key = secrets.token_hex(32) if first.preflight and config.ex.keyed else None
+        job = checks.Job(first, config, env, log, key)
         gated = execute.Gated.of(job, may=first.gate is not None or not arrivals.at_once)
         marks = gated.marks
         each = Each(job, arrivals, marks.open if marks and first.gate == gate.EACH else None)
@@ -62,13 +65,13 @@ def launch(config: Config, arrivals: Arrivals, log: Log) -> NoReturn:
             if first.preflight:
                 each.run(ready, start)
             elif first.ssh_targets:
-                preflight.wait_sshd(first.ssh_targets, first.deadline, log)
+                wait_sshd(first.ssh_targets, first.deadline, log)
             job = _final(start.job, arrivals.facts(), each.passed, started=start.done)
             if not start.done and job.p != start.job.p:  # mpirun starts from this Plan
                 execute.write_files(job.p, config, log)
             if job.p.gate is not None and not start.done:
                 gated.start(job)  # beside the data network's check
-            checks.run(job, checks.ACROSS)
+            checks.across(job)
             watched = None if config.exec else execute.armed(job)
             if marks is not None and job.p.gate is not None:
                 marks.open(gate.ALL)
@@ -197,7 +200,8 @@ class Each:
     ) -> None:
         self.job, self.arrivals, self.passed = job, arrivals, passed
         p, config = job.p, job.config
-        self.check = checks.claimed(checks.remote_check(p, config, job.env), job)
+        check = checks.remote_check(p, config, job.env)  # each worker claimed for this launch
+        self.check = dataclasses.replace(check, claim=job.session, bound=config.liveness_seconds)
         self.data = data_plan(config, arrivals.facts())  # its rule and the launcher's NICs
         self.sessions: dict[str, Session] = {}
         self.targets: dict[str, tuple[str, int]] = {}
@@ -229,7 +233,7 @@ class Each:
                 if start.done:
                     _local(start.job.p, self.arrivals.local, self.passed)
         except BaseException:
-            preflight.release(self.sessions.values())
+            release(self.sessions.values())
             raise
         n = len(self.sessions)
         self.job.log("preflight ok", workers=n, elapsed_s=round(time.monotonic() - self.started, 3))
@@ -241,8 +245,7 @@ class Each:
         first says it)."""
         workers = self.arrivals.workers.values()
         if self.arrivals.records and not self.said and all(w.record for w in workers):
-            self.said = True
-            n = len(workers)
+            self.said, n = True, len(workers)
             self.job.log("records", exchange=self.job.config.exchange, found=n, remote=n)
 
     def _trust(self) -> None:
@@ -258,17 +261,9 @@ class Each:
     def _start(self, hosts: list[str]) -> None:
         """NCCL's selection on each worker (from its record): one that finds no NIC fails
         the launch, every such one of `hosts` named; then their preflight sessions."""
-        config = self.job.config
-        nics = {
-            h: dataplan.worker(
-                h,
-                self.data.rule,
-                self.arrivals.workers[h].record,
-                self.data.own,
-                config.control_iface,
-            )[:2]
-            for h in hosts
-        }
+        config, ws, data = self.job.config, self.arrivals.workers, self.data
+        rule, own, iface = data.rule, data.own, config.control_iface
+        nics = {h: dataplan.worker(h, rule, ws[h].record, own, iface)[:2] for h in hosts}
         missing = [m for _, m in nics.values() if m is not None]
         if missing and config.data_check:
             raise PeerUnavailableError(
@@ -311,12 +306,8 @@ class Each:
             self.done.add(host)
             self.job.log("worker passed", host=host)  # its gate is open
             return
-        try:
-            preflight.raise_failures([host], {host: self.sessions[host]}, {host: why})
-        except NotSetUpError:
-            raise
-        except PeerUnavailableError as exc:
-            raise checks.with_doctor(exc, self.job.config) from None
+        exc = failure(self.sessions[host], why)
+        raise exc if isinstance(exc, NotSetUpError) else checks.with_doctor(exc, self.job.config)
 
 
 def _local(first: Plan, local: list[str], passed: Callable[[str], None] | None) -> None:

@@ -281,7 +281,6 @@ def _plan(config: Config, facts: Gathered) -> Plan:
         deadline=facts.deadline,
         control_dir=control if ssh.files else None,
         data_check=data.probe if check.value == "on" else {},
-        data_missing=data.missing if config.data_check and preflight else {},
         data_value=data.rule.value,
         published_data={h: r.data for h, r in facts.records.items() if r.data and h in remote},
         gate=mode,

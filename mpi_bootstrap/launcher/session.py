@@ -1,19 +1,23 @@
-"""One worker's preflight: its ssh session, tried again until the check passes, fails for
-good, or time is up (launcher/preflight.py runs one per worker, all at once). Also the
-wait for an sshd's banner, where a worker's record says it listens."""
+"""Before mpirun: every worker's sshd answers, and a real `ssh` session to each finds the
+MPI's remote daemon and receives LD_LIBRARY_PATH, one deadline. One worker's preflight
+is its session (`Session`), tried again until the check passes, fails for good, or time
+is up; launcher/pipeline.py `Each` runs one per worker as each arrives. A failure is one
+line naming the host and the reason (exit 69), and no rank starts. Also the wait for an
+sshd's banner, where a worker's record says it listens (`wait_sshd`: no preflight)."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from mpi_bootstrap.core import failures, liveness, remote
-from mpi_bootstrap.core.errors import shown
+from mpi_bootstrap.core.errors import NotSetUpError, PeerUnavailableError, shown, some
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.launcher.remotecheck import END, RemoteCheck, check_output
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.ssh import sshd
+from mpi_bootstrap.system import parallel
 from mpi_bootstrap.system.retry import PEER, retry_until
 
 RETRY_DELAY = 0.3
@@ -185,3 +189,38 @@ def claimed(host: str, said: str | None, log: Log) -> liveness.Claimed | None:
     if answer.ended:
         log("earlier launch cleared", host=host, processes=answer.ended, names=list(answer.names))
     return answer
+
+
+def _unreachable(failed: Mapping[str, str]) -> PeerUnavailableError:
+    return PeerUnavailableError(
+        f"worker unreachable: {some(list(failed.values()))}",
+        details="\n".join(failed.values()),
+        phase="sshd wait",
+        host=next(iter(failed), None),
+    )
+
+
+def wait_sshd(targets: Mapping[str, tuple[str, int]], deadline: float, log: Log) -> None:
+    """Every worker's sshd answers with an SSH banner before `deadline` (monotonic)."""
+    names = sorted(targets)
+    whys = parallel.map_all(lambda n: banner(n, targets[n], deadline), names, parallel.SSH_AT_ONCE)
+    if failed := {n: why for n, why in zip(names, whys, strict=True) if why}:
+        raise _unreachable(failed)
+    log("sshd ready", workers=len(targets))
+
+
+def failure(session: Session, why: str) -> PeerUnavailableError:
+    """A worker's preflight that did not pass (`why`): its sshd never answered, nothing
+    set it up (NotSetUpError), or what its check found."""
+    if session.unreachable is not None:
+        return _unreachable({session.host: session.unreachable})
+    error = NotSetUpError if session.not_set_up else PeerUnavailableError
+    return error(f"preflight: {why}", phase="preflight", host=session.host)
+
+
+def release(sessions: Iterable[Session]) -> None:
+    """End every kept session (all at once)."""
+    sessions = list(sessions)
+    children.close_all([s.kept.child for s in sessions if s.kept is not None], 1.0)
+    for s in sessions:
+        s.kept = None

@@ -9,7 +9,7 @@ base64 keys.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from mpi_bootstrap.core.env import SEND_ENV
 from mpi_bootstrap.core.names import (
@@ -38,22 +38,20 @@ class UnsafeValue(ValueError):
     """A value that could change the meaning of the config file."""
 
 
-def _name(value: str) -> str:
-    if not is_host(value):
-        raise UnsafeValue(f"{value!r} is not a hostname or address")
-    return value
+def _safe(ok: Callable[[str], bool], what: str) -> Callable[[str], str]:
+    """A value as it is, or UnsafeValue where it is not `what`."""
+
+    def check(value: str) -> str:
+        if not ok(value):
+            raise UnsafeValue(f"{value!r} is not {what}")
+        return value
+
+    return check
 
 
-def _path(value: str) -> str:
-    if not is_plain_path(value):
-        raise UnsafeValue(f"{value!r} is not a plain absolute path")
-    return value
-
-
-def _kex(value: str) -> str:
-    if not is_kex_list(value):
-        raise UnsafeValue(f"{value!r} is not a KexAlgorithms list")
-    return value
+_name = _safe(is_host, "a hostname or address")
+_path = _safe(is_plain_path, "a plain absolute path")
+_kex = _safe(is_kex_list, "a KexAlgorithms list")
 
 
 def check_peer(p: Peer) -> Peer:

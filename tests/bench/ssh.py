@@ -117,10 +117,10 @@ def preflight_16() -> dict[str, Any]:
                 done = launcher.run([AGENT, "launcher", "--", "true"], env, timeout=120)
                 parallel += [e["elapsed_s"] for e in logs.named(done.stderr, "preflight ok")]
             # One by one, the same ssh command and remote check the agent uses.
-            from mpi_bootstrap.launcher import preflight
+            from mpi_bootstrap.launcher import remotecheck
             from mpi_bootstrap.launcher.mpi import ORTE, MPIInfo
 
-            script = preflight.RemoteCheck(
+            script = remotecheck.RemoteCheck(
                 MPIInfo(ORTE, "4.1.4", "/usr/bin/mpirun", "", "detected", "/usr"),
                 prefix=None,
                 want_ld=None,

@@ -16,16 +16,10 @@ module that performs I/O: facts such as the install prefix come in.
 
 from __future__ import annotations
 
-from mpi_bootstrap.core.runtimes import INTEL, MPICH, ORTE, PRRTE, RUNTIMES, Runtime
+from mpi_bootstrap.core.runtimes import INTEL, MPICH, ORTE, PRRTE, RUNTIMES
 from mpi_bootstrap.launcher.mpi import resolve
 from mpi_bootstrap.launcher.mpi.command import HOSTFILE_OPTIONS, scan_user_command
-from mpi_bootstrap.launcher.mpi.detect import (
-    MPIInfo,
-    identify,
-    is_launcher,
-    overridden,
-    parse_version,
-)
+from mpi_bootstrap.launcher.mpi.detect import MPIInfo, identify, is_launcher, overridden
 from mpi_bootstrap.launcher.mpi.env import ENV_END, forwarded_names
 from mpi_bootstrap.launcher.mpi.launch import LaunchFacts, LaunchSpec
 
@@ -40,13 +34,11 @@ __all__ = [
     "LaunchFacts",
     "LaunchSpec",
     "MPIInfo",
-    "Runtime",
     "build",
     "forwarded_names",
     "identify",
     "is_launcher",
     "overridden",
-    "parse_version",
     "scan_user_command",
 ]
 

@@ -58,12 +58,6 @@ def _detect(text: str, runtimes: Sequence[Runtime]) -> tuple[Runtime, str] | Non
     return None
 
 
-def parse_version(text: str, runtimes: Sequence[Runtime] = RUNTIMES) -> tuple[str, str] | None:
-    """(vendor, version) from `mpirun --version` output, or None if unknown."""
-    found = _detect(text, runtimes)
-    return None if found is None else (found[0].vendor, found[1])
-
-
 def _own(runtimes: Sequence[Runtime]) -> list[str]:
     """Each runtime's choice that chooses it alone (`openmpi4`, not `openmpi`)."""
     every = [c for r in runtimes for c in r.choices]
@@ -119,8 +113,8 @@ def identify(
 
 def overridden(text: str, info: MPIInfo) -> tuple[str, str] | None:
     """What `mpirun --version` named, where MPI_BOOTSTRAP_MPI chose another vendor's MPI."""
-    found = parse_version(text)
-    return found if found and found[0] != info.vendor else None
+    found = _detect(text, RUNTIMES)
+    return (found[0].vendor, found[1]) if found and found[0].vendor != info.vendor else None
 
 
 def _devices(text: str) -> tuple[str, ...]:
