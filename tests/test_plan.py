@@ -1126,7 +1126,7 @@ class TestLaunchOrder:
         plan = self.plan(kind, "dir", "--explain")
         (d,) = [d for d in plan.decisions if d.setting == "first plan"]
         assert d.value == "mpirun as below", d.reason
-        assert d.reason.startswith("from pi-worker-0.pi.default.svc alone"), d.reason
+        assert d.reason.startswith("from pi-worker-0.pi.default.svc's record alone"), d.reason
         ordered = self.plan(kind, "dir", "--explain", "--pipeline", "off")
         assert not [d for d in ordered.decisions if d.setting == "first plan"]
         assert plan.argv == self.plan(kind, "dir").argv

@@ -132,6 +132,7 @@ def plan(
     decisions = [first]
     rdma = [("launcher", dev) for nic in own for dev in own_rdma.get(nic, ())]
     probe: dict[str, tuple[str, ...]] = {}
+    made = made or not recs  # no record at all (no exchange, too): one decision for all
     if made and remote:
         decisions.append(
             Decision(

@@ -200,31 +200,24 @@ def changes(first: Plan, final: Plan) -> list[str]:
 
 def _first(config: Config, facts: Gathered, final: Plan) -> Decision:
     """The Plan a pipelined launch starts mpirun from: that of the first worker in alone
-    (here: the hostfile's first remote worker resolved with its record read), its answer
-    and record the only ones."""
-    for e in host_entries(config, facts.hostfile, facts.answers):
-        name, keyed = e.rewritten_to, facts.client is not None
-        if name in facts.remote and e.address and (name in facts.records or not keyed):
-            break
-    else:
-        why = "no worker is in here (resolved, its record read): mpirun starts from the first"
-        return Decision("first plan", "none yet", "launch order", why)
-    lookup = hf.lookup_name(e.name, config.rewrite, config.cluster_domain)
-    alone = dataclasses.replace(
-        facts,
-        answers={k: a for k, a in facts.answers.items() if k == lookup},
-        records={k: r for k, r in facts.records.items() if k == name},
-    )
-    plan = _plan(config, alone)
+    (here: the hostfile's first remote worker whose record is read), its record the only
+    one (the answers as here: they place the hosts, not what mpirun is told)."""
+    name = next((h for h in facts.remote if h in facts.records), None)
+    if name is None:  # no exchange (nothing a record could change), or none read here
+        none = facts.client is None
+        value, why = ("mpirun as below", "no exchange") if none else ("?", "no record read here")
+        return Decision("first plan", value, "launch order", why)
+    alone = dataclasses.replace(facts, records={name: facts.records[name]})
+    plan = final if len(facts.records) == 1 else _plan(config, alone)
     if not (changed := changes(plan, final)):
-        why = f"from {name} alone (its answer and record): the same as this Plan's"
+        why = f"from {name}'s record alone: the same as this Plan's"
         return Decision("first plan", "mpirun as below", "launch order", why)
     diff = [f"{k}={v}" for k, v in plan.env_set.items() if final.env_set.get(k) != v]
     return Decision(
         "first plan",
         f"{' and '.join(changed)} differ",
         "launch order",
-        f"from {name} alone (its answer and record): {shlex.join(plan.argv)}"
+        f"from {name}'s record alone: {shlex.join(plan.argv)}"
         f"{' with ' + ', '.join(diff) if diff else ''}; where mpirun starts before every "
         "worker is in, a later worker that changes this fails the launch (exit 69)",
     )
