@@ -1,6 +1,6 @@
-"""The pipelined launch: each worker is trusted, checked and let through the launch gate
+"""The launch, the one there is: each worker is trusted, checked and let through the gate
 as soon as it is ready (its name resolved, its record in: launcher/arrivals.py), while
-the others are still awaited — the Plan's `launch order: pipelined` (plan.py `_order`).
+the others are awaited (`launch order: pipelined`), or every worker at once (`whole`).
 
     first worker ready → first Plan (the facts so far) → its files, mpirun started
     behind the gate → each worker as it arrives: the ssh config and known_hosts
@@ -11,9 +11,9 @@ the others are still awaited — the Plan's `launch order: pipelined` (plan.py `
 
 After the last worker is ready only its own part is left: the others' handshakes, checks
 and (where the runtime lets one through per worker: core/gate.py EACH) daemons ran while
-it was awaited. No rank starts before every check passed: the gate holds them as in the
-launch of every worker first (launcher/execute.py), and a failure ends mpirun the same
-way. mpirun starts with the first worker's facts — or once every worker is in, where the
+it was awaited. No rank starts before every check passed: the gate holds them, and a
+failed check ends mpirun (execute.py `ending`; with no gate, mpirun starts after the
+checks). mpirun starts with the first worker's facts — or once every worker is in, where the
 first worker's record lists RDMA devices behind its data NIC (NCCL_IB_HCA names every
 worker's, and SR-IOV functions differ from node to node): the checks still ride the
 wait. A later worker whose facts would change mpirun's command or environment all the
