@@ -331,7 +331,7 @@ class TestRestartedLauncher:
     def test_clears_the_last_launch(self, world: World, again: int) -> None:
         first = world.launcher()
         world.running(first)
-        old = {w.pod.name: set(w.pod.netns.pids()) for w in world.workers}
+        old = {w.pod.name: _processes(w.pod) for w in world.workers}
         cut_off(world.c.pods[0])
         first.p.kill()  # the old launcher is gone; its ranks are not (bound: 30 s)
         # (Intel MPI's proxy on worker 1 hangs off worker 0's, and may go by itself.)
@@ -349,9 +349,11 @@ class TestRestartedLauncher:
         for w in world.workers:
             # What was there before and still is: the pod itself (unshare, the agent as
             # its PID 1) and its sshd; not the last launch's daemon, ranks or sessions.
-            left = old[w.pod.name] & set(w.pod.netns.pids())
-            pod = {w.p.pid, world.c.pid_of(w.p)}
-            assert {_comm(p) for p in left - pod} <= {"sshd"}, left
+            now, pod = _processes(w.pod), {w.p.pid, world.c.pid_of(w.p)}
+            before = old[w.pod.name]  # the same process: the same pid and start time
+            same = {p: n for p, (t, n) in now.items() if before.get(p, ("",))[0] == t}
+            left = {p: n for p, n in same.items() if p not in pod}
+            assert set(left.values()) <= {"sshd"}, left
             ended = [e["reason"] for e in logs.named(w.stderr(), "ended launch")]
             assert ("superseded" in ended) == (w.pod.name in cleared), w.stderr()
 
@@ -363,11 +365,18 @@ class TestRestartedLauncher:
         self.test_clears_the_last_launch(world, 3)
 
 
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
+def _processes(pod: Pod) -> dict[int, tuple[str, str]]:
+    """The pod's processes as one read of each /proc/PID/stat: (start time, name) by pid.
+    The start time tells a process from a later one given its pid again (pid_max is
+    32768 here, and the suite starts processes fast); one gone before its read is not
+    there."""
+    out = {}
+    for pid in pod.netns.pids():
+        with contextlib.suppress(OSError):
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            i, j = stat.index("("), stat.rindex(")")  # (its name may hold either)
+            out[pid] = (stat[j + 2 :].split()[19], stat[i + 1 : j])
+    return out
 
 
 @pytest.mark.parametrize("real_mpi", ["openmpi4"], indirect=True)
