@@ -34,7 +34,7 @@ def test_twelve_launches(exchange: str, tmp_path_factory: pytest.TempPathFactory
         assert all(s["job_processes_left"] == 0 for s in soak.samples), said
         assert all(s["launcher_processes"] == 0 for s in soak.samples), said
         # from the first sample (after run 4, every kind has run once) to the last
-        assert flat(soak.samples) == [], said
+        assert flat(soak.samples) == [], (said, soak.new_files())
     finally:
         if soak is not None:
             soak.close()

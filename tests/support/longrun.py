@@ -81,6 +81,7 @@ class Soak:
         self.c = Cluster(["launcher", *self.names], pid1=True, private_root=True)
         self.workers: dict[str, Agent] = {}
         self.samples: list[dict[str, Any]] = []
+        self.files: list[dict[str, set[str]]] = []  # each worker's state files, by sample
 
     def close(self) -> None:
         self.c.close()
@@ -200,7 +201,14 @@ class Soak:
             "job_processes_left": sum(len(v) for v in self.job_left().values()),
         }
         self.samples.append(out)
+        self.files.append({p.name: _names(self.state(p)) for p in self.c.pods[1:]})
         return out
+
+    def new_files(self) -> dict[str, list[str]]:
+        """The files of each worker's state directory at the last sample that were not
+        there at the first: what a growing `state_files` is."""
+        first, last = self.files[0], self.files[-1]
+        return {pod: sorted(last[pod] - first.get(pod, set())) for pod in last}
 
     def job_left(self) -> dict[str, list[str]]:
         found = {p.name: sorted(set(pod_processes(p)) & JOB_PROCESSES) for p in self.c.pods}
@@ -269,6 +277,10 @@ def _pss(pid: int) -> int:
         if line.startswith("Pss:"):
             return int(line.split()[1])
     return 0
+
+
+def _names(root: Path) -> set[str]:
+    return {str(Path(d, f).relative_to(root)) for d, _, files in os.walk(root) for f in files}
 
 
 def _count(root: Path) -> int:
