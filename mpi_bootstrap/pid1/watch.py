@@ -143,6 +143,9 @@ class WatchService:
         except OSError as exc:
             self.log("claim refused", level="warning", pid=pid, error=str(exc))
             return
+        finally:  # open, or never will be (its session gone): the name is done, as a probe's
+            with contextlib.suppress(OSError):
+                os.unlink(reply)
         table = tree.parents()
         if not any(tree.name(p) == "sshd" for p in tree.ancestors(pid, table)[1:]):
             # Only an ssh session of this pod claims (the FIFO is in this pod's state
