@@ -239,15 +239,15 @@ class TestVerdict:
 
 class TestReplySweep:
     """A claim's session that ended mid-claim leaves its reply FIFO behind; the watch
-    removes it at the next claim (a worker claimed by launch after launch would gather
-    them: tests/test_soak.py counts the state files)."""
+    removes it at the next claim, and once a launch it ends is gone (a session the next
+    claim ended was alive at its sweep: tests/test_soak.py counts the state files)."""
 
     def test_only_the_gone_sessions(self, tmp_path: Path) -> None:
         gone, here = tmp_path / "control-999999999.out", tmp_path / f"control-{os.getpid()}.out"
         for fifo in (gone, here):
             os.mkfifo(fifo, 0o600)
         (tmp_path / "control").write_text("")  # the control FIFO itself: never swept
-        watch.sweep(str(tmp_path), tree.parents())
+        watch.sweep(str(tmp_path))
         assert sorted(p.name for p in tmp_path.iterdir()) == ["control", here.name]
 
 

@@ -30,7 +30,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from mpi_bootstrap.core import liveness as lv
@@ -154,7 +154,7 @@ class WatchService:
             self.reply(fd, "refused: not an ssh session of this pod")
             return
         sid = lv.session_id(key)
-        sweep(self.state, table)
+        sweep(self.state)
         if sid == self.sid:
             # This launch's own claim again (a preflight retried, a later round): it ends
             # nothing. Its first claim came before any other session of it could start
@@ -204,6 +204,7 @@ class WatchService:
                 tree.say(pid, note)
 
         def done(n: int, names: list[str]) -> None:
+            sweep(self.state)  # and what the sessions it ended left (test_soak)
             if n:
                 self.log("ended launch", processes=n, names=names, reason=reason)
             if then is not None:
@@ -286,12 +287,12 @@ class WatchService:
         return bool(self.endings)
 
 
-def sweep(directory: str, alive: Mapping[int, int]) -> None:
+def sweep(directory: str) -> None:
     """The reply FIFOs of sessions gone before they removed their own (an ssh session
-    ended mid-claim): `control-PID.out` whose PID is no process of this pod's."""
+    ended mid-claim): `control-PID.out` whose PID is no live process of this pod's."""
     for name in os.listdir(directory):
         m = _REPLY.fullmatch(name)
-        if m is not None and int(m[1]) not in alive:
+        if m is not None and tree.gone(int(m[1])):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(directory, name))
 
