@@ -66,7 +66,8 @@ def launch(config: Config, arrivals: Arrivals, log: Log) -> NoReturn:
                 each.run(ready, start)
             elif first.ssh_targets:
                 wait_sshd(first.ssh_targets, first.deadline, log)
-            job = _final(start.job, arrivals.facts(), each.passed, started=start.done)
+            if not arrivals.at_once:  # (all at once, the first Plan had every fact)
+                job = _final(start.job, arrivals.facts(), each.passed, started=start.done)
             if not start.done and job.p != start.job.p:  # mpirun starts from this Plan
                 execute.write_files(job.p, config, log)
             if job.p.gate is not None and not start.done:
