@@ -11,17 +11,11 @@ SIGKILL to its whole process group) and exits 69 with the check's message.
 
 Which marks a gate waits for, per runtime:
     EACH    its own worker's (`HOST.ok`); the gate of one worker (`last`) also waits
-            for `.all.ok`: every check and the data check. For ORTE and PRRTE where they
-            start a daemon on every host of the hostfile: they start no rank until every
-            daemon has reported (verified for ORTE 4.1 and PRRTE 5.0 in
-            tests/test_gate.py), so no rank starts before all passed, while the other
-            daemons start as their workers pass.
-    EVERY   `.all.ok` for every worker: hydra, whose proxy starts its ranks as soon as it
-            connects, and ORTE where it starts daemons only on some hosts (`--novm`).
-A host the agent does not check (not in the plan's remote hosts) waits for `.all.ok`.
-Where a rank can start without the gate (a host of the hostfile that is mpirun's own
-pod, a host list of the user's: launcher/mpi/gating.py), there is no gate: the checks
-run first, then mpirun.
+            for `.all.ok`: ORTE and PRRTE with a daemon on every host, which start no
+            rank until every daemon has reported (tests/test_gate.py).
+    EVERY   `.all.ok` for every worker: hydra, and ORTE's `--novm`.
+A host the agent does not check waits for `.all.ok`. Why, and where there is no gate
+(launcher/mpi/gating.py): docs/architecture.md, "The launch gate".
 
 The marks live in `STATE/gate/` (0700, the agent's): `NAME.ok` files, and a FIFO
 `NAME.wake` per mark that the gate holds open (read-write: never blocks) while it

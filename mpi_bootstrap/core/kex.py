@@ -2,16 +2,9 @@
 generated ssh config offers, and why. Pure; the facts (what the launcher's ssh supports:
 `ssh -Q kex`; each worker's sshd version, from its record) come in.
 
-The agent's choice (MPI_BOOTSTRAP_SSH_KEX unset): `mlkem768x25519-sha256` where both ends
-offer it (OpenSSH 9.9 and later: post-quantum, and about as cheap as curve25519), else
-`curve25519-sha256` — not OpenSSH 9's default `sntrup761x25519-sha512`, which costs the
-launcher six times the CPU per handshake (57.5 against 9.6 ms, client side, measured:
-docs/benchmarks.md), most of a launch at scale. What rides these sessions — the daemons'
-command lines, the checks — also rides MPI's own unencrypted control channel and NCCL's
-data on the same networks, so post-quantum confidentiality of the ssh hop protects
-nothing an eavesdropper could not read elsewhere; authentication (pinned host keys, the
-job's key) does not rest on the key exchange (SECURITY.md, promise 25).
-
+The agent's choice (MPI_BOOTSTRAP_SSH_KEX unset): `mlkem768x25519-sha256` where both
+ends offer it, else `curve25519-sha256`, never OpenSSH 9's `sntrup761x25519-sha512` (six
+times the launcher's CPU): why, in docs/configuration.md (`--ssh-kex`) and SECURITY.md 25.
 `default` keeps ssh's own (no KexAlgorithms line); any other value is written as given.
 Only names the launcher's ssh knows are ever offered (ssh refuses a config that names
 another), and to a worker whose sshd is known not to take a name, that name is not

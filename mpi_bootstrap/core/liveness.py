@@ -1,27 +1,11 @@
 """Liveness while ranks run: the launcher's and the workers' resident PID 1s tell each
 other they are there, and a silence is named and acted on within a bound.
 
-    claim     preflight's ssh session to a worker hands the worker's PID 1 this launch's
-              session key (through the worker's private control FIFO, never on a command
-              line); the worker ends what an earlier launch left running there (daemons,
-              proxies, ranks: the GPU holders), and answers the UDP port of its watch and
-              its boot id (pid1/watch.py).
-    ranks run every PING_S the launcher's PID 1 sends each worker `ping` (the session, a
-              counter); the worker's PID 1 answers `pong` (the counter, its boot id).
-              Both are PID 1 at its own priority: a busy rank cannot starve them the way
-              it starves a thread of its own (pid1/monitor.py, pid1/watch.py).
-    a worker  silent for `suspect_after` is confirmed for the rest of the bound: pings
-              every CONFIRM_PING_S, and a TCP connection to its sshd's port, which tells
-              what kind of silence it is (`seen`); silent at the bound: lost. The
-              launcher ends mpirun, tells the other workers to end the launch (`stop`)
-              and exits WORKER_LOST, naming the pod.
-    the       a worker that has heard its launcher (armed) and then hears nothing for the
-    launcher  bound waits `grace` more (a restarted launcher may take over: its claim
-              ends the wait), then ends everything the launch started on it.
+How (the claim, ping and pong while ranks run, a silent worker confirmed and named, a
+lost launcher's grace) and what is seen: docs/troubleshooting.md, "While ranks run".
 
-Why UDP: each datagram stands alone. A stream's head-of-line blocking turns one unlucky
-segment (with 20% loss, seven losses in a row: its retransmission backs off past 30 s)
-into a false alarm; independent pings once a second do not (30 lost in a row).
+Why UDP: each datagram stands alone; one unlucky TCP segment under 20% loss backs off
+past 30 s (a false alarm), where pings once a second need 30 lost in a row.
 
 Why a session key, not the job's token: a fresh random key per launch, handed over the
 launcher's authenticated ssh session, works with every exchange (`secret` and `dir`

@@ -8,11 +8,8 @@ The script prints one line per fact:
     PATH <PATH>
     PROGRAM <path or "missing">         the user's program, resolved like execvp
 
-The launcher's preflight runs `claim()` first (the doctor never does): it reads this
-launch's session key from the session's stdin and hands it to the worker's PID 1
-through its control FIFO (core/liveness.py, pid1/watch.py), which ends what an earlier
-launch left there and answers; the script prints
-    CLAIM <the answer, or "none" where no PID 1 of ours serves the session>
+The launcher's preflight runs `claim()` first (never the doctor: core/liveness.py); it
+prints     CLAIM <the answer, or "none" where no PID 1 of ours serves the session>
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """The launcher's side of liveness (core/liveness.py has the protocol), served from the
 resident PID 1's loop while mpirun runs.
 
-Every PING_S each worker gets a ping; its pong is the only thing that counts as a sign
-of life (a counter newer than the last one taken, from that worker's address, signed
-with this launch's key). A worker silent for `suspect_after` is confirmed: pings every
-CONFIRM_PING_S, and one TCP connection to its sshd's port, whose fate says what kind of
-silence it is — refused (the pod or its agent is gone), accepted (its kernel answers,
-its agent does not: frozen or hung), nothing (cut off, its node down). Still silent at
-the bound: lost. The supervisor then ends mpirun and exits WORKER_LOST naming the pod,
-and the other workers are told to end the launch (`stop`).
-
-When mpirun exits non-zero by itself (Open MPI 4 ends in a second when a daemon's
-connection is reset), the workers are asked once more (VERIFY_S): one that does not
-answer is named as lost, instead of mpirun's words about daemons. When the job ends,
-every worker is told (`stop`, job over), so none of them mistakes the silence that
-follows for a lost launcher.
+Every PING_S each worker gets a ping; only its pong counts as a sign of life (a counter
+newer than the last one taken, from that worker's address, signed with this launch's
+key). A silent worker is confirmed, then lost at the bound; mpirun's own failure makes
+every worker be asked once more (VERIFY_S); the end of the job is told to every worker:
+docs/troubleshooting.md, "While ranks run", says what is seen and done when.
 
 A pause of this process itself (the pod stopped, the node starved: its loop did not run
 for PAUSE_S) restarts every worker's silence from the moment it runs again. Standard

@@ -10,12 +10,8 @@ its boot id, and how many processes it ended, named. The key becomes the current
 session's, and BOUND (the launcher's liveness bound) the silence after which its launcher
 is lost. A claim with the key already held (the same launch's) ends nothing.
 
-Pings of the current session arm the watch. Silent for the bound: the launcher is lost
-("launcher lost"); after the grace (a new launcher may claim the worker meanwhile), what
-the launch started here is ended ("ended launch"), and the worker stays up for the next
-launcher unless told to exit. A `stop` of the current session ends the launch at once
-(the job is over, or the launcher lost another worker). Pings of a superseded session get
-`superseded`, signed with that session's key, so its launcher knows at once.
+Pings of the current session arm the watch; a silent launcher, its grace, a `stop` and
+a superseded session's pings: docs/troubleshooting.md, "While ranks run".
 
 Nothing here blocks: the FIFO and the socket are non-blocking, ending processes is a
 SIGTERM, then a SIGKILL after END_S, checked on the loop's timer. Standard library only.

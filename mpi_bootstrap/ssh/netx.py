@@ -5,36 +5,10 @@ MPI_BOOTSTRAP_TOKEN_FILE, or MPI_BOOTSTRAP_TOKEN: core/tokens.py).
 — and `dir` is ssh/dirx.py.) This module holds the protocol and the launcher's side;
 the worker's server is ssh/netserver.py.
 
-The net exchange, in full (version 3). K = HMAC-SHA256(token, "mpi-bootstrap exchange v3").
-0. On each connection it accepts, the worker first sends one JSON line:
-   {"v":3, "type":"challenge", "challenge": C (32 random bytes, hex, fresh for this
-   connection)}.
-1. launcher → worker, one JSON line: {"v":3, "type":"hello", "challenge": C (the one
-   just received), "nonce": N (32 random bytes, hex), "client_key": the job's public
-   key, "target": the worker it is meant for (its hostname, or the address the
-   hostfile names), "mac"}.
-2. The worker checks the mac, that C is the challenge it sent on this very connection,
-   and that `target` is its own hostname or one of its addresses. Any failure: it answers
-   {"type":"denied"}, changes nothing, and logs why. Otherwise it authorises client_key
-   for its sshd (replacing the previous hello's key) and answers
-   {"v":3, "type":"record", "nonce": N, "record": {...}, "mac"}.
-   Either way it closes the connection: one hello per challenge.
-3. The launcher checks the reply's mac, that it echoes its own fresh N, and that the
-   record is the target's (its host is the target's name, or it lists the target address).
-mac = hex HMAC-SHA256(K, canonical JSON of every other field): core/sign.py. So: without the token
-nobody can add a key (hello mac) or pass as a worker (reply mac). A hello is good on the
-connection whose challenge it carries and nowhere else: replayed on any other connection,
-to the same worker or to one restarted since (whose memory is empty), it is refused and
-changes nothing — no clock and no memory of nonces is involved (version 2 kept a nonce
-cache in memory and a 120 s clock window, so a hello captured before a worker restarted
-could be replayed to it and replace the running launcher's key:
-tests/test_attacks.py::TestNetExchangeReplay). A replayed reply fails the launcher's nonce
-check; a hello relayed to another worker (by whoever holds a worker's stale address) is
-refused there, and a reply from the wrong worker is refused by the launcher
-(tests/test_attacks.py::TestNetExchangeRelay).
-Nothing secret travels: the token never does, and records and public keys are not secret.
-The launcher's whole fetch from one worker has one deadline: a peer that trickles bytes
-cannot hold it past MPI_DNS_WAIT_SECONDS.
+The protocol (version 3: a challenge per connection, a hello and a reply under the
+token's HMAC, core/sign.py) is specified in docs/exchanges.md, "The net exchange", and
+why each step is there in SECURITY.md, promises 31 and 32 (tests/test_attacks.py's
+TestNetExchangeReplay and TestNetExchangeRelay).
 
 Standard library only: the worker's resident PID 1 serves the exchange.
 """

@@ -4,23 +4,10 @@ and off elsewhere: the checks run first, then mpirun (as with --exec), and the p
 `launch gate` decision says why. A runtime's `Gate` (core/runtimes/schema.py) says
 what holds for it.
 
-What starts ranks without mpirun's rsh agent (tests/test_gate.py, class
-TestRanksWithoutTheRshAgent, shows each on the real runtime):
-- a host of the hostfile that is this pod (the launcher's own name, `localhost`, an
-  address it holds; MPI Operator's runLauncherAsWorker): hydra forks its proxy there,
-  whose ranks start at once; ORTE and PRRTE start its ranks from mpirun itself, only
-  once every daemon has reported;
-- ORTE's `--novm` and `--max-vm-size` (`Gate.fewer`): daemons only where ranks are
-  mapped (or on the first N hosts), so the one host whose gate waits for every check
-  (mode EACH) may get none: every gate then waits for every check (EVERY), and a host
-  of this pod's turns the gate off. PRRTE (Open MPI 5.0) has no `--novm`, and its
-  `--max-vm-size` left the daemons on every host: it is still taken at its word. What
-  an MCA parameter file could change (the plm; for EACH, ORTE's VM: `Gate.pins`) is
-  pinned on the command line, where it wins;
-- a launcher of the user's that is not ssh (hydra's `-launcher fork`, Open MPI's
-  `--mca plm slurm`: launcher/mpi/agents.py), or a host list of the user's (`-hosts`,
-  `-H`, a rankfile, an appfile): the hosts mpirun starts ranks on are not the ones the
-  agent checked.
+What starts ranks without mpirun's rsh agent, and so turns the gate off (a host of this
+pod's; ORTE's `--novm`/`--max-vm-size`, `Gate.fewer`; a launcher or host list of the
+user's): docs/architecture.md, "Where the gate is off"; tests/test_gate.py's class
+TestRanksWithoutTheRshAgent shows each on the real runtime.
 """
 
 from __future__ import annotations
