@@ -20,7 +20,7 @@ NOWARN := PYTHONWARNINGS=ignore
 # Debian packages the tests, the benchmarks and the demo use (nftables: chaos's packet loss).
 DEB_PACKAGES := openmpi-bin libopenmpi-dev openssh-server openssh-client dnsmasq-base \
                 iproute2 nftables tcpdump procps util-linux podman runc debootstrap hyperfine \
-                tini dumb-init docker.io docker-compose python3-venv
+                tini dumb-init docker.io docker-compose python3-venv libnss-wrapper
 # PyPI MPIs, each in its own venv: their mpirun binaries would overwrite each other.
 OPENMPI5_VERSION := 5.0.11
 MPICH_VERSION := 5.0.2

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import stat
 from pathlib import Path
 
 import pytest
@@ -56,8 +57,8 @@ class TestAtomicWrite:
 
 class TestHeld:
     """The state directory is one agent's: a second one (another pod on a shared /run or
-    volume) is refused, naming the directory and the holder; the default base an emptyDir
-    left open to all is made the agent's own first."""
+    volume) is refused, naming the directory and the holder; one in a place others could
+    rename it from is held open."""
 
     def test_a_second_agent_is_refused(self, tmp_path: Path) -> None:
         """While another process holds it, `hold` raises ConfigError (64) naming the
@@ -85,18 +86,23 @@ class TestHeld:
         finally:
             holder.communicate("")
         files.hold(str(state))  # the holder has exited: its lock is gone
-        assert files.held()
+        assert files._held
 
-    def test_open_base_made_private(self, tmp_path: Path) -> None:
-        """A base of ours that others may write (an emptyDir at /run/mpi-bootstrap) is made
-        0755 before the pod's directory is made in it; without `base` it is refused."""
-        base = tmp_path / "mpi-bootstrap"
-        base.mkdir()
-        base.chmod(0o777)
-        with pytest.raises(ConfigError, match="writable by others"):
-            files.state_dir(str(base / "pod-0"))
-        files.state_dir(str(base / "pod-0"), base=str(base))
-        assert base.stat().st_mode & 0o777 == 0o755
+    def test_a_swapped_directory_is_not_followed(self, tmp_path: Path) -> None:
+        """Held open, the directory checked is the one reached, whatever is renamed: its
+        path renamed away and another put there (by someone who may write the parent)."""
+        open_dir = tmp_path / "emptydir"
+        open_dir.mkdir()
+        open_dir.chmod(0o777)  # kubelet's emptyDir (kubernetes#110835)
+        held = files.state_dir(str(open_dir / "state"), lock=True)
+        assert held is not None and held.startswith("/proc/")
+        assert files.state_dir(held) == held
+        (open_dir / "state").rename(open_dir / "taken")
+        (open_dir / "state").mkdir()
+        Path(held, "authorized_keys").write_text("ours\n")
+        assert (open_dir / "taken" / "authorized_keys").read_text() == "ours\n"
+        assert not (open_dir / "state" / "authorized_keys").exists()
+        assert stat.S_IMODE((open_dir / "taken").stat().st_mode) == 0o700
 
 
 class TestStateDir:
@@ -140,6 +146,19 @@ class TestStateDir:
             files.state_dir(str(d))
         assert exc.value.status == 64
         assert str(d) in exc.value.message
+
+    def test_own_group_may_write_above(self, tmp_path: Path) -> None:
+        """A directory above it that the agent's own group may write (OpenShift's g=u
+        images, gid 0) is the pod's own: no reason to hold it open; others' is."""
+        parent = tmp_path / "home"
+        parent.mkdir()
+        os.chown(parent, 0, os.getegid())
+        parent.chmod(0o775)
+        assert files.swappable(str(parent / "state"), os.geteuid()) is None
+        parent.chmod(0o777)
+        assert "writable by others (mode 0777)" in str(
+            files.swappable(str(parent / "state"), os.geteuid())
+        )
 
     def test_cannot_create_is_73(self, tmp_path: Path) -> None:
         """A state directory that cannot be created (a file in its path) is exit 73, not a crash."""

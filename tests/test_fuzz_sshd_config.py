@@ -135,7 +135,7 @@ class TestSshdConfigFuzz:
         assert all(words.count(w) == 1 for w in set(words) - {"ListenAddress"})
         assert words.count("ListenAddress") == len(args["listen"])
         assert "PasswordAuthentication no" in lines
-        assert "StrictModes yes" in lines and "DisableForwarding yes" in lines
+        assert "StrictModes no" in lines and "DisableForwarding yes" in lines
         setenv = [ln for ln in lines if ln.startswith("SetEnv ")]
         control = args.get("control")
         assert setenv == ([f"SetEnv MPI_BOOTSTRAP_CONTROL={control}"] if control else [])

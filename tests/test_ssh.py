@@ -11,7 +11,7 @@ import socket
 import stat
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -331,33 +331,6 @@ def test_free_port_race_retries(tmp_path: Path, root: None) -> None:
     finally:
         os.kill(pid, signal.SIGTERM)
         os.waitpid(pid, 0)
-
-
-@pytest.fixture
-def runtime_for_others(root: None) -> Iterator[Path]:
-    """The agent and its dependencies where another user can read them (pytest's tmp
-    dirs and the CI checkout may not be)."""
-    import shutil
-    import tempfile
-
-    import cffi
-    import cryptography
-    import psutil
-    import structlog
-
-    root = Path(tempfile.mkdtemp(prefix="mpib-rt-", dir="/run"))
-    root.chmod(0o755)
-    try:
-        here = Path(__file__).resolve().parent.parent
-        shutil.copytree(here / "mpi_bootstrap", root / "mpi_bootstrap")
-        for mod in (cffi, cryptography, psutil, structlog):
-            src = Path(mod.__file__).parent  # type: ignore[arg-type]
-            shutil.copytree(src, root / src.name)
-        for so in Path(cffi.__file__).parent.parent.glob("_cffi_backend*.so"):  # type: ignore[arg-type]
-            shutil.copy(so, root / so.name)
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_non_root_job_on_a_high_port(

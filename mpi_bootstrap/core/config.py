@@ -40,6 +40,7 @@ class Machine:
     # not. Called for the launcher and the worker only.
     read_token_file: Callable[[str], tokens.TokenFile] = _no_reader
     hostname: str = ""  # the pod's: its default state directory's last part
+    creatable: Callable[[str], bool] = lambda path: True  # (system/host.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,14 +111,6 @@ class Config:
         """The exchange's descriptor (core/exchanges.py): what it does is asked of it."""
         return EXCHANGES[self.exchange]
 
-    @property
-    def state_base(self) -> str | None:
-        """The default state directory's base (/run/mpi-bootstrap: the pod's own is a
-        directory in it), which the agent may make its own; None where one was set."""
-        base = os.path.dirname(self.state_dir)
-        ours = os.path.basename(base).lstrip(".").startswith("mpi-bootstrap")
-        return base if ours and self.sources["state_dir"].kind == "default" else None
-
     def token_decision(self) -> Decision | None:
         """--explain's line on the token (core/tokens.py)."""
         if self.token_file:
@@ -137,20 +130,18 @@ class Config:
         return Termination(self.termination_log, self.sources["termination_log"].kind != "default")
 
 
-def _default_state_dir(environ: Mapping[str, str], euid: int, hostname: str) -> str:
-    """/run/mpi-bootstrap/HOSTNAME as root. Otherwise ~/.mpi-bootstrap/HOSTNAME: sshd's
-    StrictModes accepts keys below a home directory the user owns, never below /tmp
-    (writable by all, sticky or not); /tmp/mpi-bootstrap-UID only when there is no usable
-    home. The pod's hostname keeps pods that share /run or a home apart (a hostPath, pods
-    simulated on one machine): two PID 1s on one control FIFO served each other's claims
-    and ended each other's sessions (tests/test_launch_order.py)."""
-    if euid == 0:
-        base = "/run/mpi-bootstrap"
-    else:
-        home = (environ.get("HOME") or "").rstrip("/")
-        base = f"{home}/.mpi-bootstrap" if home and is_plain_path(home) else ""
-        base = base or f"/tmp/mpi-bootstrap-{euid}"  # noqa: S108 - created 0700, per user
-    return f"{base}/{hostname}" if is_dns_name(hostname) else base
+def _default_state_dir(environ: Mapping[str, str], host: Machine) -> str:
+    """/run/mpi-bootstrap/HOSTNAME as root, ~/.mpi-bootstrap/HOSTNAME otherwise, else
+    (a read-only root, a HOME of /) /tmp/mpi-bootstrap-UID/HOSTNAME. The hostname keeps
+    pods that share /run or a home apart: two PID 1s on one control FIFO ended each
+    other's sessions (tests/test_launch_order.py)."""
+    home = (environ.get("HOME") or "").rstrip("/")
+    base = f"{home}/.mpi-bootstrap" if home and is_plain_path(home) else ""
+    last = f"/{host.hostname}" if is_dns_name(host.hostname) else ""
+    first = "/run/mpi-bootstrap" if host.euid == 0 else base
+    if not first or not host.creatable(first + last):
+        first = f"/tmp/mpi-bootstrap-{host.euid}"  # noqa: S108 - held open if need be
+    return first + last
 
 
 def _auto_exchange(values: Mapping[str, Any], host: Machine) -> tuple[str, str]:
@@ -291,7 +282,7 @@ def _derived(d: _Draft, role: str, environ: Mapping[str, str], host: Machine) ->
     """Defaults that depend on other settings or the machine; returns why this exchange."""
     values, sources = d.values, d.sources
     if values["state_dir"] is None:
-        values["state_dir"] = _default_state_dir(environ, host.euid, host.hostname)
+        values["state_dir"] = _default_state_dir(environ, host)
     if values["ssh_auth_dir"] is None:
         values["ssh_auth_dir"] = os.path.join(environ.get("HOME") or "/root", ".ssh")
     if values["output_hostfile"] is None:

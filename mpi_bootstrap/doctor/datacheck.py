@@ -5,6 +5,7 @@ and random pairs between the workers: ssh/datacheck.py), one finding per failure
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from collections.abc import Callable, Sequence
@@ -59,14 +60,14 @@ def local(config: Config) -> list[Finding]:
     ]
 
 
-def state_dir(config: Config) -> Finding | None:
+def state_dir(config: Config) -> tuple[Finding | None, Config]:
     """Whether the launcher would accept the state directory (system/files.py state_dir,
-    without making or changing anything); None when there is none yet. The doctor reads
-    nothing from a directory the launcher would refuse: someone else may have put it
-    there (an ssh config's ProxyCommand runs as the doctor's user)."""
+    without making or changing anything; `config` with the path it is reached by); None
+    when there is none yet. The doctor reads nothing from a directory the launcher would
+    refuse: someone else may have put it there (an ssh config's ProxyCommand runs as the
+    doctor's user)."""
     try:
-        if not files.state_dir(config.state_dir, create=False):
-            return None
+        held = files.state_dir(config.state_dir, create=False)
     except BootstrapError as exc:
         why = "; ".join(exc.problems) if isinstance(exc, ConfigError) else exc.message
         return Finding(
@@ -77,8 +78,9 @@ def state_dir(config: Config) -> Finding | None:
             "nothing in it was used (the data network check was skipped); "
             "mount an emptyDir at the state directory itself, or choose another "
             "MPI_BOOTSTRAP_STATE_DIR",
-        )
-    return Finding(config.state_dir, "state directory", True, "private to this user")
+        ), config
+    ok = Finding(config.state_dir, "state directory", True, "private to this user")
+    return (ok, dataclasses.replace(config, state_dir=held)) if held else (None, config)
 
 
 def network(
@@ -160,7 +162,7 @@ def _quiet(event: str, /, level: str = "info", **keys: Any) -> None:
 def jobs(
     config: Config, names: Sequence[str], deadline: float
 ) -> list[Callable[[], list[Finding]]]:
-    state = state_dir(config)  # checked once, before anything of it is used
+    state, config = state_dir(config)  # checked once, before anything of it is used
     return [
         lambda: local(config),
         lambda: [state] if state is not None else [],

@@ -41,8 +41,7 @@ def ungated(job: checks.Job, watched: MonitorSpec | None) -> NoReturn:
 
 
 def write_files(p: Plan, config: Config, log: Log) -> None:
-    """The state directory and every file of the plan."""
-    files.state_dir(config.state_dir, lock=True, base=config.state_base)
+    """Every file of the plan (in the state directory system/account.py made and holds)."""
     for f in p.files:
         files.atomic_write(f.path, f.text, f.mode)
         log("wrote", level="debug", path=f.path, purpose=f.purpose)

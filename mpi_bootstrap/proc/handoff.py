@@ -32,6 +32,7 @@ def exec_replace(argv: Sequence[str], env: Mapping[str, str]) -> None:
     path = resolve(argv[0], env.get("PATH"))
     if path is None:
         raise exec_error(argv[0])
+    files.keep_held()  # its ssh reaches a held state directory through this PID's fds
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -48,8 +49,7 @@ def handoff(spec: Spec) -> NoReturn:
     if path is None:  # fail here, where the message can still name the plan's mpirun
         raise exec_error(spec.argv[0])
     spec = dataclasses.replace(spec, inherited=tuple(sorted(signals.inherited())))
-    for lock in files.held():  # the state directory stays this pod's (files.hold)
-        os.set_inheritable(lock, True)
+    files.keep_held()  # the state directory stays this pod's (files.hold)
     fd = os.memfd_create("mpi-bootstrap-plan", 0)  # not CLOEXEC: the new image reads it
     os.write(fd, encode(spec))
     os.lseek(fd, 0, os.SEEK_SET)

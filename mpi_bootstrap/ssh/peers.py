@@ -8,7 +8,6 @@ are skipped.
 from __future__ import annotations
 
 import os
-import pwd
 from collections.abc import Mapping, Sequence
 
 from mpi_bootstrap.core.config import Config
@@ -21,8 +20,7 @@ from mpi_bootstrap.core.records import Record, RecordError
 from mpi_bootstrap.core.settings import SECRET_SSHD_PORT
 from mpi_bootstrap.ssh import dirx, keys
 from mpi_bootstrap.ssh import netx as exchange
-from mpi_bootstrap.system import parallel
-from mpi_bootstrap.system.files import state_dir
+from mpi_bootstrap.system import account, parallel
 from mpi_bootstrap.system.retry import NETWORK, PEER, retry_until
 
 
@@ -84,7 +82,6 @@ def client_key(config: Config, *, write: bool, log: Log) -> ClientKey | None:
         path = os.path.join(state, "id_launcher")
         if not write:
             return ClientKey(path, "(generated at run time)", None)
-        state_dir(state, base=config.state_base)
         pair = keys.generate(path, "mpi-bootstrap launcher key")
         return ClientKey(path, pair.public, None)
     return None
@@ -130,7 +127,7 @@ def collect(
 def secret_record(config: Config, key: ClientKey, new: str, address: str | None) -> Record:
     """The secret exchange's record of a worker: nothing to fetch (the job's key is its
     host key, its sshd on the agreed port)."""
-    user = config.ssh_user or pwd.getpwuid(os.geteuid()).pw_name
+    user = config.ssh_user or account.user()
     port = config.sshd_port or SECRET_SSHD_PORT  # Config sets it: never 0 here
     return Record(new, (address,) if address else (), port, key.public, user)
 

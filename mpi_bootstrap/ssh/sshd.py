@@ -43,9 +43,9 @@ FIXED = (
     "X11Forwarding no",
     "PermitTunnel no",
     "UseDNS no",
-    # Always on: the state directory is checked before sshd starts (files.state_dir),
-    # so StrictModes never has to be switched off to make the keys usable.
-    "StrictModes yes",
+    # Off: the agent checks its state directory itself, knowing the sticky bit, and holds
+    # open one that others could rename (system/files.py state_dir; SECURITY.md 14).
+    "StrictModes no",
 )
 
 

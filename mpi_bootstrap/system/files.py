@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import socket
@@ -44,48 +45,33 @@ def atomic_write(path: str, text: str, mode: int = 0o644) -> None:
 
 
 def state_dir(
-    path: str,
-    setting: str = "MPI_BOOTSTRAP_STATE_DIR",
-    *,
-    sshd_home: str | None = None,
-    create: bool = True,
-    lock: bool = False,
-    base: str | None = None,
-) -> bool:
-    """The agent's private directory: created 0700, or an existing one made 0700 — only
-    if it is a real directory owned by this user, in a place nobody else can swap it.
-
-    Someone else's directory (or a symlink to one) is refused: its owner could swap the
-    ssh config the agent writes there, and ssh runs what that config says (ProxyCommand)
-    as this user. So is a directory with an unsafe ancestor (see `swappable`): an
-    unprivileged user who can rename it away can put their own `authorized_keys` and
-    host key in its place, and sshd reads both from the path (tests/test_attacks.py::
-    TestStateDirSwap). `sshd_home` (the worker: sshd's StrictModes will read its
-    `authorized_keys`): also refuse a path StrictModes would refuse, rather than start
-    an sshd that turns every login away.
-
-    `create=False` is for the directory's readers (`doctor`, the readiness probe): the
-    same checks, nothing made or changed, False when there is no such directory — and a
-    directory group or others may write in is refused too, where the launcher would
-    first have made it 0700 (tests/test_attacks.py::TestDoctorTrustsNoPlantedFile).
-    `lock`: the agent that uses it holds it (`hold`). `base`: the default's directory of
-    the agent's own above it (/run/mpi-bootstrap), made 0755 if it is this user's and
-    others may write it (an emptyDir mounted there, as docs/exchanges.md advises).
-    True when it is fit for use.
-    """
+    path: str, setting: str = "MPI_BOOTSTRAP_STATE_DIR", *, create: bool = True, lock: bool = False
+) -> str | None:
+    """The agent's private directory, made 0700 and a real directory of this user's
+    (someone else's could hold an ssh config whose ProxyCommand ssh runs): the path to
+    use for it. One that another user could rename away and replace (`swappable`: an
+    emptyDir) is held open, and the path is /proc/PID/fd/N, which reaches the directory
+    checked whatever is renamed (SECURITY.md 14; tests/test_attacks.py::TestStateDirSwap).
+    `create=False` is for readers (`doctor`, the probe): nothing made or changed, None
+    where there is none, a swappable one reached where an agent of this user holds it,
+    one others may write refused (tests/test_attacks.py::TestDoctorTrustsNoPlantedFile).
+    `lock`: the agent that uses it holds it (`hold`)."""
+    if path in _held or os.path.join(path, LOCK) in _held:
+        return path
     uid = os.geteuid()
-    if create and base is not None:
-        _own_base(base, uid)
-    problem = swappable(path, uid)  # before anything is made there
-    if problem is not None:
+    below = path.startswith(tuple(f"{held}/" for held in _held))  # safe as it is
+    problem = None if below else swappable(path, uid)  # before anything is made there
+    if not create:
+        return _read_only(path, setting, uid, problem)
+    if problem is not None and "cannot check" in problem:
         raise ConfigError([f"{setting}: {path}: {problem}"])
-    st = _lstat(path, setting, create)
-    if st is None:
-        return False
-    problem = _refusal(path, st, uid, sshd_home, create)
+    st = _lstat(path, setting, True)
+    why = st and _refusal(path, st, uid, problem is None)
+    if why:
+        raise ConfigError([f"{setting}: {path}{why}"])
     if problem is not None:
-        raise ConfigError([f"{setting}: {path}{problem}"])
-    if create:
+        path = _hold_open(path, setting, uid)
+    else:
         try:
             os.chmod(path, 0o700)
         except OSError as exc:
@@ -94,11 +80,55 @@ def state_dir(
             ) from None
     if lock:
         hold(path, setting)
-    return True
+    return path
+
+
+def _read_only(path: str, setting: str, uid: int, problem: str | None) -> str | None:
+    """state_dir for a reader: the path to read it by, None where there is none."""
+    if problem is not None:  # reached where the agent, which checked it, holds it
+        found = None if "cannot check" in problem else _holder(path, uid)
+        if found is None:
+            raise ConfigError([f"{setting}: {path}: {problem}, and no agent holds it open"])
+        return found
+    st = _lstat(path, setting, False)
+    why = st and _refusal(path, st, uid, False)
+    if why:
+        raise ConfigError([f"{setting}: {path}{why}"])
+    return path if st else None
+
+
+def _hold_open(path: str, setting: str, uid: int) -> str:
+    """/proc/PID/fd/N of the directory at `path`, opened (not through a link), checked
+    and made 0700 as opened, held for the agent's life (and the resident PID 1's)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        st = os.fstat(fd)
+        if st.st_uid != uid:  # replaced between its check and this open
+            os.close(fd)
+            raise ConfigError([f"{setting}: {path} belongs to uid {st.st_uid}, not {uid}"])
+        os.fchmod(fd, 0o700)
+    except OSError as exc:
+        raise WriteError(f"{setting}: cannot hold {path} open: {exc.strerror or exc}") from None
+    _held[f"/proc/{os.getpid()}/fd/{fd}"] = fd
+    return f"/proc/{os.getpid()}/fd/{fd}"
+
+
+def _holder(path: str, uid: int) -> str | None:
+    """/proc/PID/fd/N by which a process of this user (the agent: `_hold_open`) holds the
+    directory now at `path` open, or None: where a reader finds one others could rename."""
+    real = os.path.realpath(path)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                for fd in os.listdir(f"/proc/{pid}/fd"):
+                    link = f"/proc/{pid}/fd/{fd}"
+                    if os.readlink(link) == real and os.path.isdir(link):
+                        return link
+    return None
 
 
 LOCK = ".lock"  # in the state directory: held by the agent (and the PID 1 it becomes)
-_held: dict[str, int] = {}  # the state directories this process holds, by path
+_held: dict[str, int] = {}  # the locks and directories this process holds open, by path
 
 
 def hold(path: str, setting: str = "MPI_BOOTSTRAP_STATE_DIR") -> None:
@@ -107,7 +137,7 @@ def hold(path: str, setting: str = "MPI_BOOTSTRAP_STATE_DIR") -> None:
     PID 1 serves the sessions of its own sshd through FIFOs found by their path there;
     two pods on one directory (a shared /run or volume) read each other's requests, and
     one's claim ended the other's sessions. Another agent's directory: ConfigError (64)."""
-    if path in _held:
+    if os.path.join(path, LOCK) in _held:
         return
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
@@ -125,15 +155,16 @@ def hold(path: str, setting: str = "MPI_BOOTSTRAP_STATE_DIR") -> None:
                 "a state directory of its own (a volume shared by pods is not one)"
             ]
         ) from None
-    _held[path] = fd
+    _held[os.path.join(path, LOCK)] = fd
     with contextlib.suppress(OSError):  # who holds it, for a second agent's message
         os.ftruncate(fd, 0)
         os.write(fd, f"pod {socket.gethostname()}, pid {os.getpid()}\n".encode())
 
 
-def held() -> list[int]:
-    """The locks `hold` took: kept open across the hand-off to the resident PID 1."""
-    return list(_held.values())
+def keep_held() -> None:
+    """What `hold` and `state_dir` hold, kept across an exec (the resident, --exec's mpirun)."""
+    for fd in _held.values():
+        os.set_inheritable(fd, True)
 
 
 def _lstat(path: str, setting: str, create: bool) -> os.stat_result | None:
@@ -150,18 +181,11 @@ def _lstat(path: str, setting: str, create: bool) -> os.stat_result | None:
             return None
         raise WriteError(f"{setting}: cannot create {path}: it vanished") from None
     except OSError as exc:
+        hint = f": {_EMPTYDIR_AT_TMP}" if exc.errno == errno.EROFS else ""
         raise WriteError(
-            f"{setting}: cannot {'create' if create else 'check'} {path}: {exc.strerror or exc}"
+            f"{setting}: cannot {'create' if create else 'check'} {path}: "
+            f"{exc.strerror or exc}{hint}"
         ) from None
-
-
-def _own_base(base: str, uid: int) -> None:
-    """The default's base made writable by this user alone, where it is this user's: an
-    emptyDir (0777, root's) at /run/mpi-bootstrap. Its entries are checked after this."""
-    with contextlib.suppress(OSError):  # absent, or not ours: the checks that follow say
-        st = os.lstat(base)
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == uid and st.st_mode & 0o022:
-            os.chmod(base, stat.S_IMODE(st.st_mode) & ~0o022)
 
 
 def _make_parents(path: str) -> None:
@@ -177,23 +201,21 @@ def _make_parents(path: str) -> None:
             os.mkdir(directory, 0o755)
 
 
-def _refusal(
-    path: str, st: os.stat_result, uid: int, sshd_home: str | None, create: bool
-) -> str | None:
-    """Why state_dir refuses the directory `st` is of (what follows its path), or None."""
+def _refusal(path: str, st: os.stat_result, uid: int, chmod: bool) -> str | None:
+    """Why state_dir refuses the directory `st` is of (what follows its path), or None.
+    `chmod`: it will be made 0700 by path (else held open, or only read)."""
     if not stat.S_ISDIR(st.st_mode):
         return " is not a directory" + (" (a symlink)" if stat.S_ISLNK(st.st_mode) else "")
     if st.st_uid != uid:
-        return f" belongs to uid {st.st_uid}, not to this user ({uid})"
-    problem = swappable(path, uid)
-    if problem is None and sshd_home is not None:
-        problem = strict_modes_problem(path, uid, sshd_home)
-    if problem is None and not create and st.st_mode & 0o022:
-        problem = (
-            f"writable by {_writers(st.st_mode)} (mode {stat.S_IMODE(st.st_mode):04o}): "
+        open_to_all = st.st_uid == 0 and st.st_mode & 0o002
+        hint = f" ({_EMPTYDIR_AT_TMP}, or set it below the emptyDir)" if open_to_all else ""
+        return f" belongs to uid {st.st_uid}, not to this user ({uid}){hint}"
+    if not chmod and st.st_mode & _open_bits(st):
+        return (
+            f": writable by {_writers(st.st_mode)} (mode {stat.S_IMODE(st.st_mode):04o}): "
             "another user could have put files there"
         )
-    return None if problem is None else f": {problem}"
+    return None
 
 
 def own_file(path: str) -> bool:
@@ -209,11 +231,17 @@ def own_file(path: str) -> bool:
     return True
 
 
-# A Kubernetes emptyDir is 0777 without the sticky bit (kubernetes#110835).
-_EMPTYDIR_HINT = (
-    "(a Kubernetes emptyDir is such a directory: mount a volume at the very "
-    "directory the agent uses, not at a parent of it, or choose another place)"
+# What a pod without a writable place needs: the agent makes its own directory there.
+_EMPTYDIR_AT_TMP = (
+    "add to the pod spec volumes: [{name: tmp, emptyDir: {}}] and, in the container, "
+    "volumeMounts: [{name: tmp, mountPath: /tmp}], and leave MPI_BOOTSTRAP_STATE_DIR unset"
 )
+
+
+def _open_bits(st: os.stat_result) -> int:
+    """The mode bits by which someone else may write: others', and the group's but the
+    agent's own (OpenShift: an arbitrary uid of gid 0, images made g=u)."""
+    return 0o002 if st.st_gid == os.getegid() else 0o022
 
 
 def _writers(mode: int) -> str:
@@ -251,13 +279,13 @@ def swappable(path: str, uid: int) -> str | None:
             return f"cannot check {directory}: {exc.strerror or exc}"
         if st.st_uid not in (0, uid):
             return f"{directory} above it belongs to uid {st.st_uid}, who could replace it"
-        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        if st.st_mode & _open_bits(st) and not st.st_mode & stat.S_ISVTX:
             who = _writers(st.st_mode)
             return (
                 f"{directory} above it is writable by {who} (mode "
                 f"{stat.S_IMODE(st.st_mode):04o}) without the sticky bit, so "
                 f"{'any user' if who == 'others' else 'its group'} could rename it away "
-                f"and put their own in its place {_EMPTYDIR_HINT}"
+                "and put their own in its place (a Kubernetes emptyDir: kubernetes#110835)"
             )
     return None
 
@@ -272,29 +300,6 @@ def foreign(path: str, st: os.stat_result, uid: int) -> str | None:
     if st.st_uid not in (0, uid):
         return f"it belongs to uid {st.st_uid}, who may write it whatever its mode"
     return swappable(path, uid)
-
-
-def strict_modes_problem(path: str, uid: int, home: str) -> str | None:
-    """Why OpenSSH's StrictModes would refuse a file in `path`, or None: every directory
-    from it up to `home` (if `path` is below it) or `/` must be owned by root or `uid`
-    and writable by nobody else — sticky bit or not (OpenSSH auth_secure_path)."""
-    directory = os.path.realpath(path)
-    home = os.path.realpath(home) if home else ""
-    while True:
-        try:
-            st = os.stat(directory)
-        except OSError as exc:
-            return f"cannot check {directory}: {exc.strerror or exc}"
-        if st.st_uid not in (0, uid) or st.st_mode & 0o022:
-            return (
-                f"sshd (StrictModes) refuses keys below {directory} (uid {st.st_uid}, "
-                f"mode {stat.S_IMODE(st.st_mode):04o}): only root or this user may own "
-                "or write the directories above the state directory; use one under "
-                "/run or your home directory"
-            )
-        if directory in (home, "/"):
-            return None
-        directory = os.path.dirname(directory)
 
 
 def make_fifo(path: str) -> str:

@@ -17,7 +17,16 @@ def machine() -> Machine:
         exists=os.path.exists,
         read_token_file=read_token_file,
         hostname=socket.gethostname(),
+        creatable=creatable,
     )
+
+
+def creatable(path: str) -> bool:
+    """Could this user make `path` (or write in it): its nearest existing directory
+    writable, on a file system mounted read-write."""
+    while not os.path.lexists(path):
+        path = os.path.dirname(path)
+    return os.path.isdir(path) and os.access(path, os.W_OK)
 
 
 def read_token_file(path: str) -> tokens.TokenFile:

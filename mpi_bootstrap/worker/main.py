@@ -11,7 +11,6 @@ import dataclasses
 import functools
 import json
 import os
-import pwd
 import socket
 from collections.abc import Callable, Mapping
 from typing import NoReturn
@@ -28,7 +27,7 @@ from mpi_bootstrap.dataplane import probe as dataprobe
 from mpi_bootstrap.pid1 import restart
 from mpi_bootstrap.proc.handoff import handoff
 from mpi_bootstrap.ssh import dirx, keys, sshd
-from mpi_bootstrap.system import netif
+from mpi_bootstrap.system import account, netif
 from mpi_bootstrap.system.files import atomic_write, make_fifo, read_regular, state_dir
 
 RECORD_FILE = "record.json"
@@ -257,13 +256,11 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
     needs_exchange(config)
     for warning in config.token_warnings:
         log("token exposed", level="warning", reason=warning)
-    account = pwd.getpwuid(os.geteuid())
-    state_dir(state, sshd_home=account.pw_dir, lock=True, base=config.state_base)
     ident = identity(config, log)
     authorized_path = _authorize(state, ident, log)
     listen, probe_addr, bind_addr = _listen(config, log)
     if os.geteuid() == 0:
-        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # OpenSSH's privsep directory
+        _privsep_dir()
     nic, ifaces = data_nic(config, environ, log)
     openssh = sshd.version(config.sshd)
     control = control_fifo(config, openssh, log)
@@ -279,7 +276,7 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
         host_key=ident.host_key_path,
         authorized_keys=authorized_path,
         pid_file=os.path.join(state, "sshd.pid"),
-        user=account.pw_name,
+        user=account.user(),
         control=control,
     )
     pid, port, argv = sshd.start(
@@ -295,7 +292,7 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
         addresses=tuple(listen),
         port=port,
         host_key=ident.host_key_public,
-        user=account.pw_name,
+        user=account.user(),
         data=nic,
         ifaces=ifaces,
         openssh=".".join(map(str, openssh)) if openssh else None,
@@ -336,6 +333,19 @@ def _supervise(
     )
 
 
+def _privsep_dir(path: str = "/run/sshd") -> None:
+    """OpenSSH's privilege-separation directory: root's sshd needs it, at this path."""
+    try:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError([
+            f"root's sshd needs {path} and the agent cannot make it ({exc.strerror}): make "
+            f"it in the image (RUN mkdir -p {path}, as container/Dockerfile does), or add "
+            "to the pod spec volumes: [{name: sshd-privsep, emptyDir: {}}] and, in the "
+            f"container, volumeMounts: [{{name: sshd-privsep, mountPath: {path}}}]"
+        ]) from None  # fmt: skip
+
+
 def _sshd_argv(config: Config, settings: Callable[..., str], port: int) -> list[str]:
     """sshd's argv for `port`, its config written first (`settings`: the rest of it)."""
     path = os.path.join(config.state_dir, "sshd_config")
@@ -349,11 +359,12 @@ def probe(config: Config) -> int:
     state directory the worker would accept, and only as this user's own file: one
     planted there by someone else would make a failed worker look ready."""
     try:
-        if not state_dir(config.state_dir, create=False):
+        state = state_dir(config.state_dir, create=False)
+        if state is None:
             print(f"not ready: no state directory {config.state_dir} yet")
             return int(ExitStatus.PEER_UNAVAILABLE)
         raw = read_regular(
-            os.path.join(config.state_dir, RECORD_FILE), records.MAX_MESSAGE, owner=os.geteuid()
+            os.path.join(state, RECORD_FILE), records.MAX_MESSAGE, owner=os.geteuid()
         )
         record = records.decode(raw, RECORD_FILE)
     except ConfigError as exc:

@@ -203,7 +203,7 @@ ROWS: tuple[Setting, ...] = (
         v.plain_dir,
         "private directory for generated files, one per pod, held by the agent for its life",
         "/run/mpi-bootstrap/HOSTNAME as root, else ~/.mpi-bootstrap/HOSTNAME "
-        "(/tmp/mpi-bootstrap-UID/HOSTNAME without a home)",
+        "(/tmp/mpi-bootstrap-UID/HOSTNAME where that cannot be made)",
     ),
     Setting(
         "termination_log",

@@ -1,0 +1,102 @@
+"""Issue 42's pods, run as a cluster runs them, with the agent's defaults: OpenShift's
+restricted SCC (an arbitrary uid without a passwd entry, gid 0, HOME=/, no capabilities,
+no_new_privs) and read-only root file systems whose only writable place is an emptyDir
+at /tmp (0777, no sticky bit: kubernetes#110835), as root and as uid 1000. A launcher
+and two workers, each the agent as PID 1 of its own PID, mount, UTS and network
+namespaces, started together; Open MPI 4.1 runs an allreduce on both workers."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REAL_MPIS
+from tests.support.cluster import Cluster
+from tests.support.job import check_allreduce
+from tests.support.programs import compile_allreduce
+
+OPENSHIFT_UID = 1000680000  # from a namespace's range, as OpenShift assigns them
+TOKEN = "platforms-" + "t" * 32
+
+# (uid, gid, HOME, read-only root, a state directory set): the pod's securityContext
+SHAPES = {
+    "openshift": (OPENSHIFT_UID, 0, "/", False, ""),
+    "readonly-root": (0, 0, "/root", True, ""),
+    "readonly-uid1000": (1000, 1000, "/home/mpiuser", True, ""),
+    "readonly-uid1000-state-in-tmp": (1000, 1000, "/home/mpiuser", True, "/tmp/mpi-state"),
+}
+
+
+@pytest.fixture
+def pods(netns: None, realmpi: object) -> Iterator[Cluster]:
+    """Three pods, each its agent as PID 1, with an emptyDir at /tmp."""
+    with Cluster(["job-launcher", "job-worker-0", "job-worker-1"]) as c:
+        for pod in c.pods:
+            pod.pid1 = True
+            assert pod.tmp is not None
+            os.chmod(pod.tmp, 0o777)  # noqa: S103 - kubelet's emptyDir
+        yield c
+
+
+def _in_pod(shape: str, runtime: Path, argv: list[str]) -> list[str]:
+    """`argv` (the agent's) as the pod's securityContext runs it: the root file system
+    remounted read-only where asked, then setpriv to its uid and gid."""
+    uid, gid, _, read_only, _ = SHAPES[shape]
+    remount = "mount -o remount,bind,ro / && " if read_only else ""
+    user = [] if uid == 0 else [
+        "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs",
+        "--inh-caps=-all", "--bounding-set=-all",
+    ]  # fmt: skip
+    agent = [*user, "/usr/bin/python3", "-m", "mpi_bootstrap", *argv]
+    return ["sh", "-c", f'{remount}exec "$0" "$@"', *agent]
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_job_runs(shape: str, pods: Cluster, runtime_for_others: Path, programs: Path) -> None:
+    """Each shape runs the job to 0 with every rank on a worker, no setting but the
+    job's own; an arbitrary uid's entry comes from nss_wrapper, never /etc/passwd."""
+    uid, _, home, _, state = SHAPES[shape]
+    m = REAL_MPIS["openmpi4"]
+    exe = compile_allreduce(m, programs)
+    hostfile = programs / "hostfile"  # the ConfigMap's, readable by the pod's uid
+    hostfile.write_text("".join(f"{p.name} slots=2\n" for p in pods.pods[1:]))
+    passwd = Path("/etc/passwd").read_bytes()
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": home,
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": str(runtime_for_others),
+        "MPI_BOOTSTRAP_TOKEN": TOKEN,
+        "MPI_BOOTSTRAP_LOG_FORMAT": "json",
+        **({"MPI_BOOTSTRAP_STATE_DIR": state} if state else {}),
+    }
+    workers = [
+        pods.start(pod, _in_pod(shape, runtime_for_others, ["worker"]), env)
+        for pod in pods.pods[1:]
+    ]
+    done = pods.pods[0].run(
+        _in_pod(shape, runtime_for_others, ["launcher", "--", "mpirun", str(exe)]),
+        {**env, "MPI_HOSTFILE": str(hostfile)},
+        timeout=180,
+    )
+    check_allreduce(done, 4, [p.name for p in pods.pods[1:]])
+    assert [w.poll() for w in workers] == [None, None]  # up for the next launch
+    assert Path("/etc/passwd").read_bytes() == passwd
+    assert ("passwd entry" in done.stderr) == (uid == OPENSHIFT_UID)
+    assert "state directory held" in done.stderr  # /tmp/mpi-bootstrap-UID in an emptyDir
+
+
+def test_privsep_dir_that_cannot_be_made_says_what_to_mount() -> None:
+    """Root's sshd needs /run/sshd, which a read-only root without it in the image
+    cannot give: the worker says so (64) with the volume to add, as YAML."""
+    from mpi_bootstrap.core.errors import ConfigError
+    from mpi_bootstrap.worker.main import _privsep_dir
+
+    with pytest.raises(ConfigError) as exc:
+        _privsep_dir("/proc/mpib-none/sshd")
+    assert exc.value.status == 64
+    assert "root's sshd needs /proc/mpib-none/sshd" in exc.value.message
+    assert "mountPath: /proc/mpib-none/sshd" in exc.value.message
