@@ -55,7 +55,9 @@ class TestPrecedence:
     ) -> None:
         """The default state directory is the pod's own, by its hostname: pods that share
         /run or a home never share one (tests/test_launch_order.py)."""
-        host = dataclasses.replace(HOST, euid=euid, hostname=hostname)
+        host = dataclasses.replace(
+            HOST, euid=euid, hostname=hostname, creatable=lambda p: "nonexistent" not in p
+        )
         c = Config.from_env({"HOME": home}, ["launcher", *PROG], host=host)
         assert c.state_dir == want
 

@@ -152,13 +152,15 @@ class TestStateDir:
         images, gid 0) is the pod's own: no reason to hold it open; others' is."""
         parent = tmp_path / "home"
         parent.mkdir()
-        os.chown(parent, 0, os.getegid())
+        os.chown(parent, -1, os.getegid())
         parent.chmod(0o775)
         assert files.swappable(str(parent / "state"), os.geteuid()) is None
         parent.chmod(0o777)
         assert "writable by others (mode 0777)" in str(
             files.swappable(str(parent / "state"), os.geteuid())
         )
+        theirs = os.stat_result((0o40770, 0, 0, 0, 0, os.getegid() + 1, 0, 0, 0, 0))
+        assert files._open_bits(theirs) == 0o022  # another group's: its members may write
 
     def test_cannot_create_is_73(self, tmp_path: Path) -> None:
         """A state directory that cannot be created (a file in its path) is exit 73, not a crash."""

@@ -1,4 +1,4 @@
-"""Issue 42's pods, run as a cluster runs them, with the agent's defaults: OpenShift's
+"""Hardened pods, run as a cluster runs them, with the agent's defaults: OpenShift's
 restricted SCC (an arbitrary uid without a passwd entry, gid 0, HOME=/, no capabilities,
 no_new_privs) and read-only root file systems whose only writable place is an emptyDir
 at /tmp (0777, no sticky bit: kubernetes#110835), as root and as uid 1000. A launcher
