@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REAL_MPIS
+from tests.conftest import AGENT, REAL_MPIS
 from tests.support.cluster import Cluster
 from tests.support.job import check_allreduce
 from tests.support.programs import compile_allreduce
@@ -100,3 +100,33 @@ def test_privsep_dir_that_cannot_be_made_says_what_to_mount() -> None:
     assert exc.value.status == 64
     assert "root's sshd needs /proc/mpib-none/sshd" in exc.value.message
     assert "mountPath: /proc/mpib-none/sshd" in exc.value.message
+
+
+@pytest.mark.parametrize("rewrite", ["none", "ip"])
+@pytest.mark.parametrize("family", ["6", "dual"])
+def test_ipv6(family: str, rewrite: str, netns: None, realmpi: object, programs: Path) -> None:
+    """An IPv6-only and a dual-stack pod network (hosts files with AAAA addresses), names
+    and their addresses in the hostfile: Open MPI 4.1 runs every rank, with the data check
+    and liveness on; in dual-stack every pod takes IPv4 (system/dns.py), and IPv6-only
+    addresses in the hostfile are refused before any rank: no MPI takes them."""
+    m = REAL_MPIS["openmpi4"]
+    exe = compile_allreduce(m, programs)
+    with Cluster(["job-launcher", "job-worker-0", "job-worker-1"], family=family) as c:
+        env = {"PATH": "/usr/bin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
+               "MPI_BOOTSTRAP_TOKEN": TOKEN, "MPI_BOOTSTRAP_LOG_FORMAT": "json"}  # fmt: skip
+        for pod in c.pods[1:]:
+            c.start(pod, [AGENT, "worker"], env)
+        hostfile = programs / "hostfile"
+        hostfile.write_text("".join(f"{p.name} slots=2\n" for p in c.pods[1:]))
+        done = c.pods[0].run(
+            [AGENT, "launcher", "--", "mpirun", str(exe)],
+            {**env, "MPI_HOSTFILE": str(hostfile), "MPI_BOOTSTRAP_REWRITE": rewrite},
+            timeout=90,
+        )
+        if (family, rewrite) == ("6", "ip"):
+            assert done.returncode == 64, done.stderr
+            assert "job-worker-0 has only an IPv6 address (fd00:10:250::b)" in done.stderr
+            assert "mpirun start" not in done.stderr
+            return
+        check_allreduce(done, 4, [p.name for p in c.pods[1:]])
+        assert "watches armed" in done.stderr and "data check ok" in done.stderr

@@ -9,19 +9,9 @@ the others are awaited (`launch order: pipelined`), or every worker at once (`wh
     → every worker in: the Plan of every fact, which must launch the same mpirun → the
     data network across them → `.all`: the ranks start → the resident PID 1.
 
-After the last worker is ready only its own part is left: the others' handshakes, checks
-and (where the runtime lets one through per worker: core/gate.py EACH) daemons ran while
-it was awaited. No rank starts before every check passed: the gate holds them, and a
-failed check ends mpirun (execute.py `ending`; with no gate, mpirun starts after the
-checks). mpirun starts with the first worker's facts — or once every worker is in, where the
-first worker's record lists RDMA devices behind its data NIC (NCCL_IB_HCA names every
-worker's, and SR-IOV functions differ from node to node): the checks still ride the
-wait. A later worker whose facts would change mpirun's command or environment all the
-same (RDMA devices where the first had none) fails the launch before any rank starts.
-Where mpirun waits for every worker (the reasons: `_after_every_worker`), the Plan of
-every fact replaces the first instead, as long as what the workers were checked for
-stays the same; a name the first Plan took for a worker's that turns out to be this pod
-then turns the gate off (hydra), and every check passes before mpirun starts.
+No rank starts before every check passed; when mpirun starts (the first worker's facts,
+or every worker's) and what a later worker may not change: docs/architecture.md,
+"Workers as they come".
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from mpi_bootstrap.core import gate, nccl, records
 from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
+from mpi_bootstrap.core.errors import ConfigError
 from mpi_bootstrap.core.exchanges import MADE, SHARED
 from mpi_bootstrap.core.model import Answer, Decision, PlannedFile
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
@@ -373,6 +374,13 @@ def host_entries(
         answer = answers.get(lname)
         address = answer.addresses[0] if answer and answer.ok else None
         new = address if config.rewrite == "ip" and address else lname
+        if ":" in new:  # an IPv6 address: the name had no IPv4 one (system/dns.py)
+            raise ConfigError([
+                f"MPI_BOOTSTRAP_REWRITE=ip: {host.name} has only an IPv6 address ({address}), "
+                "and no MPI takes one in its hostfile (Open MPI 4 and 5 hang, or stop at an "
+                "'illegal character' in the node name; hydra's HOST:N reads its colons): "
+                "keep the names (MPI_BOOTSTRAP_REWRITE=none or fqdn)"
+            ])  # fmt: skip
         entries.append(HostEntry(host.name, address, host.slots, new, host.line))
     return entries
 

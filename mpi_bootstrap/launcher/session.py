@@ -40,7 +40,7 @@ def banner(name: str, target: tuple[str, int], deadline: float) -> str | None:
 
     if retry_until(deadline, answers, every=PEER):
         return None
-    return f"{name}: no sshd answers on {address}:{port}"
+    return f"{name}: no sshd answers on {f'[{address}]' if ':' in address else address}:{port}"
 
 
 class Session:

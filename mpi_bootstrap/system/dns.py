@@ -92,7 +92,8 @@ class SystemResolver:
             addr = str(info[4][0])
             if addr not in addresses:
                 addresses.append(addr)
-        return Answer(name, addresses=tuple(addresses))
+        # Dual-stack: IPv4 first, as the workers bind (netif: IPv4, then IPv6), on every pod.
+        return Answer(name, addresses=tuple(sorted(addresses, key=lambda a: ":" in a)))
 
     def _kind(self, errno: int | None) -> str:
         if errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)):

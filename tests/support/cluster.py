@@ -57,6 +57,11 @@ def _host(net: str, index: int) -> str:
     return f"{net}.{n >> 8}.{n & 255}"
 
 
+def _host6(net: str, index: int) -> str:
+    """The IPv6 twin of `_host`: fd00:10:250::a for 10.250.0.10 (a ULA, never routed)."""
+    return f"fd00:{net.replace('.', ':')}::{index + 10:x}"
+
+
 @dataclasses.dataclass
 class Pod:
     name: str  # hostname, e.g. job-worker-0
@@ -78,14 +83,22 @@ class Pod:
     # private_root): every pod of the cluster sees the same directory there, as pods that
     # share /run (a hostPath, a harness of pods on one machine) do.
     node_run: str | None = None
+    family: str = "4"  # the pod network's: "4", "6" (IPv6 only) or "dual" (Cluster)
 
     @property
     def address(self) -> str:
-        return _host(CTL_NET, self.index)
+        return _host6(CTL_NET, self.index) if self.family == "6" else _host(CTL_NET, self.index)
 
     @property
     def data_address(self) -> str:
+        if self.family == "6":
+            return _host6(DATA_NET, self.index)
         return _host(DATA_NET, self.index)
+
+    def addresses(self) -> list[str]:
+        """Its control addresses: IPv4, IPv6 or both (`family`)."""
+        v4, v6 = _host(CTL_NET, self.index), _host6(CTL_NET, self.index)
+        return {"4": [v4], "6": [v6], "dual": [v4, v6]}[self.family]
 
     def argv(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
         """argv run inside this pod: its netns, a UTS namespace with its hostname, env."""
@@ -182,10 +195,13 @@ class Cluster:
         data: bool = True,
         private_root: bool = True,
         shared_run: bool = False,
+        family: str = "4",
     ) -> None:
         """Pods named `names` (the first is usually the launcher). With `domain` (and
         `dns=False`), the hosts files also carry `name.domain`. With `shared_run`, every
-        pod sees one directory of the cluster's at /run/mpi-bootstrap (Pod.node_run)."""
+        pod sees one directory of the cluster's at /run/mpi-bootstrap (Pod.node_run).
+        `family`: "6" gives every pod IPv6 addresses only (fd00:10:250::/64 and
+        fd00:10:251::/64), "dual" both; the hosts files name each address (AAAA as well)."""
         _asked_for(dns)
         if len(names) > MAX_PODS:
             raise ValueError(f"{len(names)} pods: one bridge holds at most {MAX_PODS}")
@@ -204,10 +220,7 @@ class Cluster:
             for br in ("br-ctl", "br-data") if data else ("br-ctl",):
                 self.switch.exec_checked(["ip", "link", "add", br, "type", "bridge"])
                 self.switch.exec_checked(["ip", "link", "set", br, "up"])
-            hosts = "127.0.0.1 localhost\n"
-            for i, name in enumerate(names):
-                fq = f" {name}.{domain}" if domain else ""
-                hosts += f"{_host(CTL_NET, i)} {name}{fq}\n"
+            hosts = self._hosts(names, domain, family)
             search = [f"{namespace}.svc.cluster.local", "svc.cluster.local"]
             if not fqdn_only:
                 search.append("cluster.local")
@@ -225,13 +238,13 @@ class Cluster:
                         resolv_conf="nameserver 127.0.0.1\noptions ndots:5 timeout:1 attempts:1\n",
                         hosts=hosts,
                     )
-                pod = Pod(name, i, ns, pid1=pid1, private_root=private_root)
+                pod = Pod(name, i, ns, pid1=pid1, private_root=private_root, family=family)
                 pod.tmp = self._tmp(i) if private_root else None
                 pod.node_run = self._node_run() if shared_run and private_root else None
                 self.pods.append(pod)
-                self._wire(pod, "eth0", "br-ctl", pod.address)
+                self._wire(pod, "eth0", "br-ctl")
                 if data:
-                    self._wire(pod, "net1", "br-data", pod.data_address)
+                    self._wire(pod, "net1", "br-data")
             if dns:
                 self.switch.exec_checked(
                     ["ip", "addr", "add", f"{DNS_ADDRESS}/{PREFIX}", "dev", "br-ctl"]
@@ -243,6 +256,15 @@ class Cluster:
         except BaseException:
             self.close()
             raise
+
+    def _hosts(self, names: Sequence[str], domain: str, family: str) -> str:
+        """The hosts file of a cluster without DNS: every pod's every address."""
+        hosts = "127.0.0.1 localhost\n"
+        for i, name in enumerate(names):
+            fq = f" {name}.{domain}" if domain else ""
+            for address in Pod(name, i, self.switch, family=family).addresses():
+                hosts += f"{address} {name}{fq}\n"
+        return hosts
 
     def _tmp(self, index: int) -> str:
         """A pod's own /tmp: sticky and open to all, as /tmp is; with the place of the
@@ -280,7 +302,7 @@ class Cluster:
         pod = next(p for p in self.pods if p.name == name)
         self.dnsmasq.add([(self.fqdn(name), pod.address), (self.service, pod.address)])
 
-    def _wire(self, pod: Pod, iface: str, bridge: str, address: str) -> None:
+    def _wire(self, pod: Pod, iface: str, bridge: str) -> None:
         # Made inside the switch namespace: nothing ever appears in the host's.
         outer = f"p{pod.index}-{iface}"
         _ip(
@@ -299,7 +321,12 @@ class Cluster:
         )
         self.switch.exec_checked(["ip", "link", "set", outer, "master", bridge])
         self.switch.exec_checked(["ip", "link", "set", outer, "up"])
-        pod.netns.exec_checked(["ip", "addr", "add", f"{address}/{PREFIX}", "dev", iface])
+        v4 = _host(CTL_NET if iface == "eth0" else DATA_NET, pod.index)
+        v6 = _host6(CTL_NET if iface == "eth0" else DATA_NET, pod.index)
+        if pod.family != "6":
+            pod.netns.exec_checked(["ip", "addr", "add", f"{v4}/{PREFIX}", "dev", iface])
+        if pod.family != "4":  # nodad: usable at once, not after duplicate detection
+            pod.netns.exec_checked(["ip", "-6", "addr", "add", f"{v6}/64", "dev", iface, "nodad"])
         pod.netns.exec_checked(["ip", "link", "set", iface, "up"])
 
     def start(
