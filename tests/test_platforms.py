@@ -21,18 +21,22 @@ from tests.support.programs import compile_allreduce
 OPENSHIFT_UID = 1000680000  # from a namespace's range, as OpenShift assigns them
 TOKEN = "platforms-" + "t" * 32
 
-# (uid, gid, HOME, read-only root, a state directory set): the pod's securityContext
+# (uid, gid, HOME, root file system, a state directory set): the pod's securityContext
+# and volumes. "ro": read-only, an emptyDir at /tmp only; "ro+run": and one at
+# /run/mpi-bootstrap (docs/exchanges.md's advice for root).
 SHAPES = {
-    "openshift": (OPENSHIFT_UID, 0, "/", False, ""),
-    "readonly-root": (0, 0, "/root", True, ""),
-    "readonly-uid1000": (1000, 1000, "/home/mpiuser", True, ""),
-    "readonly-uid1000-state-in-tmp": (1000, 1000, "/home/mpiuser", True, "/tmp/mpi-state"),
+    "openshift": (OPENSHIFT_UID, 0, "/", "", ""),
+    "readonly-root": (0, 0, "/root", "ro", ""),
+    "readonly-root-run-emptydir": (0, 0, "/root", "ro+run", ""),
+    "readonly-uid1000": (1000, 1000, "/home/mpiuser", "ro", ""),
+    "readonly-uid1000-state-in-tmp": (1000, 1000, "/home/mpiuser", "ro", "/tmp/mpi-state"),
 }
 
 
 @pytest.fixture
 def pods(netns: None, realmpi: object) -> Iterator[Cluster]:
     """Three pods, each its agent as PID 1, with an emptyDir at /tmp."""
+    os.makedirs("/run/mpi-bootstrap", mode=0o755, exist_ok=True)  # a mount point, empty
     with Cluster(["job-launcher", "job-worker-0", "job-worker-1"]) as c:
         for pod in c.pods:
             pod.pid1 = True
@@ -44,8 +48,9 @@ def pods(netns: None, realmpi: object) -> Iterator[Cluster]:
 def _in_pod(shape: str, runtime: Path, argv: list[str]) -> list[str]:
     """`argv` (the agent's) as the pod's securityContext runs it: the root file system
     remounted read-only where asked, then setpriv to its uid and gid."""
-    uid, gid, _, read_only, _ = SHAPES[shape]
-    remount = "mount -o remount,bind,ro / && " if read_only else ""
+    uid, gid, _, root, _ = SHAPES[shape]
+    remount = "mount -t tmpfs -o mode=0777 run /run/mpi-bootstrap && " if "run" in root else ""
+    remount += "mount -o remount,bind,ro / && " if root else ""
     user = [] if uid == 0 else [
         "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs",
         "--inh-caps=-all", "--bounding-set=-all",
