@@ -116,10 +116,6 @@ def _config(argv: Sequence[str], environ: Mapping[str, str]) -> Config | int:
 
 def _dispatch(config: Config, environ: Mapping[str, str], logger: Log) -> int:
     """The role's own entry point (imported lazily: `--explain` and the probe start fast)."""
-    if config.role in ("launcher", "worker") and not config.explain:
-        from mpi_bootstrap.system import account
-
-        config, environ = account.settle(config, environ, logger)
     if config.role == "launcher":
         from mpi_bootstrap.launcher import main as launcher
 

@@ -118,7 +118,8 @@ def test_ipv6(family: str, rewrite: str, netns: None, realmpi: object, programs:
     exe = compile_allreduce(m, programs)
     with Cluster(["job-launcher", "job-worker-0", "job-worker-1"], family=family) as c:
         env = {"PATH": "/usr/bin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
-               "MPI_BOOTSTRAP_TOKEN": TOKEN, "MPI_BOOTSTRAP_LOG_FORMAT": "json"}  # fmt: skip
+               "MPI_BOOTSTRAP_TOKEN": TOKEN, "MPI_BOOTSTRAP_LOG_FORMAT": "json",
+               "MPI_BOOTSTRAP_STATE_DIR": "/tmp/state"}  # the pod's own /tmp  # fmt: skip
         for pod in c.pods[1:]:
             c.start(pod, [AGENT, "worker"], env)
         hostfile = programs / "hostfile"

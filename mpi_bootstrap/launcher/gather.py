@@ -33,7 +33,7 @@ from mpi_bootstrap.launcher.plan import host_entries
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.proc.spawn import resolve
 from mpi_bootstrap.ssh import peers
-from mpi_bootstrap.system import dns, hostfile_reader, netif
+from mpi_bootstrap.system import account, dns, hostfile_reader, netif
 
 RESOLV_CONF = "/etc/resolv.conf"
 ETC_HOSTS = "/etc/hosts"
@@ -250,10 +250,10 @@ def dns_decision(config: Config, answers: Mapping[str, Answer]) -> Decision:
 
 def before_dns(
     config: Config, environ: Mapping[str, str], log: Log
-) -> tuple[Gathered, list[Decision]]:
+) -> tuple[Gathered, list[Decision], Config]:
     """What this pod alone says: the MPI, the hostfile, its interfaces, the job's client
     key and its ssh's key exchanges; the workers remote by name (an address may make one
-    local later: `resolved`). No host resolved, no record read."""
+    local later: `resolved`). No host resolved, no record read; `config` as it returns."""
     # One deadline for DNS, the workers' records, sshd readiness and preflight.
     deadline = time.monotonic() + config.dns_wait_seconds
     log("exchange", mode=config.exchange, reason=config.exchange_reason)
@@ -264,6 +264,8 @@ def before_dns(
     path, more = input_hostfile(config, info)
     notes.extend(more)
     hostfile = read_hostfile(config, path)
+    if not config.explain:  # the state directory, once the hostfile was read
+        config, env = account.settle(config, env, log)
     interfaces = netif.present()
     facts = Gathered(
         environ=env,
@@ -281,12 +283,16 @@ def before_dns(
         deadline=deadline,
     )
     remote = remote_hosts(config, facts)
-    return dataclasses.replace(
-        facts,
-        client=peers.client_key(config, write=not config.explain, log=log),
-        remote=tuple(new for _, new, _ in remote),
-        ssh_kex=ssh_kex(config, env, bool(remote)),
-    ), notes
+    return (
+        dataclasses.replace(
+            facts,
+            client=peers.client_key(config, write=not config.explain, log=log),
+            remote=tuple(new for _, new, _ in remote),
+            ssh_kex=ssh_kex(config, env, bool(remote)),
+        ),
+        notes,
+        config,
+    )
 
 
 def remote_hosts(config: Config, facts: Gathered) -> list[tuple[str, str, str | None]]:

@@ -27,7 +27,7 @@ from mpi_bootstrap.launcher.plan import build_plan
 def explain(config: Config, environ: Mapping[str, str], log: Log) -> Plan:
     """--explain's Plan: every fact, this pod's first (before_dns), then every host's
     address after one DNS round, and the remote workers' records as they are here."""
-    facts, notes = gather.before_dns(config, environ, log)
+    facts, notes, _ = gather.before_dns(config, environ, log)
     answers = gather.wait_for_dns(config, facts.hostfile, socket.gethostname(), log)
     p = build_plan(config, gather.resolved(config, facts, answers, log))
     return dataclasses.replace(
@@ -43,7 +43,7 @@ def main(config: Config, environ: Mapping[str, str], log: Log) -> int:
     from mpi_bootstrap.launcher import pipeline  # not for --explain (cli._dispatch)
     from mpi_bootstrap.launcher.arrivals import Arrivals
 
-    facts, _ = gather.before_dns(config, environ, log)
+    facts, _, config = gather.before_dns(config, environ, log)
     arrivals = Arrivals(config, facts, log)
     if build_plan(config, facts).pipeline:
         arrivals.start()  # as they come

@@ -114,8 +114,7 @@ def _hold_open(path: str, setting: str, uid: int) -> str:
 
 
 def _holder(path: str, uid: int) -> str | None:
-    """/proc/PID/fd/N by which a process of this user (the agent: `_hold_open`) holds the
-    directory now at `path` open, or None: where a reader finds one others could rename."""
+    """/proc/PID/fd/N by which a process of this user (`_hold_open`) holds `path` open."""
     real = os.path.realpath(path)
     for pid in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError):

@@ -22,8 +22,7 @@ def machine() -> Machine:
 
 
 def creatable(path: str) -> bool:
-    """Could this user make `path` (or write in it): its nearest existing directory
-    writable, on a file system mounted read-write."""
+    """Could this user make `path`: its nearest existing directory writable (not read-only)."""
     while not os.path.lexists(path):
         path = os.path.dirname(path)
     return os.path.isdir(path) and os.access(path, os.W_OK)

@@ -252,8 +252,9 @@ def control_fifo(config: Config, openssh: tuple[int, int] | None, log: Log) -> s
 def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
     """Keys, a private sshd, the record published, then the resident PID 1 (module
     docstring)."""
-    state = config.state_dir
     needs_exchange(config)
+    config, environ = account.settle(config, environ, log)  # nothing written before this
+    state = config.state_dir
     for warning in config.token_warnings:
         log("token exposed", level="warning", reason=warning)
     ident = identity(config, log)
