@@ -21,6 +21,9 @@ EXPECTED = {
     # Mid-job: a worker pod killed while the ranks ran (tests/test_liveness.py's
     # TestLostWorker, with MPI_BOOTSTRAP_LIVENESS_SECONDS=0); hydra names no host.
     "worker-lost": ("worker-lost", "while the job ran"),
+    # An IPv6-only pod network (tests/test_platforms.py's cluster, family "6"): hydra
+    # looks for an IPv4 address on `-iface eth0` only.
+    "ipv6-only": ("hydra-no-ipv4", "needs an IPv4 address"),
 }
 
 

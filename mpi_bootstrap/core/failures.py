@@ -126,6 +126,13 @@ SIGNATURES = (
         brief="{host}: the worker's sshd refused the job's key (Permission denied)",
     ),
     Signature(
+        "hydra-no-ipv4",
+        ("unable to find interface",),
+        "hydra (MPICH, Intel MPI) needs an IPv4 address on its interface; this pod has none",
+        "use a pod network with IPv4 (dual-stack pods use IPv4), or Open MPI, which runs on "
+        'IPv6 (docs/configuration.md, "Platforms")',
+    ),
+    Signature(
         "could-not-resolve",
         ("Could not resolve hostname ",),
         "ssh could not resolve {host}",

@@ -5,14 +5,8 @@ the pod's `status.containerStatuses[].lastState.terminated.message`).
 The kubelet reads at most 4096 bytes of `terminationMessagePath` (/dev/termination-log
 by default) after the container exits. Pure: the text; system/termlog.py writes it.
 Nothing secret goes in: the error line is the one the agent printed, which names paths,
-hosts and settings, never a token or a key.
-
-    mpi-bootstrap launcher: exit 69 (a worker is unavailable)
-    phase: preflight
-    host: pi-worker-1.pi.default.svc
-    error: worker unreachable: pi-worker-1.pi.default.svc: no sshd answers on 10.1.0.11:2222
-    fix: look at the named worker: its pod's log (…)
-"""
+hosts and settings, never a token or a key. What it looks like: docs/troubleshooting.md,
+"The termination message"."""
 
 from __future__ import annotations
 

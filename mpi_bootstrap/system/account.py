@@ -67,5 +67,4 @@ def settle(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Config
 
 def _text(path: str) -> str:
     """A system file's lines, each ended by a newline."""
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
-    return text if text.endswith("\n") or not text else text + "\n"
+    return "".join(f"{line}\n" for line in Path(path).read_text(errors="replace").splitlines())
