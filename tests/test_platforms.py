@@ -8,6 +8,7 @@ namespaces, started together; Open MPI 4.1 runs an allreduce on both workers."""
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,6 +90,14 @@ def test_job_runs(shape: str, pods: Cluster, runtime_for_others: Path, programs:
     )
     check_allreduce(done, 4, [p.name for p in pods.pods[1:]])
     assert [w.poll() for w in workers] == [None, None]  # up for the next launch
+    # The readiness probe, run as kubelet runs an exec probe: in the worker's namespaces,
+    # as its user. It finds the state directory where the worker holds it.
+    enter = ["nsenter", "-t", str(pods.pid_of(workers[0])), "-m", "-p", "-n", "-u"]
+    probe = subprocess.run(
+        [*enter, *_in_pod(shape, runtime_for_others, ["probe"])[3:]],
+        env=env, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert probe.returncode == 0 and probe.stdout.startswith("ready: sshd on"), probe
     assert Path("/etc/passwd").read_bytes() == passwd
     assert ("passwd entry" in done.stderr) == (uid == OPENSHIFT_UID)
     assert "state directory held" in done.stderr  # /tmp/mpi-bootstrap-UID in an emptyDir
