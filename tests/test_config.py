@@ -18,6 +18,46 @@ def cfg(env: dict[str, str] | None = None, argv: list[str] | None = None) -> Con
     return Config.from_env(env or {}, argv if argv is not None else ["launcher", *PROG], host=HOST)
 
 
+VOLCANO = {  # what Volcano's svc plugin sets in every pod of its MPI example's Job
+    "VC_MPIMASTER_HOSTS": "lm-mpi-job-mpimaster-0.lm-mpi-job",
+    "VC_MPIWORKER_HOSTS": "lm-mpi-job-mpiworker-0.lm-mpi-job,lm-mpi-job-mpiworker-1.lm-mpi-job",
+    "VC_MPIMASTER_NUM": "1",
+    "VC_MPIWORKER_NUM": "2",
+}
+
+
+class TestOperatorRoles:
+    """With no role given, an operator's own name for the pod's part says it: JobSet's
+    REPLICATED_JOB_NAME (Kubeflow Trainer v2: `launcher`, `node`) or the Volcano task
+    holding this pod; a name that says neither is refused, never guessed; a role given
+    wins (docs/configuration.md, "Operators")."""
+
+    @pytest.mark.parametrize(
+        ("env", "role", "source"),
+        [
+            ({"REPLICATED_JOB_NAME": "launcher"}, "launcher", "REPLICATED_JOB_NAME"),
+            ({"REPLICATED_JOB_NAME": "node"}, "worker", "REPLICATED_JOB_NAME"),
+            ({"REPLICATED_JOB_NAME": "workers"}, "worker", "REPLICATED_JOB_NAME"),
+            ({"REPLICATED_JOB_NAME": "node", "K_MPI_JOB_ROLE": "launcher"}, "launcher",
+             "K_MPI_JOB_ROLE"),
+            ({**VOLCANO, "HOSTNAME": "lm-mpi-job-mpiworker-1"}, "worker", "VC_MPIWORKER_HOSTS"),
+            ({**VOLCANO, "HOSTNAME": "lm-mpi-job-mpimaster-0"}, "launcher", "VC_MPIMASTER_HOSTS"),
+        ],
+    )  # fmt: skip
+    def test_found(self, env: dict[str, str], role: str, source: str) -> None:
+        c = cfg(env, PROG)
+        assert (c.role, c.source("role").name) == (role, source)
+        volcano = source == "VC_MPIMASTER_HOSTS"
+        assert c.hostfile == ("/etc/volcano/mpiworker.host" if volcano else "/etc/mpi/hostfile")
+
+    @pytest.mark.parametrize(
+        "env", [{"REPLICATED_JOB_NAME": "trainer"}, {**VOLCANO, "HOSTNAME": "elsewhere"}]
+    )
+    def test_refused(self, env: dict[str, str]) -> None:
+        with pytest.raises(ConfigError, match=r"set MPI_BOOTSTRAP_ROLE|no role"):
+            cfg(env, PROG)
+
+
 class TestPrecedence:
     """A flag beats its variable, which beats the default; each source is recorded."""
 

@@ -213,17 +213,37 @@ def _legacy_rewrite(d: _Draft) -> None:
 
 
 ROLE_ENVS = ("MPI_BOOTSTRAP_ROLE", "K_MPI_JOB_ROLE")
+# Words in an operator's name for a pod's part (Trainer v2's `node`, Volcano's `mpimaster`)
+ROLE_WORDS = {"launcher": "launcher", "master": "launcher", "worker": "worker", "node": "worker"}
 
 
 def given_role(role_word: str | None, environ: Mapping[str, str]) -> tuple[str, Source] | None:
     """The role word on the command line, else MPI_BOOTSTRAP_ROLE, else K_MPI_JOB_ROLE
-    (lowercased), and where it came from; None when none is given. Not validated."""
+    (lowercased), else JobSet's REPLICATED_JOB_NAME or the Volcano task's name (as it is
+    where it has no ROLE_WORDS: refused), and where it came from; None: not given."""
     if role_word is not None:
         return role_word, Source("flag", role_word)
     for env in ROLE_ENVS:
         if environ.get(env):
             return environ[env].strip().lower(), Source("env", env)
-    return None
+    name, env = environ.get("REPLICATED_JOB_NAME", ""), "REPLICATED_JOB_NAME"
+    if not name and (task := _volcano_task(environ)) is not None:
+        name, env = task, f"VC_{task.upper()}_HOSTS"
+    role = next((r for w, r in ROLE_WORDS.items() if w in name.lower()), name)
+    return (role, Source("env", env)) if name else None
+
+
+def _volcano_task(environ: Mapping[str, str], worker: bool = False) -> str | None:
+    """Volcano's task (its svc plugin's VC_<TASK>_HOSTS) this pod is one of, by its
+    HOSTNAME; with `worker`, the one task named for workers. None: not exactly one."""
+    own = environ.get("HOSTNAME")
+    tasks = [
+        key[3:-6].lower()
+        for key, hosts in environ.items()
+        if key.startswith("VC_") and key.endswith("_HOSTS") and len(key) > 9
+        and ("WORKER" in key if worker else own in {h.split(".")[0] for h in hosts.split(",")})
+    ]  # fmt: skip
+    return tasks[0] if len(tasks) == 1 else None
 
 
 def role_of(argv: Sequence[str], environ: Mapping[str, str]) -> str:
@@ -243,7 +263,8 @@ def _role(d: _Draft, role_word: str | None, environ: Mapping[str, str]) -> str:
     d.sources["role"] = source
     if source.kind == "env" and role not in ROLES:
         d.problems.append(
-            f"{source.name}: {environ[source.name]!r} is not one of {', '.join(ROLES)}"
+            f"{source.name}: {role!r} is not one of {', '.join(ROLES)} (nor names one): "
+            "set MPI_BOOTSTRAP_ROLE"
         )
     return role
 
@@ -287,6 +308,13 @@ def _derived(d: _Draft, role: str, environ: Mapping[str, str], host: Machine) ->
         values["ssh_auth_dir"] = os.path.join(environ.get("HOME") or "/root", ".ssh")
     if values["output_hostfile"] is None:
         values["output_hostfile"] = f"{values['state_dir']}/hostfile"
+    task = _volcano_task(environ, worker=True)  # Volcano's svc plugin writes its hosts there
+    by_volcano = role == "launcher" and sources.get("role", Source("default")).name.startswith(
+        "VC_"
+    )
+    if sources["hostfile"].kind == "default" and by_volcano and task:
+        values["hostfile"] = f"/etc/volcano/{task}.host"
+        sources["hostfile"] = Source("env", f"VC_{task.upper()}_HOSTS")
     exchange_reason = f"set by {sources['exchange']}"
     if values["exchange"] == "auto":
         values["exchange"], exchange_reason = _auto_exchange(values, host)

@@ -7,12 +7,9 @@ pid1/dataserve.py: no interpreter starts). A worker whose PID 1 cannot serve it 
 sshd predates OpenSSH 8.7's SetEnv) says so and is left out of the check, said in the
 log. In the launcher that session is preflight's own (its check's script goes on to run
 it: no second ssh session, no second login); the doctor opens its own.
-  1. it reports its data NIC (MTU, addresses, RDMA devices, locked-memory limit) and
-     opens one port, TCP and UDP, on its data address;
-  2. once every worker has, the launcher sends each its peers: its ring neighbours and
-     one random worker (core/datanet.py); it probes them from its data address (TCP,
-     then full-MTU datagrams that may not fragment) while answering its own probers;
-  3. the launcher closes the sessions' stdin, which ends them and closes the ports.
+Each reports its data NIC and opens a port; once every worker has, the launcher sends
+each its peers (ring neighbours and one random worker: core/datanet.py), which it probes
+while answering its own probers (dataplane/probe.py's steps); closing stdin ends it.
 Everything runs in parallel within the launcher's one deadline. A failure names the
 pair, the addresses, the NIC and the kind, and mpirun never starts (exit 69).
 """

@@ -1,24 +1,13 @@
 """The `dir` exchange: one directory every pod of the job mounts (a compose volume, an RWX
 volume). Standard library only (the worker's resident supervisor reads `job-done`).
 
-    <host>.json  each worker's record, written atomically; read only as a regular file
-                 owned by this user (a FIFO held the launcher forever; a stranger's file
-                 is not a record)
-    job-key/     the job's key pair (`id`, `id.pub`), made once by the first pod to come:
-                 accepted only as a directory this user owns, mode 0700, not a symlink,
-                 its files likewise — anything else is refused, never adopted (a key
-                 another user put there would log them in to every worker)
-    job-done     `done SHA256:<fingerprint of the job's key>`: the launcher writes it after
-                 a successful job; it ends the workers of that job only
-    .lock        flock(2): making, adopting and cleaning the key happen one pod at a time
+    <host>.json  each worker's record, written atomically
+    job-key/     the job's key pair (`id`, `id.pub`), made once by the first pod to come
+    job-done     `done SHA256:<fingerprint of the job's key>`, after a successful job
+    .lock        flock(2): making, adopting and cleaning the key, one pod at a time
 
-Every pod of the job runs as the same user (the key files are that user's, 0600).
-
-A job is identified by its key. A `job-done` that names the key in `job-key/` says that
-key's job is over: the first pod of the next job (a compose `up` again, a reused volume)
-removes that job's records, key and mark, and makes a fresh key. A `job-done` naming any
-other key is stale and removed. So a new job never adopts an old job's key, and never
-stops on an old job's mark (tests/test_attacks.py::TestDirExchangeReuse).
+What each is accepted as, and how a job is told from the one before it (by its key):
+docs/exchanges.md, "The dir exchange" (tests/test_attacks.py::TestDirExchangeReuse).
 """
 
 from __future__ import annotations

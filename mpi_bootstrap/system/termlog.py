@@ -3,24 +3,13 @@
 Never blocks, never fails the exit: every error is swallowed (the exit code and stderr
 are the same with or without the file). Standard library only (the resident writes it).
 
-- No link is followed at any component of the path: it is opened one directory at a time
-  from `/` (`openat` with O_NOFOLLOW|O_DIRECTORY), and the file itself with O_NOFOLLOW.
-  A directory above it may be writable by someone else (a Kubernetes emptyDir is 0777
-  without the sticky bit: kubernetes#110835); had they swapped a directory on the path
-  for a symlink, the root agent would truncate, or create, a file of that name wherever
-  the link points (tests/test_termlog.py). A path through a link writes nothing.
-- The file exists (the kubelet bind-mounts /dev/termination-log into every container):
-  it is written in place, since a bind mount cannot be renamed over: opened without
-  blocking (O_NONBLOCK: a FIFO with no reader fails at once instead of waiting), only if
-  it is a regular file with one name (a hard link planted where protected_hardlinks is
-  off is another file's), then one pwrite of at most 4 KiB at offset 0 and a truncate to
-  its end (the file never reads empty; the kubelet reads it once the container has
-  exited, when nothing writes any more).
-- It does not exist: created only when the path was set (`MPI_BOOTSTRAP_TERMINATION_LOG`,
-  `--termination-log`), in its existing directory (the one opened above, whatever is
-  renamed meanwhile), atomically (a temporary file renamed over). The default path is
-  used only where it exists: the agent puts nothing in a container's /dev that the
-  runtime did not.
+- No link is followed at any component of the path (`openat` one directory at a time
+  from `/`, O_NOFOLLOW): why, SECURITY.md promise 33 (tests/test_termlog.py).
+- An existing file (the kubelet's bind mount) is written in place: opened without
+  blocking, only as a regular file with one name, one pwrite of at most 4 KiB, then a
+  truncate to its end (it never reads empty).
+- A missing one is created only where the path was set, in the directory opened above,
+  atomically; the default path is used only where it exists.
 """
 
 from __future__ import annotations
