@@ -33,9 +33,9 @@ def _agent() -> str:
 AGENT = _agent()
 
 
-# Agents under test keep their state below pytest's tmp dirs, and a worker's sshd
-# (StrictModes, always on) refuses keys below /tmp, which others may write (sticky or
-# not). As root, the tmp dirs go below /run instead, which only root writes: a directory
+# Agents under test keep their state below pytest's tmp dirs, reached by their path only
+# where nobody else could rename them (system/files.py state_dir: below /tmp as root
+# they would be held open). As root, the tmp dirs go below /run, which only root writes: a directory
 # of this session's own, so that two sessions of the suite on one machine (two clones
 # tested at once) never empty each other's (a fixed --basetemp is emptied at start).
 # Not root (the unit tier), a private directory below $TMPDIR: /run is root's.

@@ -21,7 +21,7 @@ def test_twelve_launches(exchange: str, tmp_path_factory: pytest.TempPathFactory
     import shutil
     import tempfile
 
-    work = Path(tempfile.mkdtemp(prefix="mpib-soak-", dir="/run"))  # StrictModes: not /tmp
+    work = Path(tempfile.mkdtemp(prefix="mpib-soak-", dir="/run"))  # tests keep state under /run
     soak = None
     said: list[str] = []
     try:

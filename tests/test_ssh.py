@@ -338,12 +338,12 @@ def test_non_root_job_on_a_high_port(
 ) -> None:
     """A job running as uid 1000 throughout (no privilege at all, as MPI Operator's
     non-root images run): the worker serves the job's key on a high port from its default
-    state directory (~/.mpi-bootstrap/HOSTNAME, which sshd's StrictModes accepts), and the
+    state directory (~/.mpi-bootstrap/HOSTNAME), and the
     launcher, as the same user, runs a rank there."""
     import shutil
     import tempfile
 
-    # Below /run, which only root writes: sshd's StrictModes refuses keys below /tmp.
+    # Below /run, which only root writes (the project's rule for tests' state).
     tmp = Path(tempfile.mkdtemp(prefix="mpib-nr-", dir="/run"))
     try:
         tmp.chmod(0o755)

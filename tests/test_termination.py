@@ -246,7 +246,7 @@ class TestWorker:
 
     @pytest.fixture(autouse=True)
     def state(self) -> Iterator[None]:
-        """The worker's state directory, under /run (sshd's StrictModes refuses /tmp)."""
+        """The worker's state directory, under /run (the tests' rule for state)."""
         self.state_dir = tempfile.mkdtemp(prefix="mpib-term-", dir="/run")
         os.rmdir(self.state_dir)  # the worker makes it
         yield
