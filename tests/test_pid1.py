@@ -224,7 +224,11 @@ class TestLauncherPhases:
         """SIGTERM during the launcher's DNS wait exits 143 within 1 s, writing no hostfile."""
         hostfile = pod.tmp / "hostfile"
         hostfile.write_text("ghost-worker-0.job.default.svc slots=1\n")
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(pod.tmp)}
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(pod.tmp),
+            "MPI_BOOTSTRAP_STATE_DIR": str(pod.tmp / "s"),
+        }
         p = subprocess.Popen(
             [
                 *pod.netns.prefix(),
