@@ -1,6 +1,7 @@
-"""container/k8s/: every MPIJob validates strictly against the project's own schema of
-the MPIJob v2beta1 API (tests/schemas/mpijob-v2beta1.yaml): unknown fields are errors at
-every level the schema models, as `kubectl apply --validate=strict` would make them."""
+"""container/k8s/: every MPIJob, JobSet and Volcano Job validates strictly against the
+project's own schema of its API (tests/schemas/: the MPIJob v2beta1, JobSet v1alpha2 and
+Volcano's Job v1alpha1, over one pod template, pod.yaml): unknown fields are errors at
+every level the schemas model, as `kubectl apply --validate=strict` would make them."""
 
 from __future__ import annotations
 
@@ -12,18 +13,42 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from referencing import Registry, Resource
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEMA = ROOT / "tests" / "schemas" / "mpijob-v2beta1.yaml"
+SCHEMAS = ROOT / "tests" / "schemas"
 MANIFESTS = sorted((ROOT / "container" / "k8s").glob("*.yaml"))
+# (apiVersion, kind) → the schema's $id (its file: tests/schemas/<id>.yaml)
+KINDS = {
+    ("kubeflow.org/v2beta1", "MPIJob"): "mpijob-v2beta1",
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): "jobset-v1alpha2",
+    ("batch.volcano.sh/v1alpha1", "Job"): "volcano-job-v1alpha1",
+}
+
+
+def _validators() -> dict[str, jsonschema.protocols.Validator]:
+    schemas = {p.stem: yaml.safe_load(p.read_text()) for p in SCHEMAS.glob("*.yaml")}
+    registry: Registry = Registry().with_resources(
+        (s["$id"], Resource.from_contents(s)) for s in schemas.values()
+    )
+    out = {}
+    for name in KINDS.values():
+        cls = jsonschema.validators.validator_for(schemas[name])
+        cls.check_schema(schemas[name])
+        out[name] = cls(schemas[name], registry=registry)
+    return out
 
 
 @pytest.fixture(scope="module")
-def validator() -> jsonschema.protocols.Validator:
-    schema = yaml.safe_load(SCHEMA.read_text())
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema)  # type: ignore[no-any-return]
+def validators() -> dict[str, jsonschema.protocols.Validator]:
+    return _validators()
+
+
+@pytest.fixture(scope="module")
+def validator(
+    validators: dict[str, jsonschema.protocols.Validator],
+) -> jsonschema.protocols.Validator:
+    return validators["mpijob-v2beta1"]
 
 
 def documents(path: Path) -> list[dict[str, Any]]:
@@ -41,24 +66,32 @@ def errors(validator: jsonschema.protocols.Validator, job: dict[str, Any]) -> li
 
 
 def test_every_manifest_is_checked() -> None:
-    """The glob finds the four MPIJobs (a moved directory cannot make the suite vacuous)."""
+    """The glob finds the MPIJobs, the JobSet and the Volcano Job (a moved directory cannot
+    make the suite vacuous)."""
     assert {p.name for p in MANIFESTS} >= {
         "nccl-allreduce.yaml",
         "dranet-allreduce.yaml",
         "intel-mpi.yaml",
         "mpich.yaml",
+        "jobset.yaml",
+        "volcano.yaml",
     }
 
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
-def test_manifest_validates(path: Path, validator: jsonschema.protocols.Validator) -> None:
-    """Each MPIJob is valid v2beta1, and uses the agent as README says."""
-    jobs = mpijobs(path)
-    assert jobs, f"{path.name} has no MPIJob"
-    for doc in documents(path):
+def test_manifest_validates(
+    path: Path, validators: dict[str, jsonschema.protocols.Validator]
+) -> None:
+    """Each job is valid against its API's schema; an MPIJob uses the agent as README
+    says."""
+    docs = documents(path)
+    checked = [d for d in docs if (d.get("apiVersion"), d.get("kind")) in KINDS]
+    assert checked, f"{path.name} has no job of a kind with a schema"
+    for doc in docs:
         assert doc.get("apiVersion") and doc.get("kind") and doc["metadata"].get("name")
-    for job in jobs:
-        assert errors(validator, job) == []
+    for doc in checked:
+        assert errors(validators[KINDS[doc["apiVersion"], doc["kind"]]], doc) == []
+    for job in mpijobs(path):
         for role, spec in job["spec"]["mpiReplicaSpecs"].items():
             for c in spec["template"]["spec"]["containers"]:
                 if role == "Worker":  # readiness through the agent
@@ -193,3 +226,81 @@ def test_exchanges_page_shows_the_net_manifest() -> None:
     manifest = (ROOT / "container" / "k8s" / "net-exchange.yaml").read_text()
     body = manifest[manifest.index("apiVersion: v1") :]
     assert f"```yaml\n{body}```" in page
+
+
+def _exit_rules(path: str) -> dict[int, str]:
+    """Exit code → what the operator does when the launcher exits with it (the restart
+    contract: docs/troubleshooting.md, "Exit codes")."""
+    docs = documents(ROOT / "container" / "k8s" / path)
+    if path == "volcano.yaml":
+        (job,) = [d for d in docs if d["kind"] == "Job"]
+        policies = job["spec"]["tasks"][0]["policies"]
+        return {p["exitCode"]: p["action"] for p in policies if "exitCode" in p}
+    (jobset,) = [d for d in docs if d["kind"] == "JobSet"]
+    reasons = {
+        reason: rule["action"]
+        for rule in jobset["spec"]["failurePolicy"]["rules"]
+        for reason in rule["onJobFailureReasons"]
+    }
+    launcher = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert launcher["backoffLimit"] == 0  # a counted failure fails the Job at once
+    reason = {"FailJob": "PodFailurePolicy", "Count": "BackoffLimitExceeded"}
+    return {
+        code: reasons[reason[rule["action"]]]
+        for rule in launcher["podFailurePolicy"]["rules"]
+        for code in rule["onExitCodes"]["values"]
+    }
+
+
+@pytest.mark.parametrize(
+    ("path", "restart", "stop"),
+    [("jobset.yaml", "RestartJobSet", "FailJobSet"), ("volcano.yaml", "RestartJob", "AbortJob")],
+)
+def test_restart_contract(path: str, restart: str, stop: str) -> None:
+    """A worker lost while the job ran (75) restarts the job; a bad configuration or
+    hostfile (64, 65) ends it, since restarting cannot fix it."""
+    assert _exit_rules(path) == {75: restart, 64: stop, 65: stop}
+
+
+@pytest.mark.parametrize(
+    ("path", "mutate", "where", "words"),
+    [
+        (
+            "jobset.yaml",
+            lambda d: d["spec"]["failurePolicy"]["rules"][0].__setitem__("onJobFailureReason", []),
+            "spec/failurePolicy/rules/0",
+            "'onJobFailureReason' was unexpected",
+        ),
+        (
+            "jobset.yaml",
+            lambda d: d["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"][
+                "rules"
+            ][1].__setitem__("action", "Restart"),
+            "spec/replicatedJobs/0/template/spec/podFailurePolicy/rules/1/action",
+            "is not one of",
+        ),
+        (
+            "volcano.yaml",
+            lambda d: d["spec"]["tasks"][0]["policies"][1].__setitem__("action", "Retry"),
+            "spec/tasks/0/policies/1/action",
+            "is not one of",
+        ),
+    ],
+)
+def test_operator_schemas_are_strict(
+    path: str,
+    mutate: Callable[[dict[str, Any]], None],
+    where: str,
+    words: str,
+    validators: dict[str, jsonschema.protocols.Validator],
+) -> None:
+    """A misspelled field or an action the operator does not know is refused where it is."""
+    (doc,) = [
+        d
+        for d in documents(ROOT / "container" / "k8s" / path)
+        if (d["apiVersion"], d["kind"]) in KINDS
+    ]
+    validate = validators[KINDS[doc["apiVersion"], doc["kind"]]]
+    mutate(doc)
+    (found,) = errors(validate, doc)
+    assert found.startswith(f"{where}: ") and words in found, found
