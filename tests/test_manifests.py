@@ -23,6 +23,8 @@ KINDS = {
     ("kubeflow.org/v2beta1", "MPIJob"): "mpijob-v2beta1",
     ("jobset.x-k8s.io/v1alpha2", "JobSet"): "jobset-v1alpha2",
     ("batch.volcano.sh/v1alpha1", "Job"): "volcano-job-v1alpha1",
+    ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"): "clustertrainingruntime-v1alpha1",
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "trainjob-v1alpha1",
 }
 
 
@@ -75,6 +77,7 @@ def test_every_manifest_is_checked() -> None:
         "mpich.yaml",
         "jobset.yaml",
         "volcano.yaml",
+        "trainer-v2.yaml",
     }
 
 
@@ -236,14 +239,21 @@ def _exit_rules(path: str) -> dict[int, str]:
         (job,) = [d for d in docs if d["kind"] == "Job"]
         policies = job["spec"]["tasks"][0]["policies"]
         return {p["exitCode"]: p["action"] for p in policies if "exitCode" in p}
-    (jobset,) = [d for d in docs if d["kind"] == "JobSet"]
+    (jobset,) = [d["spec"] for d in docs if d["kind"] == "JobSet"] or [
+        d["spec"]["template"]["spec"] for d in docs if d["kind"] == "ClusterTrainingRuntime"
+    ]
     reasons = {
         reason: rule["action"]
-        for rule in jobset["spec"]["failurePolicy"]["rules"]
+        for rule in jobset["failurePolicy"]["rules"]
         for reason in rule["onJobFailureReasons"]
     }
-    launcher = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    (launcher,) = [
+        j["template"]["spec"] for j in jobset["replicatedJobs"] if j["name"] == "launcher"
+    ]
     assert launcher["backoffLimit"] == 0  # a counted failure fails the Job at once
+    (container,) = launcher["template"]["spec"]["containers"]
+    rules = launcher["podFailurePolicy"]["rules"]
+    assert {r["onExitCodes"]["containerName"] for r in rules} == {container["name"]}
     reason = {"FailJob": "PodFailurePolicy", "Count": "BackoffLimitExceeded"}
     return {
         code: reasons[reason[rule["action"]]]
@@ -254,7 +264,11 @@ def _exit_rules(path: str) -> dict[int, str]:
 
 @pytest.mark.parametrize(
     ("path", "restart", "stop"),
-    [("jobset.yaml", "RestartJobSet", "FailJobSet"), ("volcano.yaml", "RestartJob", "AbortJob")],
+    [
+        ("jobset.yaml", "RestartJobSet", "FailJobSet"),
+        ("trainer-v2.yaml", "RestartJobSet", "FailJobSet"),
+        ("volcano.yaml", "RestartJob", "AbortJob"),
+    ],
 )
 def test_restart_contract(path: str, restart: str, stop: str) -> None:
     """A worker lost while the job ran (75) restarts the job; a bad configuration or
