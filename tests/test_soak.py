@@ -2,7 +2,7 @@
 times (`make soak` runs 200 on 16): every run ends with its documented exit code, and,
 from the first sample (after one of each kind) to the last, nothing the pods hold grows —
 processes, fds, sshd's children, authorized_keys, state and exchange files, the
-launcher's sockets — PSS by at most 1 MiB a pod (tests/support/longrun.py)."""
+launcher's sockets — USS by at most 1 MiB a pod (tests/support/longrun.py)."""
 
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ from tests.support.longrun import EXPECTED, Soak, flat, run_soak
 
 SERIES = (
     "pss_kib",
+    "uss_kib",
     "fds",
     "processes",
     "sshd_children",
