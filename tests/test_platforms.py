@@ -38,6 +38,9 @@ SHAPES = {
 def pods(netns: None, realmpi: object) -> Iterator[Cluster]:
     """Three pods, each its agent as PID 1, with an emptyDir at /tmp."""
     os.makedirs("/run/mpi-bootstrap", mode=0o755, exist_ok=True)  # a mount point, empty
+    # Root's sshd needs its privsep directory, which a read-only root cannot make: the
+    # image has it (container/Dockerfile), and so does this machine, whatever ran first.
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
     with Cluster(["job-launcher", "job-worker-0", "job-worker-1"]) as c:
         for pod in c.pods:
             pod.pid1 = True
