@@ -64,9 +64,12 @@ def _in_pod(shape: str, runtime: Path, argv: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_job_runs(shape: str, pods: Cluster, runtime_for_others: Path, programs: Path) -> None:
+def test_job_runs(
+    shape: str, pods: Cluster, runtime_for_others: Path, programs: Path, uid1000: str
+) -> None:
     """Each shape runs the job to 0 with every rank on a worker, no setting but the
-    job's own; an arbitrary uid's entry comes from nss_wrapper, never /etc/passwd."""
+    job's own; an arbitrary uid's entry comes from nss_wrapper, never /etc/passwd (uid
+    1000 has one: the `uid1000` fixture makes it where the machine has none)."""
     uid, _, home, _, state = SHAPES[shape]
     m = REAL_MPIS["openmpi4"]
     exe = compile_allreduce(m, programs)
