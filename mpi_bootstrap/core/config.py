@@ -308,11 +308,9 @@ def _derived(d: _Draft, role: str, environ: Mapping[str, str], host: Machine) ->
         values["ssh_auth_dir"] = os.path.join(environ.get("HOME") or "/root", ".ssh")
     if values["output_hostfile"] is None:
         values["output_hostfile"] = f"{values['state_dir']}/hostfile"
-    task = _volcano_task(environ, worker=True)  # Volcano's svc plugin writes its hosts there
-    by_volcano = role == "launcher" and sources.get("role", Source("default")).name.startswith(
-        "VC_"
-    )
-    if sources["hostfile"].kind == "default" and by_volcano and task:
+    by_volcano = role == "launcher" and sources.get("role", Source("default")).name[:3] == "VC_"
+    task = _volcano_task(environ, worker=True) if by_volcano else None  # its svc plugin's
+    if task and sources["hostfile"].kind == "default":
         values["hostfile"] = f"/etc/volcano/{task}.host"
         sources["hostfile"] = Source("env", f"VC_{task.upper()}_HOSTS")
     exchange_reason = f"set by {sources['exchange']}"

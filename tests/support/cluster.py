@@ -57,6 +57,12 @@ def _host(net: str, index: int) -> str:
     return f"{net}.{n >> 8}.{n & 255}"
 
 
+def _addresses(index: int, family: str) -> list[str]:
+    """Pod `index`'s control addresses in a cluster of `family` (Cluster)."""
+    v4, v6 = _host(CTL_NET, index), _host6(CTL_NET, index)
+    return {"4": [v4], "6": [v6], "dual": [v4, v6]}[family]
+
+
 def _host6(net: str, index: int) -> str:
     """The IPv6 twin of `_host`: fd00:10:250::a for 10.250.0.10 (a ULA, never routed)."""
     return f"fd00:{net.replace('.', ':')}::{index + 10:x}"
@@ -97,8 +103,7 @@ class Pod:
 
     def addresses(self) -> list[str]:
         """Its control addresses: IPv4, IPv6 or both (`family`)."""
-        v4, v6 = _host(CTL_NET, self.index), _host6(CTL_NET, self.index)
-        return {"4": [v4], "6": [v6], "dual": [v4, v6]}[self.family]
+        return _addresses(self.index, self.family)
 
     def argv(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
         """argv run inside this pod: its netns, a UTS namespace with its hostname, env."""
@@ -262,7 +267,7 @@ class Cluster:
         hosts = "127.0.0.1 localhost\n"
         for i, name in enumerate(names):
             fq = f" {name}.{domain}" if domain else ""
-            for address in Pod(name, i, self.switch, family=family).addresses():
+            for address in _addresses(i, family):
                 hosts += f"{address} {name}{fq}\n"
         return hosts
 
