@@ -340,8 +340,12 @@ def runtime_for_others(root: None) -> Iterator[Path]:
     import shutil
     import tempfile
 
+    import bcrypt
     import cffi
     import cryptography
+    import dns
+    import nacl
+    import paramiko
     import psutil
     import structlog
 
@@ -350,7 +354,7 @@ def runtime_for_others(root: None) -> Iterator[Path]:
     try:
         here = Path(__file__).resolve().parent.parent
         shutil.copytree(here / "mpi_bootstrap", root / "mpi_bootstrap")
-        for mod in (cffi, cryptography, psutil, structlog):
+        for mod in (bcrypt, cffi, cryptography, dns, nacl, paramiko, psutil, structlog):
             src = Path(mod.__file__).parent  # type: ignore[arg-type]
             shutil.copytree(src, root / src.name)
         for so in Path(cffi.__file__).parent.parent.glob("_cffi_backend*.so"):  # type: ignore[arg-type]

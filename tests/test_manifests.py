@@ -239,9 +239,15 @@ def _exit_rules(path: str) -> dict[int, str]:
         (job,) = [d for d in docs if d["kind"] == "Job"]
         policies = job["spec"]["tasks"][0]["policies"]
         return {p["exitCode"]: p["action"] for p in policies if "exitCode" in p}
-    (jobset,) = [d["spec"] for d in docs if d["kind"] == "JobSet"] or [
+    jobsets = [d["spec"] for d in docs if d["kind"] == "JobSet"] or [
         d["spec"]["template"]["spec"] for d in docs if d["kind"] == "ClusterTrainingRuntime"
     ]
+    rules = [_jobset_rules(j) for j in jobsets]
+    assert all(r == rules[0] for r in rules)  # every runtime (one per MPI) alike
+    return rules[0]
+
+
+def _jobset_rules(jobset: dict[str, Any]) -> dict[int, str]:
     reasons = {
         reason: rule["action"]
         for rule in jobset["failurePolicy"]["rules"]

@@ -151,25 +151,3 @@ def test_ipv6(family: str, rewrite: str, netns: None, realmpi: object, programs:
             return
         check_allreduce(done, 4, [p.name for p in c.pods[1:]])
         assert "watches armed" in done.stderr and "data check ok" in done.stderr
-
-
-def test_jobset_roles_need_no_setting(netns: None, realmpi: object, programs: Path) -> None:
-    """JobSet's pods (Kubeflow Trainer v2's MPI runtime: replicated jobs `launcher` and
-    `node`) say their role in REPLICATED_JOB_NAME: no role word, no MPI_BOOTSTRAP_ROLE,
-    and the job runs every rank; one named for neither is refused (64) saying what to set."""
-    exe = compile_allreduce(REAL_MPIS["openmpi4"], programs)
-    with Cluster(["job-launcher", "job-worker-0", "job-worker-1"]) as c:
-        env = {"PATH": "/usr/bin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
-               "MPI_BOOTSTRAP_TOKEN": TOKEN, "MPI_BOOTSTRAP_STATE_DIR": "/tmp/state",
-               "JOBSET_NAME": "job", "REPLICATED_JOB_REPLICAS": "1"}  # fmt: skip
-        for pod in c.pods[1:]:
-            c.start(pod, [AGENT], {**env, "REPLICATED_JOB_NAME": "node"})
-        hostfile = programs / "hostfile"
-        hostfile.write_text("".join(f"{p.name} slots=2\n" for p in c.pods[1:]))
-        launcher = {**env, "REPLICATED_JOB_NAME": "launcher", "MPI_HOSTFILE": str(hostfile)}
-        done = c.pods[0].run([AGENT, "--", "mpirun", str(exe)], launcher, timeout=90)
-        check_allreduce(done, 4, [p.name for p in c.pods[1:]])
-        odd = c.pods[0].run([AGENT, "--", "true"], {**env, "REPLICATED_JOB_NAME": "trainer"})
-        assert odd.returncode == 64, odd.stderr
-        assert "REPLICATED_JOB_NAME: 'trainer' is not one of" in odd.stderr
-        assert "set MPI_BOOTSTRAP_ROLE" in odd.stderr

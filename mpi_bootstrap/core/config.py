@@ -236,7 +236,7 @@ def given_role(role_word: str | None, environ: Mapping[str, str]) -> tuple[str, 
 def _volcano_task(environ: Mapping[str, str], worker: bool = False) -> str | None:
     """Volcano's task (its svc plugin's VC_<TASK>_HOSTS) this pod is one of, by its
     HOSTNAME; with `worker`, the one task named for workers. None: not exactly one."""
-    own = environ.get("HOSTNAME")
+    own = environ.get("HOSTNAME") or os.uname().nodename
     tasks = [
         key[3:-6].lower()
         for key, hosts in environ.items()
@@ -308,11 +308,6 @@ def _derived(d: _Draft, role: str, environ: Mapping[str, str], host: Machine) ->
         values["ssh_auth_dir"] = os.path.join(environ.get("HOME") or "/root", ".ssh")
     if values["output_hostfile"] is None:
         values["output_hostfile"] = f"{values['state_dir']}/hostfile"
-    by_volcano = role == "launcher" and sources.get("role", Source("default")).name[:3] == "VC_"
-    task = _volcano_task(environ, worker=True) if by_volcano else None  # its svc plugin's
-    if task and sources["hostfile"].kind == "default":
-        values["hostfile"] = f"/etc/volcano/{task}.host"
-        sources["hostfile"] = Source("env", f"VC_{task.upper()}_HOSTS")
     exchange_reason = f"set by {sources['exchange']}"
     if values["exchange"] == "auto":
         values["exchange"], exchange_reason = _auto_exchange(values, host)
@@ -333,6 +328,19 @@ def _derived(d: _Draft, role: str, environ: Mapping[str, str], host: Machine) ->
             "port (no exchange tells the launcher a free one)"
         )
     return exchange_reason
+
+
+def _operator(d: _Draft, role: str, environ: Mapping[str, str]) -> None:
+    """A launcher's defaults from its operator's conventions: Volcano's hostfile of its
+    worker task, JobSet's launcher forwarding its own environment (docs/configuration.md)."""
+    values, sources = d.values, d.sources
+    by_volcano = role == "launcher" and sources.get("role", Source("default")).name[:3] == "VC_"
+    task = _volcano_task(environ, worker=True) if by_volcano else None  # its svc plugin's
+    if task and sources["hostfile"].kind == "default":
+        values["hostfile"] = f"/etc/volcano/{task}.host"
+        sources["hostfile"] = Source("env", f"VC_{task.upper()}_HOSTS")
+    if role == "launcher" and "JOBSET_NAME" in environ and sources["forward_env"].kind == "default":
+        values["forward_env"], sources["forward_env"] = ("*",), Source("env", "JOBSET_NAME")
 
 
 def _role_checks(d: _Draft, role: str, program: list[str], ns: argparse.Namespace) -> None:
@@ -364,6 +372,7 @@ def _build(environ: Mapping[str, str], argv: list[str], host: Machine) -> Config
     role = _role(d, role_word, environ)
     _token(d, role, host)
     exchange_reason = _derived(d, role, environ, host)
+    _operator(d, role, environ)
     _role_checks(d, role, program, ns)
     # NCCL's own variables are the user's, forwarded to the ranks: read by the chooser
     # (core/nccl.py), checked here so that a malformed one is a 64 like any setting.

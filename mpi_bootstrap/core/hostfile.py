@@ -48,6 +48,13 @@ class Hostfile:
     def total_slots(self) -> int:
         return sum(h.slots for h in self.hosts)
 
+    @property
+    def summary(self) -> str:
+        """`N hosts, M slots`, and what a line without slots (Volcano's form) gets."""
+        bare = re.search(r"^\s*[^#\s:]+\s*(#.*)?$", self.text, re.M)
+        note = " (a line without slots: 1; slots=N, host:N or MPI_BOOTSTRAP_NP)" if bare else ""
+        return f"{len(self.hosts)} hosts, {self.total_slots} slots{note}"
+
 
 def _decode(data: bytes, path: str) -> str:
     nul = data.find(b"\0")

@@ -151,7 +151,7 @@ def patterns(raw: str) -> tuple[str, ...]:
         if not item:
             continue
         name = item[:-1] if item.endswith("*") else item
-        if not is_env_name(name):
-            raise ValueError(f"{item!r} is not a variable name or NAME* prefix")
+        if item != "*" and not is_env_name(name):
+            raise ValueError(f"{item!r} is not a variable name, NAME* prefix or *")
         out.append(item)
     return tuple(out)

@@ -49,10 +49,7 @@ def _base_decisions(config: Config, facts: Gathered) -> list[Decision]:
             f"{facts.mpi.mpirun} --version: {facts.mpi.version_line!r}",
         ),
         Decision(
-            "hostfile",
-            facts.hostfile.path,
-            str(config.source("hostfile")),
-            f"{len(facts.hostfile.hosts)} hosts, {facts.hostfile.total_slots} slots",
+            "hostfile", facts.hostfile.path, str(config.source("hostfile")), facts.hostfile.summary
         ),
         Decision(
             "rewrite",
@@ -139,6 +136,7 @@ def _launch(
             ssh_command=ssh_cmd,
             ssh_wrapper=f"{config.state_dir}/ssh-launcher",
             forward_patterns=config.forward_env,
+            forward_source=str(config.source("forward_env")),
             startup_timeout=config.startup_timeout,
             multi_host=bool(facts.remote),
             rdma=rdma,

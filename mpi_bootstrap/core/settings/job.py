@@ -114,7 +114,7 @@ ROWS: tuple[Setting, ...] = (
         ("MPI_BOOTSTRAP_FORWARD_ENV",),
         (),
         v.patterns,
-        "extra variables to forward: NAME or PREFIX*, comma separated",
+        "variables to forward: NAME, PREFIX* or * (the launcher's environment), comma separated",
     ),
     Setting(
         "np", "--np", ("MPI_BOOTSTRAP_NP",), None, v.positive_int, "number of ranks", "sum of slots"

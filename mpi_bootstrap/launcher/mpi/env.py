@@ -3,12 +3,14 @@ and how each runtime's mpirun is told (its `forward`: core/runtimes/schema.py)."
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 from mpi_bootstrap.core.env import CARRIED, FORWARD_NAMES, FORWARD_PREFIXES
 from mpi_bootstrap.core.model import Decision
 from mpi_bootstrap.core.names import is_env_name
 from mpi_bootstrap.core.runtimes.schema import EachName, Forward
+from mpi_bootstrap.core.settings import SETTINGS
 from mpi_bootstrap.launcher.mpi.userwins import Context, Part, decision, join
 
 # Always forwarded when set (core/env.py CARRIED), by name (`-x NAME`, value-less).
@@ -17,6 +19,16 @@ DEFAULT = ", ".join(c.pattern for c in CARRIED if c.ranks)
 # (Horovod's denylist); the agent's own settings may hold secrets (MPI_BOOTSTRAP_TOKEN).
 DENY_PREFIXES = ("BASH_FUNC_", "MPI_BOOTSTRAP_")
 DENY_NAMES = frozenset({"OLDPWD"})
+# What `*` (the launcher's environment) leaves out: the pod's own identity, its operator's
+# and its MPI's per-pod or launcher-side variables, Kubernetes' service links, device
+# lists, what the agent set for itself; and what looks secret (said: named, it goes).
+POD_OWN = re.compile(
+    r"HOSTNAME|HOME|USER|LOGNAME|SHELL|PWD|SHLVL|TERM|_|LD_PRELOAD|JOB_(COMPLETION_)?INDEX"
+    r"|(KUBERNETES|JOBSET|REPLICATED_JOB|VC|K_MPI|OMPI|PRTE|PMIX|I_MPI|HYDRA|NSS_WRAPPER)_.*"
+    r"|.*_(VISIBLE_DEVICES|SERVICE_HOST|SERVICE_PORT.*|PORT_\d+_.*)"
+)
+AGENT_ENVS = frozenset(e for s in SETTINGS for e in s.envs)  # MPI_HOSTFILE, K_MPI_JOB_ROLE…
+SECRET = re.compile(r".*(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|_KEY).*")
 
 
 def forwarded_names(
@@ -24,17 +36,18 @@ def forwarded_names(
 ) -> tuple[list[str], list[Decision]]:
     """Names of variables to forward to every rank (values come from mpirun's env)."""
     decisions: list[Decision] = []
-    patterns = [(p[:-1], True) for p in extra if p.endswith("*")]
+    patterns = [(p[:-1], True) for p in extra if p.endswith("*") and p != "*"]
     exact = {p for p in extra if not p.endswith("*")}
     names: list[str] = []
     for name in sorted(environ):
-        wanted = (
-            name in FORWARD_NAMES
-            or name.startswith(FORWARD_PREFIXES)
-            or name in exact
-            or any(name.startswith(prefix) for prefix, _ in patterns)
-        )
-        if not wanted:
+        asked = name in exact or any(name.startswith(prefix) for prefix, _ in patterns)
+        link = environ[name].startswith(("tcp://", "udp://", "sctp://"))  # a service's
+        mine = "*" in extra and not (POD_OWN.fullmatch(name) or link or name in AGENT_ENVS)
+        if mine and not asked and SECRET.fullmatch(name):
+            reason = "looks secret: name it in MPI_BOOTSTRAP_FORWARD_ENV to forward it"
+            decisions.append(Decision(f"forward {name}", "no", "agent policy", reason))
+            continue
+        if not (name in FORWARD_NAMES or name.startswith(FORWARD_PREFIXES) or asked or mine):
             continue
         if name in DENY_NAMES or name.startswith(DENY_PREFIXES) or not is_env_name(name):
             if name in exact or any(name.startswith(p) for p, _ in patterns):
@@ -66,6 +79,11 @@ ENV_END = "MPI_BOOTSTRAP_ENV_END"  # sentinel that ends mpirun's environment (MP
 def forward(how: Forward, c: Context, env_set: Mapping[str, str]) -> tuple[Part, list[str]]:
     """The forwarded names as the runtime's mpirun takes them, and the names it gets."""
     names, decisions = forwarded_names({**c.facts.environ, **env_set}, c.facts.forward_patterns)
+    if "*" in c.facts.forward_patterns:
+        why = "all but the pod's own, its MPI's and the agent's (docs/configuration.md)"
+        decisions.insert(
+            0, Decision("forward", "the launcher's environment", c.facts.forward_source, why)
+        )
     said = Part(decisions=tuple(decisions))
     if isinstance(how, EachName):
         user = (

@@ -39,6 +39,7 @@ class LaunchFacts:
     # The RDMA devices behind the data NICs, with where each was seen ("job-worker-1",
     # "mlx5_0"): NCCL_IB_HCA names exactly them.
     rdma: tuple[tuple[str, str], ...] = ()
+    forward_source: str = "default"  # where forward_patterns came from
 
 
 @dataclasses.dataclass(frozen=True)
