@@ -57,6 +57,17 @@ class TestOperatorRoles:
         with pytest.raises(ConfigError, match=r"set MPI_BOOTSTRAP_ROLE|no role"):
             cfg(env, PROG)
 
+    def test_a_jobsets_launcher_forwards_its_environment(self) -> None:
+        """A JobSet's launcher (Trainer v2 puts trainer.env there) forwards `*`, said as
+        from JOBSET_NAME; MPI_BOOTSTRAP_FORWARD_ENV wins; a worker, MPI Operator's
+        launcher forward only the table's names."""
+        js = {"JOBSET_NAME": "pi", "REPLICATED_JOB_NAME": "launcher"}
+        c = cfg(js, PROG)
+        assert (c.forward_env, str(c.source("forward_env"))) == (("*",), "env JOBSET_NAME")
+        assert cfg({**js, "MPI_BOOTSTRAP_FORWARD_ENV": "A"}, PROG).forward_env == ("A",)
+        assert cfg({**js, "REPLICATED_JOB_NAME": "node"}, []).forward_env == ()
+        assert cfg({"K_MPI_JOB_ROLE": "launcher"}, PROG).forward_env == ()
+
 
 class TestPrecedence:
     """A flag beats its variable, which beats the default; each source is recorded."""

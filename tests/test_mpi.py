@@ -145,3 +145,27 @@ class TestForwarding:
         assert "never forwarded" in said["forward MPI_BOOTSTRAP_TOKEN"]
         # only names are forwarded: no value appears anywhere in the decisions
         assert "s3cret" not in repr(decisions)
+
+    def test_the_launchers_environment(self) -> None:
+        """`*` (a JobSet's launcher: Trainer v2's trainer.env) forwards what the job set,
+        never the pod's own, its MPI's, the agent's or a secret-looking name (said, and
+        forwarded once named)."""
+        job = {"MY_SETTING": "1", "MASTER_PORT": "29500", "HF_HOME": "/h", "LANG": "C"}
+        pod = {
+            "HOSTNAME": "pi-launcher-0-0", "HOME": "/home/mpiuser", "JOB_COMPLETION_INDEX": "0",
+            "JOBSET_NAME": "pi", "REPLICATED_JOB_NAME": "launcher", "VC_W_HOSTS": "a",
+            "KUBERNETES_SERVICE_HOST": "10.0.0.1", "PI_SERVICE_PORT_SSH": "22",
+            "REDIS_PORT": "tcp://10.0.0.9:6379", "REDIS_PORT_6379_TCP_ADDR": "10.0.0.9",
+            "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile", "I_MPI_HYDRA_HOST_FILE": "h",
+            "MPI_HOSTFILE": "/etc/mpi/hostfile", "K_MPI_JOB_ROLE": "launcher",
+            "NVIDIA_VISIBLE_DEVICES": "all", "LD_PRELOAD": "libnss_wrapper.so",
+            "MPI_BOOTSTRAP_TOKEN": "s3cret", "HF_TOKEN": "t0ken", "WANDB_API_KEY": "k3y",
+        }  # fmt: skip
+        names, decisions = mpi.forwarded_names({**job, **pod}, ("*",))
+        assert names == sorted(job)
+        said = {d.setting: d.reason for d in decisions}
+        assert set(said) == {"forward HF_TOKEN", "forward WANDB_API_KEY"}
+        assert "name it in MPI_BOOTSTRAP_FORWARD_ENV" in said["forward HF_TOKEN"]
+        names, _ = mpi.forwarded_names({**job, **pod}, ("*", "WANDB_API_KEY"))
+        assert names == sorted([*job, "WANDB_API_KEY"])
+        assert "s3cret" not in repr(decisions) and "k3y" not in repr(decisions)
