@@ -61,9 +61,9 @@ class Trainer:
         self.c, self.secret, self.rt, self.uid = c, secret, rt, uid
 
     def start(self, pod: Pod, env: dict[str, str], argv: Sequence[str] = (),
-              hostfile: str | None = None) -> Agent:  # fmt: skip
+              hostfile: str | None = None, more: str = "") -> Agent:  # fmt: skip
         uid, home = self.uid, "/home/mpiuser" if self.uid else "/root"
-        mounts = (
+        mounts = more + (
             f"mount -t tmpfs -o mode=0755 home {os.path.dirname(home) if uid else home} && "
             f"mkdir -p {home}/.ssh && chown {uid}:{uid} {home} && "
             f"mount --bind {shlex.quote(str(self.secret))} {home}/.ssh && {OWN_RUN}"
@@ -183,3 +183,55 @@ def test_volcano(form: str, programs: Path, runtime_for_others: Path) -> None:
         said = "\n".join(w.stderr()[-2000:] for w in workers)
         assert code == 0, f"{err}\n{said}"
         check_allreduce(subprocess.CompletedProcess([], code, out, err), 2, VC[1:])
+
+
+def _nccl(pod: Pod, version: str, banner: bool) -> None:
+    """A libnccl.so.2 of `version` in the pod's /tmp/nccl: its versioned file and link, as
+    NCCL's packages install it, or (`banner`) one file carrying NCCL's banner, as pip's."""
+    lib = Path(pod.tmp or "") / "nccl"
+    lib.mkdir()
+    body = b"\x7fELF\0" + f"NCCL version {version}+cuda12.4\0".encode()
+    if banner:
+        (lib / "libnccl.so.2").write_bytes(body)
+    else:
+        (lib / f"libnccl.so.{version}").write_bytes(body)
+        (lib / "libnccl.so.2").symlink_to(f"libnccl.so.{version}")
+
+
+@pytest.mark.parametrize("fault", ["none", "shm", "nccl"])
+def test_node_checks(fault: str, secret: Path, programs: Path, runtime_for_others: Path) -> None:
+    """MPI Operator's layout, 2 slots a worker, an NCCL job's environment (net1, NCCL on
+    LD_LIBRARY_PATH): a 64 MiB /dev/shm on one worker, or NCCL 2.21.5 there and 2.26.2 on
+    the other, ends the launch before any rank (69) naming that worker and what it found;
+    without a fault the job runs."""
+    exe = compile_allreduce(REAL_MPIS["openmpi4"], programs)
+    for point in ("/etc/mpi", "/run/mpi-bootstrap"):  # mount points, empty
+        os.makedirs(point, mode=0o755, exist_ok=True)
+    names = ["nc-launcher", "nc-worker-0", "nc-worker-1"]
+    with Cluster(names, pid1=True) as c:
+        pods = Trainer(c, secret, runtime_for_others, 0)
+        every = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": "/tmp/nccl",
+                 "NCCL_SOCKET_IFNAME": "net1"}  # fmt: skip
+        for i, p in enumerate(c.pods[1:]):
+            _nccl(p, "2.26.2" if fault == "nccl" and i else "2.21.5", banner=bool(i))
+        shm = "mount -t tmpfs -o size=64m shm /dev/shm && " if fault == "shm" else ""
+        workers = [
+            pods.start(p, {**every, "K_MPI_JOB_ROLE": "worker"}, more=shm if i == 0 else "")
+            for i, p in enumerate(c.pods[1:])
+        ]
+        launcher = pods.start(c.pods[0], {**every, "K_MPI_JOB_ROLE": "launcher"},
+                              ["--", "mpirun", str(exe)], "".join(f"{n} slots=2\n" for n in names[1:]))  # fmt: skip
+        code, out, err = launcher.finish(timeout=120)
+        said = "\n".join(w.stderr()[-2000:] for w in workers)
+        if fault == "none":
+            check_allreduce(subprocess.CompletedProcess([], code, out, err), 4, names[1:])
+            assert '"event": "node check ok"' in err, err
+            return
+        assert code == 69, f"{err}\n{said}"
+        assert "rank " not in out  # mpirun may have started beside the checks: no rank did
+        if fault == "shm":
+            assert "nc-worker-0: /dev/shm has 64 MiB free of 64 MiB" in err, err
+            assert "medium: Memory, sizeLimit: 1Gi" in err
+        else:
+            assert "2.21.5 on nc-worker-0 (/tmp/nccl/libnccl.so.2)" in err, err
+            assert "2.26.2 on nc-worker-1" in err

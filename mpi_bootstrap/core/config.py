@@ -84,6 +84,7 @@ class Config:
     pipeline: bool
     ssh_kex: str | None
     data_check: bool
+    node_checks: tuple[str, ...]
     sysfs: str
     startup_timeout: float
     ssh_connect_timeout: int

@@ -7,6 +7,8 @@ The script prints one line per fact:
     LD <LD_LIBRARY_PATH>                what the session received
     PATH <PATH>
     PROGRAM <path or "missing">         the user's program, resolved like execvp
+    SHM <KiB> <KiB free>                /dev/shm, NCCL <path> <version>, GPUS <n>: the
+                                        node (launcher/nodecheck.py judges them)
 
 The launcher's preflight runs `claim()` first (never the doctor: core/liveness.py); it
 prints     CLAIM <the answer, or "none" where no PID 1 of ours serves the session>
@@ -35,7 +37,7 @@ def script(
             f'[ -n "$found" ] || found=$(command -v {shlex.quote(name)} 2>/dev/null); '
             f'echo "DAEMON {name} ${{found:-missing}}"'
         )
-    checks += ['echo "LD $LD_LIBRARY_PATH"', 'echo "PATH $PATH"']
+    checks += ['echo "LD $LD_LIBRARY_PATH"', 'echo "PATH $PATH"', NODE]
     if program and "/" not in program:
         # The file execvp would run (`command -v` would name a shell builtin instead).
         path = shlex.quote(ranks_path) if ranks_path else '"$PATH"'
@@ -53,6 +55,18 @@ def script(
     return "; ".join(checks)
 
 
+# The node: /dev/shm's size; the libnccl.so.2 the ranks load (LD_LIBRARY_PATH, then the
+# loader's cache) and its version (its file's name, else the banner it carries); the GPUs.
+NODE = (
+    'df -Pk /dev/shm 2>/dev/null | { read -r _; read -r _ t _ a _; echo "SHM $t $a"; }; '
+    'n=; o="$IFS"; IFS=:; for d in $LD_LIBRARY_PATH; do [ -e "$d/libnccl.so.2" ] && '
+    'n="$d/libnccl.so.2" && break; done; IFS="$o"; [ -n "$n" ] || n=$(/sbin/ldconfig -p '
+    "2>/dev/null | sed -n 's/^[[:space:]]*libnccl.so.2 .*=> //p' | head -n 1); "
+    'if [ -n "$n" ]; then v=$(readlink -f "$n"); v=${v##*/libnccl.so.}; case $v in '
+    '2.*.*) ;; *) v=$(grep -aom 1 "NCCL version [0-9][0-9.]*[0-9]" "$n"); v=${v##* };; esac; '
+    'echo "NCCL $n ${v:-?}"; fi; set -- /dev/nvidia[0-9]*; [ -e "$1" ] || shift $#; '
+    'echo "GPUS $#"'
+)
 CONTROL_ENV = "MPI_BOOTSTRAP_CONTROL"  # the worker's control FIFO (sshd's SetEnv)
 
 
@@ -80,6 +94,9 @@ class Report:
     path: str
     program: str | None  # path, "missing", or None when not asked
     claim: str | None = None  # the worker's answer to a claim, "none", None: not claimed
+    shm: tuple[int, int] | None = None  # /dev/shm: KiB, KiB free
+    nccl: tuple[str, str] | None = None  # the libnccl.so.2 the ranks load, its version
+    gpus: int = 0
 
     @property
     def missing(self) -> list[str]:
@@ -98,8 +115,9 @@ def parse(output: str) -> Report:
         if key == "DAEMON":
             name, _, where = value.partition(" ")
             daemons[name] = None if where == "missing" else where
-        elif key in ("LD", "PATH", "PROGRAM", "CLAIM"):
+        elif key in ("LD", "PATH", "PROGRAM", "CLAIM", "SHM", "NCCL", "GPUS"):
             values[key] = value
+    shm, nccl = values.get("SHM", "").split(), values.get("NCCL", "").rsplit(" ", 1)
     return Report(
         ran=bool(daemons),
         daemons=daemons,
@@ -107,4 +125,7 @@ def parse(output: str) -> Report:
         path=values.get("PATH", "?"),
         program=values.get("PROGRAM"),
         claim=values.get("CLAIM"),
+        shm=(int(shm[0]), int(shm[1])) if len(shm) == 2 and (shm[0] + shm[1]).isdigit() else None,
+        nccl=(nccl[0], nccl[1]) if len(nccl) == 2 else None,
+        gpus=int(values.get("GPUS", "0")) if values.get("GPUS", "").isdigit() else 0,
     )

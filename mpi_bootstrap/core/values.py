@@ -104,6 +104,16 @@ def choice(choices: Sequence[str]) -> Callable[[str], str]:
     return parse
 
 
+def subset(choices: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
+    def parse(raw: str) -> tuple[str, ...]:
+        items = tuple(i for i in re.split(r"[,\s]+", raw.strip()) if i)
+        if wrong := [i for i in items if i not in choices]:
+            raise ValueError(f"{wrong[0]!r} is not one of {', '.join(choices)}")
+        return items
+
+    return parse
+
+
 def domain(raw: str) -> str:
     value = raw.strip().strip(".")
     if not is_dns_name(value):

@@ -15,6 +15,8 @@ from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import PeerUnavailableError
 from mpi_bootstrap.core.liveness import Claimed
 from mpi_bootstrap.core.log import Log
+from mpi_bootstrap.core.remote import Report
+from mpi_bootstrap.launcher import nodecheck
 from mpi_bootstrap.launcher.model import Plan
 from mpi_bootstrap.launcher.remotecheck import RemoteCheck, program_of, ranks_path
 from mpi_bootstrap.proc import children
@@ -38,6 +40,7 @@ class Job:
     session: str | None = None  # this launch's key: preflight claims every worker with it
     opened: dict[str, children.Lines] = dataclasses.field(default_factory=dict)
     claims: dict[str, Claimed] = dataclasses.field(default_factory=dict)
+    nodes: dict[str, Report] = dataclasses.field(default_factory=dict)  # their reports
 
 
 def with_doctor(exc: PeerUnavailableError, config: Config) -> PeerUnavailableError:
@@ -58,6 +61,7 @@ def across(job: Job) -> None:
     in rounds: each worker's first data NIC (in preflight's own sessions), then its
     second, …"""
     p, config = job.p, job.config
+    nodes(job)
     for nics in data_rounds(p.data_check):  # later rounds open sessions of their own
         datacheck.run(
             list(nics),
@@ -73,6 +77,22 @@ def across(job: Job) -> None:
             value=p.data_value,
         )
         job.opened = {}
+
+
+def nodes(job: Job) -> None:
+    """Each worker's node, as its preflight reported it (launcher/nodecheck.py)."""
+    slots: dict[str, int] = {}
+    for e in job.p.hosts:
+        slots[e.rewritten_to] = slots.get(e.rewritten_to, 0) + e.slots
+    on = set(job.config.node_checks)
+    bad, warn = nodecheck.problems(job.nodes, slots, job.env, on)
+    for w in warn:
+        job.log("node check", level="warning", reason=w)
+    if bad:
+        details = "\n".join(why for _, why in bad[1:])
+        raise PeerUnavailableError(bad[0][1], details=details, phase="node check", host=bad[0][0])
+    if job.nodes and on:
+        job.log("node check ok", workers=len(job.nodes), checks=sorted(on))
 
 
 def data_rounds(probe: Mapping[str, tuple[str, ...]]) -> list[dict[str, str]]:

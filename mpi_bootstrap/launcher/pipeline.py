@@ -230,6 +230,7 @@ class Each:
         self.job.log("preflight ok", workers=n, elapsed_s=round(time.monotonic() - self.started, 3))
         self.job.opened.update({h: s.kept for h, s in self.sessions.items() if s.kept})
         self.job.claims.update({h: s.claimed for h, s in self.sessions.items() if s.claimed})
+        self.job.nodes.update({h: s.report for h, s in self.sessions.items() if s.report})
 
     def _records(self) -> None:
         """Said once, when every worker's record is in (as the launch of every worker

@@ -17,7 +17,7 @@ from mpi_bootstrap.core.errors import ConfigError
 from mpi_bootstrap.core.exchanges import MADE, SHARED
 from mpi_bootstrap.core.model import Answer, Decision, PlannedFile
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
-from mpi_bootstrap.launcher import dataplan, mpi
+from mpi_bootstrap.launcher import dataplan, mpi, nodecheck
 from mpi_bootstrap.launcher.model import Gathered, HostEntry, Plan
 from mpi_bootstrap.launcher.sshplan import control_dir, launch_gate, ssh_setup
 
@@ -169,6 +169,7 @@ def _run_decisions(config: Config, facts: Gathered) -> tuple[bool, list[Decision
             if not config.preflight
             else "no remote workers (all ranks local)",
         ),
+        nodecheck.decision(config.node_checks, str(config.source("node_checks")), preflight),
     ]
 
 

@@ -71,6 +71,7 @@ class Session:
         self.awaited = False
         self.kept: children.Lines | None = None  # the session running `check.then`, once it passed
         self.claimed: liveness.Claimed | None = None  # the worker's answer to the claim
+        self.report: remote.Report | None = None  # what its check reported, once passed
         self.unreachable: str | None = None  # its sshd never answered: why
 
     def session(self, deadline: float) -> tuple[int, str]:
@@ -142,10 +143,11 @@ class Session:
         code, output = self.session(deadline)
         if code == 0:
             self.final = check_output(self.host, output, self.check)
+            self.report = remote.parse(output)
             if self.final is not None:
                 self.release()
             elif self.check.claim:
-                self.claimed = claimed(self.host, remote.parse(output).claim, self.log)
+                self.claimed = claimed(self.host, self.report.claim, self.log)
             return True
         self.reason = failures.explain_ssh(self.host, output, code)
         self.unreached = unreached(code, output)

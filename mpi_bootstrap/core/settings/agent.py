@@ -8,6 +8,7 @@ from mpi_bootstrap.core.exchanges import EXCHANGES
 from mpi_bootstrap.core.settings.base import LOG_FORMATS, LOG_LEVELS, SECRET_SSHD_PORT, Setting
 from mpi_bootstrap.core.termination import DEFAULT_PATH as DEFAULT_TERMINATION_LOG
 
+NODE_CHECKS = ("shm", "nccl", "gpus")
 ROWS: tuple[Setting, ...] = (
     Setting(
         "exec",
@@ -186,6 +187,15 @@ ROWS: tuple[Setting, ...] = (
         v.boolean,
         "before any rank starts, test the data network between workers (ring and random "
         "pairs: TCP, full-MTU packets that may not fragment); on with a data NIC and preflight",
+    ),
+    Setting(
+        "node_checks",
+        "--node-checks",
+        ("MPI_BOOTSTRAP_NODE_CHECKS",),
+        NODE_CHECKS,
+        v.subset(NODE_CHECKS),
+        "before any rank starts, each worker's node: shm (/dev/shm for NCCL), nccl (one "
+        "version everywhere), gpus (slots against GPUs); comma separated, empty: none",
     ),
     Setting(
         "sysfs",
