@@ -1,10 +1,6 @@
-"""The `mpi-bootstrap` command: terminating signals are blocked before anything else.
-
-A PID 1 drops a signal it has no handler for, so a SIGTERM in the agent's first moments
-would be lost and the pod would sit out its whole grace period. Blocked, it waits: the
-kernel never discards a blocked signal, and cli.run lets it in once its handler exists,
-after the slow imports (the configuration, the role's modules). Only the interpreter's own
-start-up remains unprotected (measured by `make bench`: docs/benchmarks.md).
+"""The `mpi-bootstrap` command: terminating signals are blocked before anything else (a
+PID 1 drops a signal it has no handler for; cli.run lets them in once their handlers
+exist, after the slow imports): docs/pid1.md, "Signals".
 """
 
 from __future__ import annotations

@@ -219,8 +219,9 @@ def test_node_checks(fault: str, secret: Path, programs: Path, runtime_for_other
             pods.start(p, {**every, "K_MPI_JOB_ROLE": "worker"}, more=shm if i == 0 else "")
             for i, p in enumerate(c.pods[1:])
         ]
+        hostfile = "".join(f"{n} slots=2\n" for n in names[1:])
         launcher = pods.start(c.pods[0], {**every, "K_MPI_JOB_ROLE": "launcher"},
-                              ["--", "mpirun", str(exe)], "".join(f"{n} slots=2\n" for n in names[1:]))  # fmt: skip
+                              ["--", "mpirun", str(exe)], hostfile)  # fmt: skip
         code, out, err = launcher.finish(timeout=120)
         said = "\n".join(w.stderr()[-2000:] for w in workers)
         if fault == "none":

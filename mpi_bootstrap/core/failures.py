@@ -1,18 +1,12 @@
-"""mpirun said something and exited non-zero: which known failure is it, and what to do.
+"""mpirun said something and exited non-zero: which known failure is it, and what to do
+(docs/troubleshooting.md, "mpirun's failures explained"; the signatures come from real
+output, tests/fixtures/mpirun-failures/). Standard library only: the resident uses it.
 
-The signatures come from real output of Open MPI 4 (ORTE), Open MPI 5 (PRRTE) and
-MPICH/Intel hydra, captured in the simulated cluster (tests/fixtures/mpirun-failures/,
-with the script that made them). The most specific cause wins: "Host key verification
-failed" explains the generic "ORTE was unable to reliably start one or more daemons"
-that follows it. Output that matches nothing gets no explanation — mpirun's own words
-stand. Standard library only: the resident supervisor uses it.
-
-Linear in the output, whatever it holds: PID 1 runs this after mpirun exits, and one
-rank printing a long unbroken line (base64, JSON) made a pattern with `\\S*` before an
-alternation take 77 s on 128 KiB, signals unanswered (tests/test_failures.py::
-TestAdversarialInput). So: only the last MAX_SCAN bytes are read, each line is cut at
-MAX_LINE characters, a line is looked at only if it holds a signature's fixed text (a
-plain substring search), and every pattern is anchored or has bounded repeats.
+Linear in the output, whatever it holds: a pattern with `\\S*` before an alternation took
+77 s on one rank's 128 KiB unbroken line, signals unanswered (tests/test_failures.py::
+TestAdversarialInput). So only the last MAX_SCAN bytes are read, each line is cut at
+MAX_LINE characters, a line is looked at only if it holds a signature's fixed text, and
+every pattern is anchored or has bounded repeats.
 """
 
 from __future__ import annotations

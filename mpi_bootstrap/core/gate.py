@@ -1,28 +1,20 @@
 """The launch gate: mpirun's ssh to the workers, started with mpirun itself, beside the
-checks (preflight, the data check) instead of after them.
-
-mpirun starts as soon as the plan's files are written. Its rsh agent (Open MPI's
-`plm_rsh_agent`/`plm_ssh_agent`, hydra's launcher-exec) is `STATE/ssh-gate`, a POSIX sh
-script run once per worker: it waits until the agent has marked that worker's check
-passed, then runs ssh (over the connection preflight left open). When a check fails,
-the agent makes the mark FAILED, on which every waiting gate exits (255) without
-connecting, so that mpirun gives up its launch; it then ends mpirun (SIGTERM, then
-SIGKILL to its whole process group) and exits 69 with the check's message.
+checks (preflight, the data check) instead of after them: docs/architecture.md, "The
+launch gate" (where there is none: launcher/mpi/gating.py).
 
 Which marks a gate waits for, per runtime:
     EACH    its own worker's (`HOST.ok`); the gate of one worker (`last`) also waits
             for `.all.ok`: ORTE and PRRTE with a daemon on every host, which start no
             rank until every daemon has reported (tests/test_gate.py).
     EVERY   `.all.ok` for every worker: hydra, and ORTE's `--novm`.
-A host the agent does not check waits for `.all.ok`. Why, and where there is no gate
-(launcher/mpi/gating.py): docs/architecture.md, "The launch gate".
+A host the agent does not check waits for `.all.ok`. A failed check makes the mark
+FAILED, on which every waiting gate exits (255) without connecting.
 
 The marks live in `STATE/gate/` (0700, the agent's): `NAME.ok` files, and a FIFO
-`NAME.wake` per mark that the gate holds open (read-write: never blocks) while it
-waits and the agent writes lines into after making the mark (one wakes one reader: as
-many as there are gates), so a gate wakes at once and never polls (no process started
-per poll: a gate costs one sh start per worker).
-Pure: the script's text and the marks' names; system/gate.py makes and opens them.
+`NAME.wake` per mark that the gate holds open (read-write: never blocks) while it waits
+and the agent writes one line into per gate after making the mark, so a gate wakes at
+once and never polls. Pure: the script's text and the marks' names; system/gate.py makes
+and opens them.
 """
 
 from __future__ import annotations

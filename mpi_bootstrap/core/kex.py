@@ -1,14 +1,7 @@
 """The key exchange of the launcher's ssh to its workers: which KexAlgorithms the
-generated ssh config offers, and why. Pure; the facts (what the launcher's ssh supports:
-`ssh -Q kex`; each worker's sshd version, from its record) come in.
-
-The agent's choice (MPI_BOOTSTRAP_SSH_KEX unset): `mlkem768x25519-sha256` where both
-ends offer it, else `curve25519-sha256`, never OpenSSH 9's `sntrup761x25519-sha512` (six
-times the launcher's CPU): why, in docs/configuration.md (`--ssh-kex`) and SECURITY.md 25.
-`default` keeps ssh's own (no KexAlgorithms line); any other value is written as given.
-Only names the launcher's ssh knows are ever offered (ssh refuses a config that names
-another), and to a worker whose sshd is known not to take a name, that name is not
-offered either (where it takes none of them, ssh's own list: `SSH_OWN`).
+generated ssh config offers. Pure; the facts (`ssh -Q kex` on the launcher, each worker's
+sshd version from its record) come in. The choice, and why: docs/configuration.md
+(`--ssh-kex`) and SECURITY.md 25; where a worker's sshd takes none: ssh's own (`SSH_OWN`).
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """Liveness while ranks run: the launcher's and the workers' resident PID 1s tell each
-other they are there, and a silence is named and acted on within a bound.
-
-How (the claim, ping and pong while ranks run, a silent worker confirmed and named, a
-lost launcher's grace) and what is seen: docs/troubleshooting.md, "While ranks run".
-
-Why UDP: each datagram stands alone; one unlucky TCP segment under 20% loss backs off
-past 30 s (a false alarm), where pings once a second need 30 lost in a row.
+other they are there, and a silence is named and acted on within a bound. How, what is
+seen, and why UDP: docs/troubleshooting.md, "While ranks run".
 
 Why a session key, not the job's token: a fresh random key per launch, handed over the
-launcher's authenticated ssh session, works with every exchange (`secret` and `dir`
-have no token), and no message of one launch verifies under another's: a replayed
-datagram of an earlier launch changes nothing. Within a launch, counters only move
-forward (a replayed ping, pong or stop is older than the last one taken).
-
-Pure (the protocol and its arithmetic); the sockets are pid1/monitor.py's and
-pid1/watch.py's. Standard library only.
+launcher's authenticated ssh session, works with every exchange (`secret` and `dir` have
+no token), and no message of one launch verifies under another's. Within a launch,
+counters only move forward (a replayed ping, pong or stop is older than the last taken).
+Pure; the sockets are pid1/monitor.py's and pid1/watch.py's. Standard library only.
 """
 
 from __future__ import annotations

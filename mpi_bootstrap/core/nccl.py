@@ -1,31 +1,15 @@
 """Which interfaces NCCL will use, decided the way NCCL decides it: the one place the
-agent reads NCCL_SOCKET_IFNAME and NCCL_IB_HCA to choose a data NIC or an RDMA device.
-The worker's record, the launcher's plan and its data check, `--explain` and the doctor
-all ask `rule(...)` and `Rule.select(...)`. Pure.
+agent reads NCCL_SOCKET_IFNAME and NCCL_IB_HCA (the record, the plan, the data check,
+`--explain` and the doctor all ask `rule(...)` and `Rule.select(...)`). Pure. The forms,
+NCCL's rule when unset, and the values the agent refuses (64) where NCCL would silently
+take fewer entries or none: docs/configuration.md, "The data NIC, as NCCL chooses it".
 
-NCCL's own code, which this follows (NVIDIA/nccl; paths in that repository):
-- src/misc/utils.cc `parseStringList`: the value is split at `,` (strtok: empty entries
-  vanish); each entry is `NAME[:PORT[:RAIL[:PLANE]]]`, an entry with an empty NAME is
-  dropped, NAME is kept to 63 bytes (`struct netIf.prefix[64]`, src/include/utils.h).
-- src/misc/utils.cc `matchIf`/`matchIfList`/`matchPort`: NAME is a prefix of the
-  interface's name, or its whole name in exact mode; a port matches when either side has
-  none (-1); an empty list matches everything.
-- src/os/linux.cc `ncclOsFindInterfaces`: a leading `^` excludes (then a `=` after it
-  still means exact); interfaces in getifaddrs' order (IPv4 addresses first), only
-  those with an IPv4 or IPv6 address that are RUNNING, each name once, at most MAX_IFS.
-- src/misc/socket.cc `ncclFindInterfaces`: NCCL_SOCKET_IFNAME counts only when longer
-  than one character; unset, NCCL takes `ib*`, else (after an NCCL_COMM_ID subnet match,
-  which the agent does not model) any interface but `docker*`, `lo*` and `virbr*`, else
-  `docker*`, else `lo*`, else `virbr*`. src/bootstrap.cc asks it for one interface (its
-  bootstrap), src/transport/net_socket.cc for up to MAX_IFS (src/include/socket.h: 16).
-- src/transport/net_ib/init.cc: NCCL_IB_HCA in the same syntax, against RDMA device names
-  and their port numbers.
-
-Where the agent is stricter than NCCL: an empty entry (`a,,b`, a trailing comma), a name
-longer than an interface name can be (15 bytes: IFNAMSIZ) or an RDMA device name (63), a
-port that is not a number, or nothing after `^`/`=`: NCCL would silently take fewer
-entries, or none, or everything; the agent refuses such a value (exit 64, naming the
-variable), since it almost always is a typo.
+NCCL's code followed (NVIDIA/nccl): src/misc/utils.cc `parseStringList` (split at `,`,
+empty entries vanish; `NAME[:PORT[:RAIL[:PLANE]]]`) and `matchIf`/`matchIfList`/`matchPort`
+(a prefix, or the whole name after `=`; a port matches when either side has none);
+src/os/linux.cc `ncclOsFindInterfaces` (`^` excludes; RUNNING interfaces with an address,
+in getifaddrs' order); src/misc/socket.cc `ncclFindInterfaces` (the unset rule, less its
+NCCL_COMM_ID subnet match); src/transport/net_ib/init.cc (NCCL_IB_HCA, the same syntax).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The termination message: why the agent exited non-zero, in the few lines Kubernetes
-shows as the container's `Last State: Terminated … Message` (`kubectl describe pod`,
-the pod's `status.containerStatuses[].lastState.terminated.message`).
-
-The kubelet reads at most 4096 bytes of `terminationMessagePath` (/dev/termination-log
-by default) after the container exits. Pure: the text; system/termlog.py writes it.
-Nothing secret goes in: the error line is the one the agent printed, which names paths,
-hosts and settings, never a token or a key. What it looks like: docs/troubleshooting.md,
-"The termination message"."""
+shows as the container's `Last State: Terminated … Message` (at most 4096 bytes of
+`terminationMessagePath`). Pure: the text; system/termlog.py writes it. Nothing secret
+goes in: docs/troubleshooting.md, "The termination message"."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""The net exchange's token: its two forms, and who else may read it in each. Pure: the
-file is read by system/host.py and handed in through `Machine` (core/config.py).
-
-- `MPI_BOOTSTRAP_TOKEN_FILE` names a file (a key of a Kubernetes Secret volume) that the
-  launcher and the worker read once, in the config step; no process ever holds the token
-  in its environment, and the readiness probe and the doctor never read the file.
-- `MPI_BOOTSTRAP_TOKEN`, the environment form, stays for compatibility. The agent
-  scrubs it from its own process (system/environ.py), but the container's environment
-  is given to every process started in the container: the kubelet runs the readiness
-  probe (every few seconds) and `kubectl exec` its command with it, so each of them holds
-  the token in `/proc/PID/environ` from its exec on, where any process of the same user
-  (a rank) can read it (tests/test_attacks.py::TestTokenNotInEnviron).
+"""The net exchange's token: its two forms (the file `MPI_BOOTSTRAP_TOKEN_FILE` names, and
+`MPI_BOOTSTRAP_TOKEN`, kept for compatibility), and who else may read it in each:
+docs/exchanges.md, "The net exchange's token" (tests/test_attacks.py::TestTokenNotInEnviron).
+Pure: the file is read by system/host.py and handed in through `Machine` (core/config.py).
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """The data check's port on a worker: one TCP listener and one UDP socket on one port of
-its data address, served by dataplane/probe.py's session from one poll() loop that
-never blocks (select() fails once a descriptor's number reaches 1024).
+its data address, served by dataplane/probe.py's session from one poll() loop that never
+blocks (select() fails once a descriptor's number reaches 1024). Standard library only.
 
-The port answers only the workers the launcher names in the session's line (`from=`):
-    - until that line has come, connections are accepted but not read (at most
-      MAX_CONNS; the listener then waits in the kernel's backlog);
-    - after it, a connection from any other address is closed at once, and its
-      datagrams get no answer;
-    - an allowed connection is echoed, at most MAX_ECHO bytes for PROBE_SECONDS, and
-      closed the moment its echo cannot be sent whole (a peer that does not read);
-    - a datagram from an allowed address is answered with its size, not its payload.
-So a stranger holding a connection open, sending and never reading, costs the check
-nothing (tests/test_datacheck_attacks.py::TestDataCheckPort).
-
-Standard library only (the resident PID 1 runs it: pid1/dataserve.py).
+It answers only the workers named in the session's `from=` line: before that line,
+connections are accepted but not read (at most MAX_CONNS); after it, any other address's
+are closed at once and its datagrams unanswered; an allowed connection is echoed (at most
+MAX_ECHO bytes for PROBE_SECONDS) and closed once its echo cannot be sent whole; an allowed
+datagram is answered with its size. So a stranger costs the check nothing (SECURITY.md 27,
+tests/test_datacheck_attacks.py::TestDataCheckPort).
 """
 
 from __future__ import annotations
@@ -74,17 +68,8 @@ class Server:
         while (now := time.monotonic()) < end:
             self._expire(now)
             self._listen(self.allowed is not None or len(self.conns) < MAX_CONNS)
-            wait = (
-                min(
-                    [end]
-                    + [
-                        c[1] + PROBE_SECONDS
-                        for c in self.conns.values()
-                        if self.allowed is not None
-                    ]
-                )
-                - now
-            )
+            due = [c[1] + PROBE_SECONDS for c in self.conns.values() if self.allowed is not None]
+            wait = min([end, *due]) - now
             for fd, _ in self.poll.poll(max(0, int(wait * 1000) + 1)):
                 if fd == 0:
                     if not self._stdin():

@@ -1,19 +1,12 @@
 """The data check's program on a worker, run by its resident PID 1 in a forked copy of
-itself (pid1/dataserve.py: no interpreter starts) on two FIFOs of the launcher's ssh
-session (ssh/datacheck.py). Standard library only.
+itself (pid1/dataserve.py) on two FIFOs of the launcher's ssh session (ssh/datacheck.py);
+what it does: docs/troubleshooting.md, "The data-plane check". Standard library only.
 
-    probe NIC SECONDS SYSFS (the session's request)
-      1. prints this pod's data NIC as one JSON line (name, MTU, addresses, RDMA devices,
-         locked-memory limit) and the port it opened on its data address, TCP and UDP;
-      2. reads one line on stdin, `from=ADDR,… NAME=ADDR:PORT:MTU …`: the addresses its
-         probers come from, and the peers it probes;
-      3. answers probes from those addresses only (dataplane/port.py: no peer can block it);
-      4. probes each peer from its data address: a TCP connect and echo, then a datagram
-         of the path's full MTU that may not fragment (and, if it is lost, the largest
-         size that passes); one JSON line per peer, then `{"done": N}`;
-      5. ends when stdin closes (the launcher has every answer) or SECONDS pass — then at
-         the latest: an alarm ends the process a few seconds later whatever it is doing.
-
+`probe NIC SECONDS SYSFS`: prints the data NIC as one JSON line and the port it opened
+(TCP and UDP); reads one line, `from=ADDR,… NAME=ADDR:PORT:MTU …`; answers probes from those
+addresses only (dataplane/port.py); probes each peer (a TCP connect and echo, a full-MTU
+datagram that may not fragment, then the largest that passes), a JSON line each, then
+`{"done": N}`; ends when stdin closes or SECONDS pass (an alarm ends it soon after).
 The worker's agent also imports `nic_report` for its record (worker/main.py).
 """
 

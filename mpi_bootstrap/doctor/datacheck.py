@@ -131,14 +131,8 @@ def network(
         return [Finding("data network", nic, False, line, ADVICE) for line in lines]
     mtus = sorted({f["mtu"] for f in found.values()})
     tested = ", ".join(dict.fromkeys(str(f["nic"]) for f in found.values()))
-    return [
-        Finding(
-            "data network",
-            tested,
-            True,
-            f"{len(found)} workers, ring and random pairs: TCP and MTU {mtus} pass",
-        )
-    ]
+    summary = f"{len(found)} workers, ring and random pairs: TCP and MTU {mtus} pass"
+    return [Finding("data network", tested, True, summary)]
 
 
 def _chooser(rule: nccl.Rule, control: str) -> datacheck.Chooser:

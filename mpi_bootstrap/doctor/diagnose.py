@@ -1,11 +1,7 @@
 """`mpi-bootstrap doctor`: why a job cannot start, host by host, each finding ending in
-what to do. The DNS checks are in dnscheck.py, the ssh checks in sshcheck.py, the data
-network's in datacheck.py; everything runs in parallel under one deadline.
-
-Exit status: 0 when every check passed, 1 (ExitStatus.PROBLEMS_FOUND) when any did not;
-a warning (`?? `: a passed check worth changing, such as the token in the environment)
-does not fail it. `--json` prints one object: {"version": 1, "findings": [...],
-"problems": N}; each finding has `ok` and `warning` (added in version 1: no key changed).
+what to do (dnscheck.py, sshcheck.py, datacheck.py; all in parallel under one deadline).
+Exit 0 when every check passed (a `?? ` warning does not fail it), else 1
+(ExitStatus.PROBLEMS_FOUND); `--json`: docs/troubleshooting.md, "When it does not start".
 """
 
 from __future__ import annotations

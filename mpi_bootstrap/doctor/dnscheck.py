@@ -65,25 +65,11 @@ def dns_findings(name: str, conf: sysdns.ResolvConf, deadline: float) -> list[Fi
     if answer.ok:
         out.append(Finding(name, "system resolver", True, f"-> {answer.addresses[0]}"))
         return out
-    out.append(
-        Finding(
-            name,
-            "system resolver",
-            False,
-            f"{answer.error_kind}: {answer.detail}",
-            "see the nameserver findings below",
-        )
-    )
+    why = f"{answer.error_kind}: {answer.detail}"
+    out.append(Finding(name, "system resolver", False, why, "see the nameserver findings below"))
     if not conf.nameservers:
-        out.append(
-            Finding(
-                name,
-                "resolv.conf",
-                False,
-                "no nameserver line",
-                "the pod's dnsPolicy gives it no DNS: use ClusterFirst",
-            )
-        )
+        fix = "the pod's dnsPolicy gives it no DNS: use ClusterFirst"
+        out.append(Finding(name, "resolv.conf", False, "no nameserver line", fix))
         return out
     for server in conf.nameservers:
         found = _ask_server(name, server, conf, deadline)

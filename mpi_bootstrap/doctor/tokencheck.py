@@ -18,27 +18,14 @@ def findings(config: Config) -> list[Finding]:
     if config.token_file:
         return [_file_finding(here, config.token_file, str(config.source("token_file")))]
     if config.token is not None:
-        return [
-            Finding(
-                here,
-                "token",
-                True,
-                f"in the environment ({config.source('token')}): {tokens.EXPOSED}",
-                tokens.HOW_TO_MOVE,
-                warning=True,
-            )
-        ]
+        detail = f"in the environment ({config.source('token')}): {tokens.EXPOSED}"
+        return [Finding(here, "token", True, detail, tokens.HOW_TO_MOVE, warning=True)]
     if config.ex.needs == "token":
-        return [
-            Finding(
-                here,
-                "token",
-                False,
-                "the net exchange has no token here",
-                f"set {tokens.FILE_VAR} (a key of the job's Secret volume) as on the "
-                "launcher and the workers",
-            )
-        ]
+        fix = (
+            f"set {tokens.FILE_VAR} (a key of the job's Secret volume) as on the "
+            "launcher and the workers"
+        )
+        return [Finding(here, "token", False, "the net exchange has no token here", fix)]
     return []
 
 

@@ -1,13 +1,8 @@
 """Which interfaces NCCL will use on each pod, for the plan: the NCCL_SOCKET_IFNAME the
-ranks get (core/nccl.py `rule`) applied to the launcher's interfaces and to each
-worker's, as its record lists them; what the data check probes there; where NCCL would
-find nothing (exit 69 before any rank starts); and the RDMA devices behind the data NICs
-(NCCL_IB_HCA). Pure.
-
-The data check probes every interface NCCL will use on a worker except the control
-interface: preflight's ssh already crossed that one to every worker, and it is the pod
-network, which Kubernetes joins every pod to; the data check exists for the networks
-attached beside it (SR-IOV, DraNet), which nothing else tests.
+ranks get (core/nccl.py `rule`) applied to the launcher's interfaces and to each worker's,
+as its record lists them; what the data check probes there (all but the control
+interface, which preflight's ssh crossed); where NCCL would find nothing (exit 69 before
+any rank starts); and the RDMA devices behind the data NICs (NCCL_IB_HCA). Pure.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Carrying a Plan out (the steps launcher/pipeline.py takes): its files, this launch's
-key, mpirun started and ended, and handed to the resident PID 1 (or exec'd).
-
-With the launch gate (core/gate.py) mpirun starts first and the checks run beside it:
-each worker that passes is let through the gate, and mpirun is handed to the resident
-once every check has passed; a failed check ends mpirun, whose ranks have not started.
-Without it (`--exec`, no preflight, the user's own ssh agent), the checks come first.
+key, mpirun started and ended, and handed to the resident PID 1 (or exec'd). With the
+launch gate (core/gate.py) mpirun starts first and the checks run beside it; without it,
+the checks come first: docs/architecture.md, "The launch gate".
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """The launcher's side of liveness (core/liveness.py has the protocol), served from the
-resident PID 1's loop while mpirun runs.
-
-Every PING_S each worker gets a ping; only its pong counts as a sign of life (a counter
-newer than the last one taken, from that worker's address, signed with this launch's
-key). A silent worker is confirmed, then lost at the bound; mpirun's own failure makes
-every worker be asked once more (VERIFY_S); the end of the job is told to every worker:
-docs/troubleshooting.md, "While ranks run", says what is seen and done when.
-
-A pause of this process itself (the pod stopped, the node starved: its loop did not run
-for PAUSE_S) restarts every worker's silence from the moment it runs again. Standard
-library only; nothing here blocks.
+resident PID 1's loop while mpirun runs: a ping to each worker every PING_S, and only its
+pong (a newer counter, from its address, signed with this launch's key) is a sign of
+life; what is seen and done when: docs/troubleshooting.md, "While ranks run". A pause of
+this process itself (its loop did not run for PAUSE_S) restarts every worker's silence.
+Standard library only; nothing here blocks.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
-"""PID 1's stderr: everything PID 1 writes there (its log lines, mpirun's stderr copied
-through, the failure explanation) goes through one writer thread, so a reader that
-stops reading — a full container log pipe — never blocks the loop that forwards signals
-and reaps (tests/test_pid1_conformance.py::TestOutput).
+"""PID 1's stderr: one writer thread for everything PID 1 writes there, bounded at LIMIT
+bytes and flushed for up to FLUSH_SECONDS at exit: docs/pid1.md, "Output"
+(tests/test_pid1_conformance.py::TestOutput).
 
 Why a thread, not O_NONBLOCK on fd 2: the flag belongs to the open file description,
 which PID 1 shares with mpirun's stdout and sshd's stderr; they would then see EAGAIN
 and lose output themselves. The thread blocks every signal, so the SIGPIPE of its own
 write to a closed stderr is never taken for one sent to PID 1 and forwarded.
-
-What waits to be written is bounded (LIMIT bytes): past it the oldest is dropped, and
-the next write says how much ("mpi-bootstrap: N bytes of output dropped …"). At exit,
-PID 1 waits up to FLUSH_SECONDS for the rest to be written (a terminating signal ends the
-wait at once); what a reader that never reads has not taken by then is dropped with the
-process.
 """
 
 from __future__ import annotations

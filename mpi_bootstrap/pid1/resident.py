@@ -29,21 +29,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     signals.remember_inherited(frozenset(spec.inherited) if spec.inherited is not None else None)
     output = Output()
     log = line_logger(spec.role, output, spec.log_level, spec.log_format)
-    restart = (
-        RestartPolicy(limit=spec.restart.limit, window=spec.restart.window)
-        if spec.restart
-        else None
+    r = spec.restart
+    restart = RestartPolicy(limit=r.limit, window=r.window) if r else None
+    settings = Settings(
+        grace=spec.grace, group=spec.group, restart=restart, explain_failure=spec.explain_failure
     )
-    sup = Supervisor(
-        Settings(
-            grace=spec.grace,
-            group=spec.group,
-            restart=restart,
-            explain_failure=spec.explain_failure,
-        ),
-        log,
-        output,
-    )
+    sup = Supervisor(settings, log, output)
     duties(spec, sup, log)
     sup.install()
     # Set before the hand-off by cli.py (it survives the exec); set here too for
@@ -109,16 +100,10 @@ def _control(spec: specs.Spec, sup: Supervisor, log: Log) -> None:
         if spec.watch:
             from mpi_bootstrap.pid1.watch import WatchService
 
-            sup.duties.append(
-                WatchService(
-                    spec.watch,
-                    log,
-                    sup.readers,
-                    control,
-                    sshd=lambda: sup.main,
-                    stop=sup.request_stop,
-                )
+            watch = WatchService(
+                spec.watch, log, sup.readers, control, sshd=lambda: sup.main, stop=sup.request_stop
             )
+            sup.duties.append(watch)
     except OSError as exc:  # the job still runs; no claim nor probe is served
         log("control not served", level="error", error=str(exc))
 

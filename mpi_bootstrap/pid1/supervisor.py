@@ -1,21 +1,8 @@
-"""The resident supervisor: PID 1 of the pod (or a child subreaper) for the whole job.
-
-It runs one main child — mpirun, or the worker's sshd — and its loop reads as tini's:
-
-    while not finished:
-        wait for an event          (a signal, the child's stderr, a net-exchange peer, a timer)
-        forward signals            (every catchable one: signals.py)
-        serve readers              (copy the child's stderr through; the net exchange)
-        run the duties             (their timers: the dir exchange's `job-done` for a
-                                    worker, liveness: monitor.py, watch.py)
-        reap children              (every one: waitpid(-1) is called here only)
-        keep the service alive     (restart a dead sshd, or give up: restart.py)
-        end leftovers              (after the main child: SIGTERM, then SIGKILL)
-    drain the child's stderr, explain a failure, return the exit code
-
-It is the only caller of waitpid(-1), so no exit status is ever lost to another waiter —
-the classic bug of Python inits where `subprocess` reads 0 for a child someone else
-reaped. Standard library only.
+"""The resident supervisor: PID 1 of the pod (or a child subreaper) for the whole job. It
+runs one main child (mpirun, or the worker's sshd) in a loop that reads as tini's (see
+`Supervisor.run`; docs/pid1.md), and is the only caller of waitpid(-1), so no exit status
+is ever lost to another waiter — the classic bug of Python inits where `subprocess`
+reads 0 for a child someone else reaped. Standard library only.
 """
 
 from __future__ import annotations

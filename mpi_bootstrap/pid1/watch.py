@@ -1,20 +1,14 @@
 """The worker's side of liveness (core/liveness.py has the protocol), served from the
-resident PID 1's loop: the claims of launchers, their pings, and a lost launcher.
+resident PID 1's loop: the claims of launchers, their pings, and a lost launcher
+(docs/troubleshooting.md, "While ranks run"; docs/architecture.md, "One launch's sessions").
 
-A claim comes through the control FIFO (pid1/control.py): `claim KEY BOUND PID`, from a
-preflight session whose shell is PID. PID 1 ends everything the earlier launches left
-below it — every process but itself, its sshd, and that session (its shell, the shell's
-parents and children) — then answers on the FIFO `control-PID.out` beside it (made by the
-session, a FIFO of this user, not reached through a link): where its UDP socket listens,
-its boot id, and how many processes it ended, named. The key becomes the current
-session's, and BOUND (the launcher's liveness bound) the silence after which its launcher
-is lost. A claim with the key already held (the same launch's) ends nothing.
-
-Pings of the current session arm the watch; a silent launcher, its grace, a `stop` and
-a superseded session's pings: docs/troubleshooting.md, "While ranks run".
-
-Nothing here blocks: the FIFO and the socket are non-blocking, ending processes is a
-SIGTERM, then a SIGKILL after END_S, checked on the loop's timer. Standard library only.
+A claim, `claim KEY BOUND PID` on the control FIFO (pid1/control.py) from a preflight
+session whose shell is PID, ends what earlier launches left below PID 1 but itself, its
+sshd and that session (the shell, its parents and children), then answers on the
+session's FIFO `control-PID.out`: its UDP port, boot id, and what it ended. KEY becomes
+the current session's, BOUND the silence after which its launcher is lost; a claim with
+the key already held ends nothing. Nothing here blocks: ending is a SIGTERM, then a
+SIGKILL after END_S, on the loop's timer. Standard library only.
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
-"""Which signals PID 1 handles and forwards, and the dispositions a child starts with.
-
-PID 1 forwards every catchable signal to its child, except SIGCHLD (its own: it reaps)
-and the synchronous faults (a SIGSEGV in PID 1 is PID 1's bug, not the job's). That
-includes the job-control signals TSTP, TTIN, TTOU and CONT, as dumb-init does; unlike
-dumb-init, PID 1 does not then stop itself (the kernel never stops a namespace's init).
-A PID 1 without a handler for a signal drops it (the kernel ignores default-action
-signals for init), so every forwarded signal has one.
-
-A child starts with the default disposition for every signal and an empty mask — as
-with tini and dumb-init — except the signals the agent itself was started with ignored
-(as tini keeps them). CPython ignores SIGPIPE and SIGXFSZ itself before any of our code
-runs, so whether they were inherited ignored cannot be known: a child always gets them
-at their default (`yes | head -1` then ends quietly, and `set -o pipefail` sees 141).
+"""Which signals PID 1 handles and forwards, and the dispositions a child starts with:
+docs/pid1.md, "Signals" and "The child starts clean". A PID 1 without a handler drops a
+signal (the kernel ignores default-action signals for init), so each forwarded one has one.
 """
 
 from __future__ import annotations

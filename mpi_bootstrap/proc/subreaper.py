@@ -1,12 +1,8 @@
 """The child-subreaper flag (prctl PR_SET_CHILD_SUBREAPER): when the agent is not PID 1
-(a pod with `shareProcessNamespace: true`, a test, a shell), an orphan of any of its
-descendants re-parents to the agent instead of the host's init, so it is still reaped,
-and ended with the job's other leftovers.
-
-The flag is set before the agent's first child starts (cli.py): the launcher starts
-mpirun before its hand-off to the resident supervisor, and an orphan made in mpirun's
-first instant would otherwise be gone to init already. It survives execve (the hand-off),
-and is not inherited by children. Standard library only (the resident imports it).
+(`shareProcessNamespace: true`, a test, a shell), an orphan of its descendants re-parents
+to the agent, not the host's init, so it is still reaped and ended with the leftovers. Set
+before the first child starts (cli.py; why: docs/pid1.md, "Reaping and the end"); it
+survives execve and is not inherited. Standard library only (the resident imports it).
 """
 
 from __future__ import annotations

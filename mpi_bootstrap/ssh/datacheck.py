@@ -1,17 +1,8 @@
 """Before mpirun, after preflight (and in `doctor`): the data network, tested by the
-workers themselves.
-
-One session per worker runs dataplane/probe.py's `session`, served by the worker's
-resident PID 1 through the control FIFO its sshd names (pid1/control.py,
-pid1/dataserve.py: no interpreter starts). A worker whose PID 1 cannot serve it (its
-sshd predates OpenSSH 8.7's SetEnv) says so and is left out of the check, said in the
-log. In the launcher that session is preflight's own (its check's script goes on to run
-it: no second ssh session, no second login); the doctor opens its own.
-Each reports its data NIC and opens a port; once every worker has, the launcher sends
-each its peers (ring neighbours and one random worker: core/datanet.py), which it probes
-while answering its own probers (dataplane/probe.py's steps); closing stdin ends it.
-Everything runs in parallel within the launcher's one deadline. A failure names the
-pair, the addresses, the NIC and the kind, and mpirun never starts (exit 69).
+workers themselves, one session each running dataplane/probe.py's `session` (served by
+the worker's PID 1: pid1/dataserve.py; in the launcher, preflight's own session goes on to
+run it), all in parallel within the launcher's one deadline. The steps, the pairs, and
+the failures (exit 69): docs/troubleshooting.md, "The data-plane check".
 """
 
 from __future__ import annotations

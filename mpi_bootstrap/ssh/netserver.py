@@ -56,15 +56,8 @@ class NetServer:
             self.log("exchange refused", level="warning", peer=peer, reason=refused)
             return b'{"type":"denied"}\n'
         self.log("exchange answered", peer=peer)
-        return signed(
-            self._key,
-            {
-                "v": PROTOCOL,
-                "type": "record",
-                "nonce": message["nonce"],
-                "record": self.record.to_dict(),
-            },
-        )
+        reply = {"v": PROTOCOL, "type": "record", "nonce": message["nonce"]}
+        return signed(self._key, {**reply, "record": self.record.to_dict()})
 
     def _hello(self, raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
         """(the hello, None), or (None, why it is not one with a valid MAC)."""

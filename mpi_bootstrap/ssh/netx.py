@@ -1,16 +1,9 @@
-"""The `net` exchange: the launcher asks each worker for its record (core/records.py)
-over the control network; both sides prove they hold the job's token (from
-MPI_BOOTSTRAP_TOKEN_FILE, or MPI_BOOTSTRAP_TOKEN: core/tokens.py).
-(The other exchanges: `secret` needs none — the Secret's key is every sshd's host key
-— and `dir` is ssh/dirx.py.) This module holds the protocol and the launcher's side;
-the worker's server is ssh/netserver.py.
-
-The protocol (version 3: a challenge per connection, a hello and a reply under the
-token's HMAC, core/sign.py) is specified in docs/exchanges.md, "The net exchange", and
-why each step is there in SECURITY.md, promises 31 and 32 (tests/test_attacks.py's
-TestNetExchangeReplay and TestNetExchangeRelay).
-
-Standard library only: the worker's resident PID 1 serves the exchange.
+"""The `net` exchange's protocol and the launcher's side (the worker's server is
+ssh/netserver.py): the launcher asks each worker for its record (core/records.py) over the
+control network, both sides proving they hold the job's token (core/tokens.py). The
+protocol (version 3, core/sign.py): docs/exchanges.md, "The net exchange"; why each step:
+SECURITY.md, promises 31 and 32 (tests/test_attacks.py's TestNetExchangeReplay and
+TestNetExchangeRelay). Standard library only: the worker's resident PID 1 serves it.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""Wait until every host resolves through the system resolver (getent-equivalent).
-
-Lookups go through glibc's `getaddrinfo` (AF_UNSPEC, as ssh asks), so nsswitch,
-`/etc/hosts`, the search list and `ndots` apply exactly as they will for ssh and mpirun.
-Unresolved hosts are looked up concurrently (bounded); a host that resolved is never
-asked again; re-polling is paced by a token bucket instead of a fixed sleep, so a late
-record is seen within tens of milliseconds on small jobs while big jobs stay gentle on
-the cluster DNS:
-
-- the bucket holds one token per host, so the first round goes out at once;
-- it refills at max(20, hosts / interval) tokens per second, which bounds the
-  lookup rate after the first round.
+"""Wait until every host resolves through the system resolver (getent-equivalent): glibc's
+`getaddrinfo` (AF_UNSPEC, as ssh asks), so nsswitch, `/etc/hosts`, the search list and
+`ndots` apply as for ssh and mpirun. Unresolved hosts are looked up concurrently; one that
+resolved is never asked again; re-polling is paced by a token bucket (one token per host,
+so the first round goes out at once; refilled at max(20, hosts / interval) a second), so
+a late record is seen within tens of milliseconds while big jobs spare the cluster DNS.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """Logs as data, before the hand-off: JSON lines on stderr (core/log.py's `line`, the
 same the resident PID 1 writes), or structlog's console renderer for a person at a
-terminal (`console`, or `auto` on a TTY).
-
-structlog is imported only for the console: importing it costs 60–90 ms of CPU here (it
-imports asyncio), paid by every agent start, the launcher's on a job's critical path
-and each readinessProbe's. stdout is reserved for `--explain` output. Secrets never
-reach a log line: the value of any key that names one is replaced (core/log.py), and
-the agent never passes key material or tokens as values under other names.
+terminal (`console`, or `auto` on a TTY), imported only then (60–90 ms of CPU). Secrets
+never reach a log line (core/log.py `redact`): docs/configuration.md, its last paragraph.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
 """The MPI runtimes the agent launches, one descriptor each (schema.py): Open MPI 4 (ORTE)
-and 5 (PRRTE) in openmpi.py, MPICH's and Intel MPI's hydra in hydra.py.
-
-A descriptor is all the agent knows of a runtime: launcher/mpi/detect.py picks one from
-`mpirun --version` (or MPI_BOOTSTRAP_MPI), or fails naming what it saw, and everything
-after asks the descriptor's fields — launcher/mpi/resolve.py reads its rows into the
-mpirun argv, preflight looks for its daemons, the plan writes its hostfile form. Only
-detection and these modules tell runtimes apart by name (tests/test_owners.py). Data,
-in core: the settings table and the resident PID 1's failure explainer read them too.
-
-A fifth runtime is one more `Runtime` in RUNTIMES (tests/test_plan.py, class
-TestAFifthRuntime, plans one defined in the test alone).
+and 5 (PRRTE) in openmpi.py, MPICH's and Intel MPI's hydra in hydra.py. What a descriptor
+is for, and a fifth runtime: docs/architecture.md, "One descriptor per MPI runtime".
 """
 
 from __future__ import annotations

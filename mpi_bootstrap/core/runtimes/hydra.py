@@ -1,11 +1,7 @@
 """hydra, MPICH's process manager, and Intel MPI's (built from it): one runtime each.
-
-MPI traffic stays on the control network. Intel MPI: libfabric's tcp provider.
-MPICH built with both netmods: OFI with the tcp provider. Its UCX netmod hung in
-MPI_Dist_graph_create across pods (mpi4py's topology tests; tests/support/distgraph.c),
-and takes pods on one node for one host (same boot id) and tries shared memory between
-them, which separate pods cannot share: MPI_Init then failed with "Endpoint timeout" in
-half the runs. With UCX (chosen, or the only netmod): TCP only, on the control interface.
+MPI traffic stays on the control network: Intel MPI over libfabric's tcp provider, MPICH
+over OFI's tcp provider where built with it, else UCX with TCP only. Why not MPICH's UCX
+netmod: docs/configuration.md, "Found while testing against the real MPIs".
 """
 
 from __future__ import annotations

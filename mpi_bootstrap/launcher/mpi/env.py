@@ -51,25 +51,13 @@ def forwarded_names(
             continue
         if name in DENY_NAMES or name.startswith(DENY_PREFIXES) or not is_env_name(name):
             if name in exact or any(name.startswith(p) for p, _ in patterns):
-                decisions.append(
-                    Decision(
-                        f"forward {name}",
-                        "no",
-                        "agent policy",
-                        "never forwarded (shell state or agent secret)",
-                    )
-                )
+                why = "never forwarded (shell state or agent secret)"
+                decisions.append(Decision(f"forward {name}", "no", "agent policy", why))
             continue
         names.append(name)
     for name in sorted(exact - set(environ)):
-        decisions.append(
-            Decision(
-                f"forward {name}",
-                "no",
-                "MPI_BOOTSTRAP_FORWARD_ENV",
-                "asked for but not set in the environment",
-            )
-        )
+        why = "asked for but not set in the environment"
+        decisions.append(Decision(f"forward {name}", "no", "MPI_BOOTSTRAP_FORWARD_ENV", why))
     return names, decisions
 
 

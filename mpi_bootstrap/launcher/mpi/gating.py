@@ -1,13 +1,8 @@
-"""Which launch gate (core/gate.py) a launch can have. mpirun's ssh to a worker holds
-that worker's ranks back; the gate is on only where no rank can start any other way,
-and off elsewhere: the checks run first, then mpirun (as with --exec), and the plan's
-`launch gate` decision says why. A runtime's `Gate` (core/runtimes/schema.py) says
-what holds for it.
-
-What starts ranks without mpirun's rsh agent, and so turns the gate off (a host of this
-pod's; ORTE's `--novm`/`--max-vm-size`, `Gate.fewer`; a launcher or host list of the
-user's): docs/architecture.md, "Where the gate is off"; tests/test_gate.py's class
-TestRanksWithoutTheRshAgent shows each on the real runtime.
+"""Which launch gate (core/gate.py) a launch can have, a runtime's `Gate`
+(core/runtimes/schema.py) saying what holds for it: on only where no rank can start
+without mpirun's ssh; elsewhere off (the checks, then mpirun), the plan's `launch gate`
+decision saying why: docs/architecture.md, "Where the gate is off" (tests/test_gate.py's
+class TestRanksWithoutTheRshAgent).
 """
 
 from __future__ import annotations
