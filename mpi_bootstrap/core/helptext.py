@@ -43,7 +43,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("Waiting for DNS", ("dns_wait_seconds", "dns_wait_interval", "dns_concurrency")),
-    ("Networks", ("control_iface", "data_iface", "data_check", "sysfs")),
+    ("Networks", ("control_iface", "data_iface", "data_check", "node_checks", "sysfs")),
     (
         "Trust: the exchange and ssh",
         (

@@ -104,7 +104,12 @@ class Report:
 
     def summary(self) -> str:
         found = ", ".join(f"{n} {p or 'missing'}" for n, p in self.daemons.items())
-        return f"LD_LIBRARY_PATH={self.ld!r}; {found}"
+        return f"LD_LIBRARY_PATH={self.ld!r}; {found}; {self.node()}"
+
+    def node(self) -> str:
+        shm = f"{self.shm[1] >> 10} MiB free of {self.shm[0] >> 10} MiB" if self.shm else "?"
+        nccl = f"NCCL {self.nccl[1]} ({self.nccl[0]})" if self.nccl else "no libnccl.so.2"
+        return f"/dev/shm {shm}; {nccl}; {self.gpus} GPUs"  # noqa: S108 - a report
 
 
 def parse(output: str) -> Report:

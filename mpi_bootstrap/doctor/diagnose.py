@@ -69,6 +69,7 @@ def run(config: Config, *, deadline_s: float = 10.0, data: bool = True) -> list[
     jobs.extend(ssh_jobs(config, names, deadline))
     jobs.extend(reach_jobs(config, names, deadline))
     jobs.append(lambda: tokencheck.findings(config))
+    jobs.append(lambda: [node_finding(own)])
     if data:
         jobs.extend(datacheck.jobs(config, names, deadline))
     return within(
@@ -84,6 +85,18 @@ def run(config: Config, *, deadline_s: float = 10.0, data: bool = True) -> list[
             )
         ],
     )
+
+
+def node_finding(own: str) -> Finding:
+    """This pod's node, as a worker's preflight reports it (core/remote.py NODE): the
+    doctor run in a worker's pod, with no launcher, shows what the launch would judge."""
+    import os
+
+    from mpi_bootstrap.core import remote
+    from mpi_bootstrap.proc import children
+
+    _, out = children.capture(["sh", "-c", remote.NODE], env=dict(os.environ), timeout=5)
+    return Finding(own, "node", True, remote.parse(out).node())
 
 
 def render(findings: Sequence[Finding], as_json: bool) -> str:
