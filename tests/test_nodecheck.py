@@ -27,10 +27,10 @@ def test_the_report_is_parsed() -> None:
     assert (r.shm, r.nccl, r.gpus) == ((65536, 65536), ("/opt/nccl lib/libnccl.so.2", "2.26.2"), 2)
     assert (
         r.node()
-        == "/dev/shm 64 MiB free of 64 MiB; NCCL 2.26.2 (/opt/nccl lib/libnccl.so.2); 2 GPUs"
+        == "NCCL 2.26.2 (/opt/nccl lib/libnccl.so.2); /dev/shm 64 MiB free of 64 MiB; 2 GPUs"
     )
     old = remote.parse("DAEMON orted /x\nLD \nPATH /bin")  # an agent before the node report
-    assert (old.shm, old.nccl, old.gpus) == (None, None, 0)
+    assert (old.shm, old.nccl, old.gpus, old.node()) == (None, None, 0, "no libnccl.so.2; 0 GPUs")
 
 
 @pytest.mark.parametrize(
@@ -91,6 +91,6 @@ def test_the_script_finds_nccl_by_name_or_banner(tmp_path: Path) -> None:
         return remote.parse("DAEMON x /x\n" + out.stdout)
 
     assert run(f"/nowhere:{a}:{b}").nccl == (f"{a}/libnccl.so.2", "2.21.5")
-    assert run(f"{b}:{a}").nccl == (f"{b}/libnccl.so.2", "2.26.2")
-    found = run("/nowhere")
-    assert found.shm is not None and found.shm[0] > 0
+    found = run(f"{b}:{a}")
+    assert found.nccl == (f"{b}/libnccl.so.2", "2.26.2")
+    assert found.shm is not None and found.shm[0] > 0  # /dev/shm: where NCCL is

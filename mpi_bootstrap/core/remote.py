@@ -37,7 +37,7 @@ def script(
             f'[ -n "$found" ] || found=$(command -v {shlex.quote(name)} 2>/dev/null); '
             f'echo "DAEMON {name} ${{found:-missing}}"'
         )
-    checks += ['echo "LD $LD_LIBRARY_PATH"', 'echo "PATH $PATH"', NODE]
+    checks += ['echo "LD $LD_LIBRARY_PATH"', 'echo "PATH $PATH"']
     if program and "/" not in program:
         # The file execvp would run (`command -v` would name a shell builtin instead).
         path = shlex.quote(ranks_path) if ranks_path else '"$PATH"'
@@ -56,15 +56,16 @@ def script(
 
 
 # The node: /dev/shm's size; the libnccl.so.2 the ranks load (LD_LIBRARY_PATH, then the
-# loader's cache) and its version (its file's name, else the banner it carries); the GPUs.
+# loader's cache), its version (its file's name, else its banner); the GPUs. Run where
+# the job's environment has NCCL_* (launcher/remotecheck.py).
 NODE = (
-    'df -Pk /dev/shm 2>/dev/null | { read -r _; read -r _ t _ a _; echo "SHM $t $a"; }; '
     'n=; o="$IFS"; IFS=:; for d in $LD_LIBRARY_PATH; do [ -e "$d/libnccl.so.2" ] && '
     'n="$d/libnccl.so.2" && break; done; IFS="$o"; [ -n "$n" ] || n=$(/sbin/ldconfig -p '
     "2>/dev/null | sed -n 's/^[[:space:]]*libnccl.so.2 .*=> //p' | head -n 1); "
     'if [ -n "$n" ]; then v=$(readlink -f "$n"); v=${v##*/libnccl.so.}; case $v in '
     '2.*.*) ;; *) v=$(grep -aom 1 "NCCL version [0-9][0-9.]*[0-9]" "$n"); v=${v##* };; esac; '
-    'echo "NCCL $n ${v:-?}"; fi; set -- /dev/nvidia[0-9]*; [ -e "$1" ] || shift $#; '
+    'echo "NCCL $n ${v:-?}"; df -Pk /dev/shm 2>/dev/null | { read -r _; read -r _ t _ a _; '
+    'echo "SHM $t $a"; }; fi; set -- /dev/nvidia[0-9]*; [ -e "$1" ] || shift $#; '
     'echo "GPUS $#"'
 )
 CONTROL_ENV = "MPI_BOOTSTRAP_CONTROL"  # the worker's control FIFO (sshd's SetEnv)
@@ -107,9 +108,10 @@ class Report:
         return f"LD_LIBRARY_PATH={self.ld!r}; {found}; {self.node()}"
 
     def node(self) -> str:
-        shm = f"{self.shm[1] >> 10} MiB free of {self.shm[0] >> 10} MiB" if self.shm else "?"
         nccl = f"NCCL {self.nccl[1]} ({self.nccl[0]})" if self.nccl else "no libnccl.so.2"
-        return f"/dev/shm {shm}; {nccl}; {self.gpus} GPUs"  # noqa: S108 - a report
+        shm = self.shm
+        free = f"; /dev/shm {shm[1] >> 10} MiB free of {shm[0] >> 10} MiB" if shm else ""
+        return f"{nccl}{free}; {self.gpus} GPUs"
 
 
 def parse(output: str) -> Report:

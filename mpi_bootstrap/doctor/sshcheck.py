@@ -90,7 +90,9 @@ def ssh_finding(
             allow_agent=False,
             look_for_keys=False,
         )
-        _, out, _ = client.exec_command(remote.script(runtimes.DAEMONS, ()), timeout=timeout)
+        _, out, _ = client.exec_command(
+            f"{remote.script(runtimes.DAEMONS, ())}; {remote.NODE}", timeout=timeout
+        )
         report = remote.parse(out.read().decode(errors="replace"))
         return Finding(name, "ssh", True, f"{user}@{target}:{port} answers; {report.summary()}")
     except (OSError, paramiko.SSHException) as exc:
