@@ -246,7 +246,7 @@ EXPECTED: dict[str, Callable[[object], bool]] = {
     "pipeline": lambda v: type(v) is bool,
     "ssh_kex": _optional(lambda v: type(v) is str and names.is_kex_list(v)),
     "data_check": lambda v: type(v) is bool,
-    "node_checks": lambda v: set(v) <= {"shm", "nccl", "gpus"},
+    "node_checks": lambda v: set(v) <= {"shm", "nccl", "gpus", "rdma", "imex"},
     "sysfs": _is_path,
     "state_dir": _is_plain_path,
     "termination_log": lambda v: (

@@ -86,7 +86,7 @@ def test_the_script_finds_nccl_by_name_or_banner(tmp_path: Path) -> None:
     def run(ld: str) -> remote.Report:
         env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": ld}
         out = subprocess.run(
-            ["sh", "-c", remote.NODE], env=env, capture_output=True, text=True, check=True
+            ["sh", "-c", remote.node()], env=env, capture_output=True, text=True, check=True
         )
         return remote.parse("DAEMON x /x\n" + out.stdout)
 
@@ -94,3 +94,64 @@ def test_the_script_finds_nccl_by_name_or_banner(tmp_path: Path) -> None:
     found = run(f"{b}:{a}")
     assert found.nccl == (f"{b}/libnccl.so.2", "2.26.2")
     assert found.shm is not None and found.shm[0] > 0  # /dev/shm: where NCCL is
+
+
+def _roce(root: Path, dev: str, state: str, gids: dict[int, tuple[str, str]]) -> None:
+    """A data NIC net1's RDMA device as sysfs shows it: its port 1's state, GID table and
+    GID types (an index without a GID reads as zeros, its type as an error)."""
+    port = root / "class/net/net1/device/infiniband" / dev / "ports/1"
+    (port / "gids").mkdir(parents=True)
+    (port / "gid_attrs/types").mkdir(parents=True)
+    (port / "state").write_text(f"{state}\n")
+    for i in range(8):
+        gid, kind = gids.get(i, ("0000:0000:0000:0000:0000:0000:0000:0000", ""))
+        (port / "gids" / str(i)).write_text(gid + "\n")
+        if kind:
+            (port / "gid_attrs/types" / str(i)).write_text(kind + "\n")
+
+
+V2 = ("0000:0000:0000:0000:0000:ffff:0afb:000b", "RoCE v2")
+V1 = ("fe80:0000:0000:0000:0000:00ff:fe00:000b", "IB/RoCE v1")
+
+
+@pytest.mark.parametrize(
+    ("index", "tables", "found"),
+    [
+        ("3", [{3: V2}, {3: V2}], []),  # full tables, the index alike
+        ("3", [{3: V2}, {0: V1, 1: V2}], ["w1: NCCL_IB_GID_INDEX=3 is empty on mlx5_0/1"]),
+        ("3", [{3: V2}, {3: V1}], ["NCCL_IB_GID_INDEX=3 is of another kind on some workers: "
+                                   "IB/RoCE v1 on w1 mlx5_0/1; RoCE v2 on w0 mlx5_0/1"]),
+        ("", [{0: V1}, {1: V2}], []),  # unpinned: NCCL picks per port
+    ],
+)  # fmt: skip
+def test_pinned_gid_index(index: str, tables: list[dict[int, tuple[str, str]]], found: list[str],
+                          tmp_path: Path) -> None:  # fmt: skip
+    """Each worker's data NIC's RDMA ports as the script reads them from sysfs (a tree of
+    the test's: MPI_BOOTSTRAP_SYSFS), sparse and full GID tables."""
+    nodes = {}
+    for i, table in enumerate(tables):
+        _roce(tmp_path / f"w{i}", "mlx5_0", "4: ACTIVE", table)
+        lib = tmp_path / f"w{i}" / "lib"
+        lib.mkdir()
+        (lib / "libnccl.so.2.21.5").write_bytes(b"\x7fELF")
+        (lib / "libnccl.so.2").symlink_to("libnccl.so.2.21.5")
+        env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(lib),
+               "NCCL_SOCKET_IFNAME": "==net1", "NCCL_IB_GID_INDEX": index}  # fmt: skip
+        script = remote.node(str(tmp_path / f"w{i}"))
+        out = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True,
+                             check=True).stdout  # fmt: skip
+        nodes[f"w{i}"] = remote.parse("DAEMON x /x\n" + out)
+        assert nodes[f"w{i}"].ports == (("mlx5_0/1", "ACTIVE"),)
+    bad, _ = nodecheck.problems(nodes, {}, {"NCCL_IB_GID_INDEX": index}, ALL | {"rdma"})
+    assert [why.split(": NCCL cannot")[0].split("; NCCL connects")[0] for _, why in bad] == found
+
+
+def test_rdma_port_down_and_imex() -> None:
+    out = "DAEMON x /x\nNCCL /l/libnccl.so.2 2.21.5\nPORT mlx5_1/1 DOWN\nIMEX 0\nGPUS 4"
+    r = remote.parse(out)
+    env = {"NCCL_MNNVL_ENABLE": "1"}
+    bad, _ = nodecheck.problems({"w0": r}, {"w0": 4}, env, {"rdma", "imex"})
+    assert bad[0][1].startswith("w0: RDMA port mlx5_1/1 behind the data NIC is DOWN")
+    assert bad[1][1].startswith("w0: NCCL_MNNVL_ENABLE=1 but the pod has no IMEX channel")
+    assert "resourceClaimTemplateName" in bad[1][1]
+    assert nodecheck.problems({"w0": r}, {"w0": 4}, env, {"shm", "nccl", "gpus"})[0] == []

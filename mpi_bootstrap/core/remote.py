@@ -57,17 +57,29 @@ def script(
 
 # The node: /dev/shm's size; the libnccl.so.2 the ranks load (LD_LIBRARY_PATH, then the
 # loader's cache), its version (its file's name, else its banner); the GPUs. Run where
-# the job's environment has NCCL_* (launcher/remotecheck.py).
-NODE = (
-    'n=; o="$IFS"; IFS=:; for d in $LD_LIBRARY_PATH; do [ -e "$d/libnccl.so.2" ] && '
-    'n="$d/libnccl.so.2" && break; done; IFS="$o"; [ -n "$n" ] || n=$(/sbin/ldconfig -p '
-    "2>/dev/null | sed -n 's/^[[:space:]]*libnccl.so.2 .*=> //p' | head -n 1); "
-    'if [ -n "$n" ]; then v=$(readlink -f "$n"); v=${v##*/libnccl.so.}; case $v in '
-    '2.*.*) ;; *) v=$(grep -aom 1 "NCCL version [0-9][0-9.]*[0-9]" "$n"); v=${v##* };; esac; '
-    'echo "NCCL $n ${v:-?}"; df -Pk /dev/shm 2>/dev/null | { read -r _; read -r _ t _ a _; '
-    'echo "SHM $t $a"; }; fi; set -- /dev/nvidia[0-9]*; [ -e "$1" ] || shift $#; '
-    'echo "GPUS $#"'
-)
+# the job's environment has NCCL_* (launcher/remotecheck.py); behind the data NIC
+# (NCCL_SOCKET_IFNAME's first name) each RDMA port's state and pinned GID; IMEX channels.
+def node(sysfs: str = "/sys") -> str:
+    """The node's report (`sysfs`: where sysfs is mounted, MPI_BOOTSTRAP_SYSFS)."""
+    port = f"{shlex.quote(sysfs)}/class/net/$i/device/infiniband/*/ports/*"
+    return (
+        'n=; o="$IFS"; IFS=:; for d in $LD_LIBRARY_PATH; do [ -e "$d/libnccl.so.2" ] && '
+        'n="$d/libnccl.so.2" && break; done; IFS="$o"; [ -n "$n" ] || n=$(/sbin/ldconfig -p '
+        "2>/dev/null | sed -n 's/^[[:space:]]*libnccl.so.2 .*=> //p' | head -n 1); "
+        'if [ -n "$n" ]; then v=$(readlink -f "$n"); v=${v##*/libnccl.so.}; case $v in '
+        '2.*.*) ;; *) v=$(grep -aom 1 "NCCL version [0-9][0-9.]*[0-9]" "$n"); v=${v##* };; '
+        'esac; echo "NCCL $n ${v:-?}"; df -Pk /dev/shm 2>/dev/null | { read -r _; read -r _ '
+        't _ a _; echo "SHM $t $a"; }; i=${NCCL_SOCKET_IFNAME#=}; i=${i#=}; i=${i%%[,:]*}; '
+        f'for p in {port}; do [ -r "$p/state" ] || continue; read -r s <"$p/state"; '
+        'd=${p#*/infiniband/}; d="${d%%/*}/${p##*/}"; echo "PORT $d ${s#*: }"; '
+        '[ -z "$NCCL_IB_GID_INDEX" ] || { g=$(cat "$p/gids/$NCCL_IB_GID_INDEX"); '
+        't=$(cat "$p/gid_attrs/types/$NCCL_IB_GID_INDEX"); echo "GID $d ${g:--} $t"; } '
+        '2>/dev/null; done; fi; [ -z "$NCCL_MNNVL_ENABLE" ] || { set -- '
+        '/dev/nvidia-caps-imex-channels/channel*; [ -e "$1" ] || shift $#; echo "IMEX $#"; }; '
+        'set -- /dev/nvidia[0-9]*; [ -e "$1" ] || shift $#; echo "GPUS $#"'
+    )
+
+
 CONTROL_ENV = "MPI_BOOTSTRAP_CONTROL"  # the worker's control FIFO (sshd's SetEnv)
 
 
@@ -98,6 +110,9 @@ class Report:
     shm: tuple[int, int] | None = None  # /dev/shm: KiB, KiB free
     nccl: tuple[str, str] | None = None  # the libnccl.so.2 the ranks load, its version
     gpus: int = 0
+    ports: tuple[tuple[str, str], ...] = ()  # (device/port, state) behind the data NIC
+    gids: tuple[tuple[str, str, str], ...] = ()  # (device/port, GID, its type) pinned
+    imex: int | None = None  # IMEX channels (asked where NCCL_MNNVL_ENABLE is set)
 
     @property
     def missing(self) -> list[str]:
@@ -117,12 +132,15 @@ class Report:
 def parse(output: str) -> Report:
     daemons: dict[str, str | None] = {}
     values: dict[str, str] = {}
+    rdma: dict[str, list[tuple[str, ...]]] = {"PORT": [], "GID": []}
     for line in output.splitlines():
         key, _, value = line.partition(" ")
+        if key in rdma and len(fields := value.split(" ", 2)) == (2 if key == "PORT" else 3):
+            rdma[key].append(tuple(fields))
         if key == "DAEMON":
             name, _, where = value.partition(" ")
             daemons[name] = None if where == "missing" else where
-        elif key in ("LD", "PATH", "PROGRAM", "CLAIM", "SHM", "NCCL", "GPUS"):
+        elif key in ("LD", "PATH", "PROGRAM", "CLAIM", "SHM", "NCCL", "GPUS", "IMEX"):
             values[key] = value
     shm, nccl = values.get("SHM", "").split(), values.get("NCCL", "").rsplit(" ", 1)
     return Report(
@@ -135,4 +153,7 @@ def parse(output: str) -> Report:
         shm=(int(shm[0]), int(shm[1])) if len(shm) == 2 and (shm[0] + shm[1]).isdigit() else None,
         nccl=(nccl[0], nccl[1]) if len(nccl) == 2 else None,
         gpus=int(values.get("GPUS", "0")) if values.get("GPUS", "").isdigit() else 0,
+        ports=tuple(rdma["PORT"]),  # type: ignore[arg-type]
+        gids=tuple(rdma["GID"]),  # type: ignore[arg-type]
+        imex=int(values["IMEX"]) if values.get("IMEX", "").isdigit() else None,
     )

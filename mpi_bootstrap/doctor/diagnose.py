@@ -69,7 +69,7 @@ def run(config: Config, *, deadline_s: float = 10.0, data: bool = True) -> list[
     jobs.extend(ssh_jobs(config, names, deadline))
     jobs.extend(reach_jobs(config, names, deadline))
     jobs.append(lambda: tokencheck.findings(config))
-    jobs.append(lambda: [node_finding(own)])
+    jobs.append(lambda: [node_finding(own, config.sysfs)])
     if data:
         jobs.extend(datacheck.jobs(config, names, deadline))
     return within(
@@ -87,15 +87,15 @@ def run(config: Config, *, deadline_s: float = 10.0, data: bool = True) -> list[
     )
 
 
-def node_finding(own: str) -> Finding:
-    """This pod's node, as a worker's preflight reports it (core/remote.py NODE): the
+def node_finding(own: str, sysfs: str) -> Finding:
+    """This pod's node, as a worker's preflight reports it (core/remote.py `node`): the
     doctor run in a worker's pod, with no launcher, shows what the launch would judge."""
     import os
 
     from mpi_bootstrap.core import remote
     from mpi_bootstrap.proc import children
 
-    _, out = children.capture(["sh", "-c", remote.NODE], env=dict(os.environ), timeout=5)
+    _, out = children.capture(["sh", "-c", remote.node(sysfs)], env=dict(os.environ), timeout=5)
     return Finding(own, "node", True, remote.parse(out).node())
 
 

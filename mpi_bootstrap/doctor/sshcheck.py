@@ -91,7 +91,7 @@ def ssh_finding(
             look_for_keys=False,
         )
         _, out, _ = client.exec_command(
-            f"{remote.script(runtimes.DAEMONS, ())}; {remote.NODE}", timeout=timeout
+            f"{remote.script(runtimes.DAEMONS, ())}; {remote.node()}", timeout=timeout
         )
         report = remote.parse(out.read().decode(errors="replace"))
         return Finding(name, "ssh", True, f"{user}@{target}:{port} answers; {report.summary()}")

@@ -132,7 +132,7 @@ def remote_check(p: Plan, config: Config, env: Mapping[str, str]) -> RemoteCheck
         program=program,
         ranks_path=path,
         expected=expected,
-        node=bool(config.node_checks) and any(k.startswith("NCCL_") for k in env),
+        node=config.sysfs if config.node_checks and any(k[:5] == "NCCL_" for k in env) else None,
         refused_patience=NO_EXCHANGE_PATIENCE if auto_none else None,
         refused_hint=hint,
     )

@@ -1,7 +1,8 @@
-"""Each worker's node, as its preflight session reported it (core/remote.py NODE), judged
-before any rank starts: /dev/shm against what NCCL maps there for its slots, one NCCL
-version on every worker, slots against GPUs. The rules: docs/configuration.md, "Node
-checks". Pure: the launch raises what `problems` finds (exit 69)."""
+"""Each worker's node, as its preflight session reported it (core/remote.py `node`),
+judged before any rank starts: /dev/shm against what NCCL maps there for its slots, one
+NCCL version on every worker, slots against GPUs, RDMA ports and the pinned GID, IMEX.
+The rules: docs/configuration.md, "Node checks". Pure: the launch raises what `problems`
+finds (exit 69)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,13 @@ def shm_need(slots: int, env: Mapping[str, str]) -> int:
     )
 
 
+GID_FIX = (
+    "unset NCCL_IB_GID_INDEX (NCCL picks one per port), or pin an index that holds a "
+    "RoCE v2 GID on every worker"
+)
+IMEX = "/dev/nvidia-caps-imex-channels/"
+
+
 def problems(
     nodes: Mapping[str, Report], slots: Mapping[str, int], env: Mapping[str, str], on: set[str]
 ) -> tuple[list[tuple[str, str]], list[str]]:
@@ -39,24 +47,7 @@ def problems(
     bad: list[tuple[str, str]] = []
     warn: list[str] = []
     for host, r in sorted(nodes.items()):
-        n = slots.get(host, 1)
-        need = shm_need(n, env) if r.nccl else 0
-        if "shm" in on and r.shm and need > r.shm[1] * 1024:
-            size = -(-need // (1 << 30))
-            bad.append((host, (
-                f"{host}: /dev/shm has {r.shm[1] // 1024} MiB free of {r.shm[0] // 1024} MiB, "
-                f"and NCCL maps about {need >> 20} MiB there for {n} ranks (its shared-memory "
-                "transport: docs/configuration.md, \"Node checks\"); give the pod a larger "
-                "one:\n  volumes: [{name: dshm, emptyDir: {medium: Memory, sizeLimit: "
-                f"{size}Gi}}}}]\n  volumeMounts: [{{name: dshm, mountPath: /dev/shm}}]"
-            )))  # fmt: skip
-        if "gpus" in on and r.gpus and n > r.gpus:
-            bad.append((host, (
-                f"{host}: {n} slots but {r.gpus} GPUs: ranks would share a GPU; set slots "
-                f"to {r.gpus} (MPIJob: slotsPerWorker: {r.gpus})"
-            )))  # fmt: skip
-        elif "gpus" in on and r.gpus > n:
-            warn.append(f"{host}: {n} slots of {r.gpus} GPUs: {r.gpus - n} idle")
+        bad += [(host, why) for why in _one(host, r, slots.get(host, 1), env, on, warn)]
     found = {h: r.nccl for h, r in nodes.items() if r.nccl}
     versions = sorted({v for _, v in found.values()})
     if "nccl" in on and len(versions) > 1:
@@ -69,14 +60,72 @@ def problems(
         )))  # fmt: skip
     if "nccl" in on and found and len(found) < len(nodes):
         warn.append(f"no libnccl.so.2 on {some(sorted(set(nodes) - set(found)))}")
+    kinds: dict[str, list[str]] = {}
+    for h, r in sorted(nodes.items()):
+        for port, gid, kind in r.gids:
+            if gid.strip("0:-"):
+                kinds.setdefault(kind, []).append(f"{h} {port}")
+    if "rdma" in on and len(kinds) > 1:
+        order = sorted(kinds, key=lambda k: (len(kinds[k]), k))  # the fewest first
+        each = [f"{k} on {some(kinds[k])}" for k in order]
+        bad.append((kinds[order[0]][0].split()[0], (
+            f"NCCL_IB_GID_INDEX={env.get('NCCL_IB_GID_INDEX')} is of another kind on some "
+            f"workers: {'; '.join(each)}; NCCL connects like to like only: {GID_FIX}"
+        )))  # fmt: skip
     return bad, warn
+
+
+def _one(  # noqa: PLR0917 - one worker's facts, and what it is judged by
+    host: str, r: Report, n: int, env: Mapping[str, str], on: set[str], warn: list[str]
+) -> list[str]:
+    """What is wrong on one worker running `n` ranks (its warnings added to `warn`)."""
+    bad: list[str] = []
+    need = shm_need(n, env) if r.nccl else 0
+    if "shm" in on and r.shm and need > r.shm[1] * 1024:
+        size = -(-need // (1 << 30))
+        bad.append(
+            f"{host}: /dev/shm has {r.shm[1] // 1024} MiB free of {r.shm[0] // 1024} MiB, "
+            f"and NCCL maps about {need >> 20} MiB there for {n} ranks (its shared-memory "
+            'transport: docs/configuration.md, "Node checks"); give the pod a larger '
+            "one:\n  volumes: [{name: dshm, emptyDir: {medium: Memory, sizeLimit: "
+            f"{size}Gi}}}}]\n  volumeMounts: [{{name: dshm, mountPath: /dev/shm}}]"
+        )
+    if "gpus" in on and r.gpus and n > r.gpus:
+        bad.append(
+            f"{host}: {n} slots but {r.gpus} GPUs: ranks would share a GPU; set slots "
+            f"to {r.gpus} (MPIJob: slotsPerWorker: {r.gpus})"
+        )
+    elif "gpus" in on and r.gpus > n:
+        warn.append(f"{host}: {n} slots of {r.gpus} GPUs: {r.gpus - n} idle")
+    if "rdma" in on:
+        bad += [
+            f"{host}: RDMA port {port} behind the data NIC is {state}: NCCL cannot use it; "
+            f"check its link (ibstat), or leave {port.split('/')[0]} out of NCCL_IB_HCA"
+            for port, state in r.ports
+            if state != "ACTIVE"
+        ] + [
+            f"{host}: NCCL_IB_GID_INDEX={env.get('NCCL_IB_GID_INDEX')} is empty on {port}: "
+            f"NCCL cannot connect there; {GID_FIX}"
+            for port, gid, _ in r.gids
+            if not gid.strip("0:-")
+        ]
+    if "imex" in on and r.imex == 0 and env.get("NCCL_MNNVL_ENABLE") == "1":
+        bad.append(
+            f"{host}: NCCL_MNNVL_ENABLE=1 but the pod has no IMEX channel ({IMEX}): "
+            "multi-node NVLink fails at NCCL's init (Cuda failure 801); claim one from "
+            "the job's ComputeDomain (NVIDIA's DRA driver):\n  resourceClaims: [{name: "
+            "imex, resourceClaimTemplateName: COMPUTEDOMAIN-channel}]"
+        )
+    return bad
 
 
 def decision(on: tuple[str, ...], source: str, preflight: bool) -> Decision:
     why = (
         "each worker's preflight session reports /dev/shm, the libnccl.so.2 its ranks "
-        "load and its GPUs; /dev/shm too small for NCCL's buffers, NCCL versions that "
-        "differ, more slots than GPUs: exit 69 before any rank (docs/configuration.md)"
+        "load, its GPUs, RDMA ports and IMEX channels; /dev/shm too small for NCCL's "
+        "buffers, NCCL versions that differ, more slots than GPUs, a port not ACTIVE, a "
+        "pinned GID empty or of another kind, NCCL_MNNVL_ENABLE=1 without an IMEX channel: "
+        'exit 69 before any rank (docs/configuration.md, "Node checks")'
         if on and preflight
         else "needs preflight's ssh sessions"
         if on

@@ -26,7 +26,7 @@ class RemoteCheck:
     program: str | None = None  # the user's program: bare name or absolute path
     ranks_path: str | None = None  # the PATH the ranks get (None: the session's own)
     expected: str | None = None  # where `program` resolves on the launcher, if it does
-    node: bool = False  # report the node too (an NCCL job: its environment has NCCL_*)
+    node: str | None = None  # sysfs: report the node too (an NCCL job: NCCL_* in its env)
     # Consecutive refused connections tolerated before failing with `refused_hint`
     # (None: until the deadline — a worker's sshd may be restarting, or still coming).
     refused_patience: float | None = None
@@ -49,7 +49,7 @@ class RemoteCheck:
             d for d in dict.fromkeys([f"{self.prefix}/bin" if self.prefix else "", bindir]) if d
         ]
         check = remote.script(self.mpi.runtime.daemons, dirs, self.program, self.ranks_path)
-        check += f"; {remote.NODE}" if self.node else ""
+        check += f"; {remote.node(self.node)}" if self.node else ""
         if self.claim:
             check = f"{remote.claim()}; {check}"
         return f"{check}; echo {END}; {self.then}" if self.then else check

@@ -8,7 +8,7 @@ from mpi_bootstrap.core.exchanges import EXCHANGES
 from mpi_bootstrap.core.settings.base import LOG_FORMATS, LOG_LEVELS, SECRET_SSHD_PORT, Setting
 from mpi_bootstrap.core.termination import DEFAULT_PATH as DEFAULT_TERMINATION_LOG
 
-NODE_CHECKS = ("shm", "nccl", "gpus")
+NODE_CHECKS = ("shm", "nccl", "gpus", "rdma", "imex")
 ROWS: tuple[Setting, ...] = (
     Setting(
         "exec",
