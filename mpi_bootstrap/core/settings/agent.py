@@ -194,8 +194,8 @@ ROWS: tuple[Setting, ...] = (
         ("MPI_BOOTSTRAP_NODE_CHECKS",),
         NODE_CHECKS,
         v.subset(NODE_CHECKS),
-        "before any rank starts, each worker's node: shm (/dev/shm for NCCL), nccl (one "
-        "version everywhere), gpus (slots against GPUs); comma separated, empty: none",
+        "before any rank starts, check each worker's node (docs/configuration.md, \"Node "
+        "checks\"): shm, nccl, gpus, rdma, imex; comma separated, empty: none",
     ),
     Setting(
         "sysfs",
