@@ -198,12 +198,12 @@ def _nccl(pod: Pod, version: str, banner: bool) -> None:
         (lib / "libnccl.so.2").symlink_to(f"libnccl.so.{version}")
 
 
-@pytest.mark.parametrize("fault", ["none", "shm", "nccl"])
+@pytest.mark.parametrize("fault", ["none", "shm", "nccl", "launcher-as-node"])
 def test_node_checks(fault: str, secret: Path, programs: Path, runtime_for_others: Path) -> None:
     """MPI Operator's layout, 2 slots a worker, an NCCL job's environment (net1, NCCL on
     LD_LIBRARY_PATH): a 64 MiB /dev/shm on one worker, or NCCL 2.21.5 there and 2.26.2 on
-    the other, ends the launch before any rank (69) naming that worker and what it found;
-    without a fault the job runs."""
+    the other, ends the launch before any rank (69) naming that worker and what it found,
+    as does another NCCL on a launcher that runs ranks too; without a fault the job runs."""
     exe = compile_allreduce(REAL_MPIS["openmpi4"], programs)
     for point in ("/etc/mpi", "/run/mpi-bootstrap"):  # mount points, empty
         os.makedirs(point, mode=0o755, exist_ok=True)
@@ -214,12 +214,16 @@ def test_node_checks(fault: str, secret: Path, programs: Path, runtime_for_other
                  "NCCL_SOCKET_IFNAME": "net1"}  # fmt: skip
         for i, p in enumerate(c.pods[1:]):
             _nccl(p, "2.26.2" if fault == "nccl" and i else "2.21.5", banner=bool(i))
+        _nccl(
+            c.pods[0], "2.26.2", banner=False
+        )  # on the launcher: the workers' unless it runs ranks
         shm = "mount -t tmpfs -o size=64m shm /dev/shm && " if fault == "shm" else ""
         workers = [
             pods.start(p, {**every, "K_MPI_JOB_ROLE": "worker"}, more=shm if i == 0 else "")
             for i, p in enumerate(c.pods[1:])
         ]
-        hostfile = "".join(f"{n} slots=2\n" for n in names[1:])
+        hosts = names if fault == "launcher-as-node" else names[1:]
+        hostfile = "".join(f"{n} slots=2\n" for n in hosts)
         launcher = pods.start(c.pods[0], {**every, "K_MPI_JOB_ROLE": "launcher"},
                               ["--", "mpirun", str(exe)], hostfile)  # fmt: skip
         code, out, err = launcher.finish(timeout=120)
@@ -233,6 +237,11 @@ def test_node_checks(fault: str, secret: Path, programs: Path, runtime_for_other
         if fault == "shm":
             assert "nc-worker-0: /dev/shm has 64 MiB free of 64 MiB" in err, err
             assert "medium: Memory, sizeLimit: 1Gi" in err
-        else:
+        elif fault == "nccl":
             assert "2.21.5 on nc-worker-0 (/tmp/nccl/libnccl.so.2)" in err, err
             assert "2.26.2 on nc-worker-1" in err
+        else:
+            assert (
+                "2.21.5 on nc-worker-0 and 1 more (/tmp/nccl/libnccl.so.2); 2.26.2 on nc-launcher"
+                in err
+            ), err

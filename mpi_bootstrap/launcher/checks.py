@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from mpi_bootstrap.core import remote
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import PeerUnavailableError
 from mpi_bootstrap.core.liveness import Claimed
@@ -80,11 +81,16 @@ def across(job: Job) -> None:
 
 
 def nodes(job: Job) -> None:
-    """Each worker's node, as its preflight reported it (launcher/nodecheck.py)."""
+    """Each worker's node, as its preflight reported it (launcher/nodecheck.py), and the
+    launcher's where it runs ranks too (Trainer v2's runLauncherAsNode)."""
     slots: dict[str, int] = {}
     for e in job.p.hosts:
         slots[e.rewritten_to] = slots.get(e.rewritten_to, 0) + e.slots
     on = set(job.config.node_checks)
+    here = [h for h in slots if h not in job.p.remote]
+    if here and on and any(k[:5] == "NCCL_" for k in job.env):  # an NCCL job
+        out = children.capture(["sh", "-c", remote.node(job.config.sysfs)], job.env, 10)[1]
+        job.nodes[here[0]] = remote.parse(out)
     bad, warn = nodecheck.problems(job.nodes, slots, job.env, on)
     for w in warn:
         job.log("node check", level="warning", reason=w)

@@ -195,7 +195,7 @@ ROWS: tuple[Setting, ...] = (
         NODE_CHECKS,
         v.subset(NODE_CHECKS),
         "before any rank starts, check each worker's node (docs/configuration.md, \"Node "
-        "checks\"): shm, nccl, gpus, rdma, imex; comma separated, empty: none",
+        'checks"): shm, nccl, gpus, rdma, imex; comma separated, empty: none',
     ),
     Setting(
         "sysfs",
