@@ -98,13 +98,8 @@ def ssh_finding(
     except (OSError, paramiko.SSHException) as exc:
         failure = _failure_of(exc)
         if failure is None:
-            return Finding(
-                name,
-                "ssh",
-                False,
-                f"cannot connect to {target}:{port} ({exc})",
-                "is the worker running `mpi-bootstrap worker`, and is its sshd up?",
-            )
+            fix = "is the worker running `mpi-bootstrap worker`, and is its sshd up?"
+            return Finding(name, "ssh", False, f"cannot connect to {target}:{port} ({exc})", fix)
         sig = failures.BY_NAME[failure]
         return Finding(name, "ssh", False, sig.cause.format(host=name, path=""), sig.fix)
     finally:

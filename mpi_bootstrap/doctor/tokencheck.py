@@ -36,23 +36,13 @@ def _file_finding(here: str, path: str, source: str) -> Finding:
     except OSError as exc:
         problem = str(exc.strerror or exc)
     if problem:
-        return Finding(
-            here,
-            "token file",
-            False,
-            f"{path} ({source}): {problem}",
-            "the launcher and the worker would exit 64: mount the Secret volume there",
-        )
+        fix = "the launcher and the worker would exit 64: mount the Secret volume there"
+        return Finding(here, "token file", False, f"{path} ({source}): {problem}", fix)
     found = tokens.TokenFile(b"", st.st_mode, st.st_uid, st.st_gid)
     who = tokens.other_readers(found, os.geteuid())
     if who:
         return Finding(
             here, "token file", True, f"{path} {who}", tokens.file_advice(), warning=True
         )
-    return Finding(
-        here,
-        "token file",
-        True,
-        f"{path} ({source}): mode {st.st_mode & 0o777:04o}, uid {st.st_uid}; "
-        "in no process's environment",
-    )
+    mode = f"mode {st.st_mode & 0o777:04o}, uid {st.st_uid}; in no process's environment"
+    return Finding(here, "token file", True, f"{path} ({source}): {mode}")

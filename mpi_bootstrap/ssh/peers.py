@@ -46,17 +46,8 @@ def client_key(config: Config, *, write: bool, log: Log) -> ClientKey | None:
         except OSError as exc:
             raise ConfigError([f"{src}: cannot read the job's key ({exc.strerror})"]) from None
         path = os.path.join(state, "id_job")
-        return ClientKey(
-            path,
-            keys.public_of(text, src),
-            PlannedFile(
-                path,
-                text,
-                0o600,
-                "the job's key, copied from the "
-                "Secret with the mode ssh accepts (mpi-operator #429)",
-            ),
-        )
+        why = "the job's key, copied from the Secret with the mode ssh accepts (mpi-operator #429)"
+        return ClientKey(path, keys.public_of(text, src), PlannedFile(path, text, 0o600, why))
     if key == SHARED and config.exchange_dir:
         ex = dirx.DirExchange(config.exchange_dir)
         path = os.path.join(state, "id_job")
@@ -65,19 +56,9 @@ def client_key(config: Config, *, write: bool, log: Log) -> ClientKey | None:
             return ClientKey(path, "(created at run time)", None)
         # A private copy: ssh reads IdentityFile by path, and the exchange directory is
         # shared (ssh/dirx.py); the copy cannot be swapped under ssh.
-        return ClientKey(
-            path,
-            job.public,
-            PlannedFile(
-                path,
-                job.private,
-                0o600,
-                "the job's key, copied from "
-                "the exchange directory into the private state "
-                "directory",
-            ),
-            job.fingerprint,
-        )
+        why = "the job's key, copied from the exchange directory into the private state directory"
+        planned = PlannedFile(path, job.private, 0o600, why)
+        return ClientKey(path, job.public, planned, job.fingerprint)
     if key == OWN:
         path = os.path.join(state, "id_launcher")
         if not write:

@@ -27,12 +27,9 @@ def rsh_agent(row: RshAgent, c: Context) -> Part:
         # Through /bin/sh: every daemon is given mpirun's MCA parameters and looks the
         # agent's first word up on its own host, where the gate (the launcher's file) is
         # not: orted then failed, and mpirun waited for it (seen in containers).
-        agent = layer.param(
-            row.agent,
-            f"{GATE_SHELL} {f.ssh_gate}",
-            "the launch gate: ssh to a worker once its checks passed "
-            "(core/gate.py), run by a shell every worker has",
-        )
+        why = "the launch gate: ssh to a worker once its checks passed (core/gate.py), run by a "
+        why += "shell every worker has"
+        agent = layer.param(row.agent, f"{GATE_SHELL} {f.ssh_gate}", why)
         if theirs(agent, c):
             choice = (None, OWN_AGENT)
         else:
@@ -67,15 +64,9 @@ def _plm_pin(row: RshAgent, c: Context) -> tuple[Default, ...]:
     layer = row.layer
     if "plm" in c.user_mca or f"{layer.env_prefix}plm" in c.facts.environ:
         return ()
-    return (
-        Default(
-            f"{layer.flag} plm",
-            (layer.flag, "plm", layer.plm),
-            f"the launch gate: daemons start over {layer.plm} only, whatever an MCA "
-            "parameter file says",
-            mca=("plm",),
-        ),
-    )
+    why = f"the launch gate: daemons start over {layer.plm} only, whatever an MCA parameter "
+    why += "file says"
+    return (Default(f"{layer.flag} plm", (layer.flag, "plm", layer.plm), why, mca=("plm",)),)
 
 
 def launch_exec(row: LaunchExec, c: Context) -> Part:
@@ -84,19 +75,13 @@ def launch_exec(row: LaunchExec, c: Context) -> Part:
     f = c.facts
 
     def exec_default(value: str, why: str) -> Default:
-        return Default(
-            row.option,
-            (row.option, value),
-            f"hydra takes a single path: {why}",
-            flags=row.flags,
-            env=(row.env,),
-        )
+        full = f"hydra takes a single path: {why}"
+        return Default(row.option, (row.option, value), full, flags=row.flags, env=(row.env,))
 
     choice: Choice = (None, "")
     if f.ssh_gate:
-        through = exec_default(
-            f.ssh_gate, "the launch gate: ssh to a worker once every check passed (core/gate.py)"
-        )
+        why = "the launch gate: ssh to a worker once every check passed (core/gate.py)"
+        through = exec_default(f.ssh_gate, why)
         pins: tuple[Default, ...] = ()
         if theirs(through, c):
             choice = (None, OWN_AGENT)

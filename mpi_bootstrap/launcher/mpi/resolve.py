@@ -78,11 +78,7 @@ def _absent(row: Absent, c: Context) -> Part:
 def _ranks(row: Ranks, c: Context) -> Part:
     f = c.facts
     count = f.np if f.np is not None else f.total_slots
-    why = (
-        f"from {f.np_source}"
-        if f.np is not None
-        else f"sum of slots in the hostfile ({f.total_slots})"
-    )
+    why = f"from {f.np_source}" if f.np is not None else f"sum of slots in the hostfile ({count})"
     return apply(Default("ranks", (row.flag, str(count)), why, flags=row.flags), c)
 
 
@@ -122,38 +118,24 @@ def _hostfile(row: Hostfile, c: Context) -> Part:
     """Point mpirun at the rewritten hostfile, however the user named a hostfile."""
     f, user = c.facts, c.user
     if user is not None and (spelled := user.has(*row.host_flags)):
-        return decision(
-            "hostfile",
-            "(not passed)",
-            f"user flag {spelled}",
-            "user wins: the user's host list chooses the hosts",
-        )
+        why = "user wins: the user's host list chooses the hosts"
+        return decision("hostfile", "(not passed)", f"user flag {spelled}", why)
     if user is not None and user.has(*row.flags):
-        named = decision(
-            "hostfile",
-            f.hostfile,
-            "user flag",
-            "the user's hostfile argument now names the rewritten copy",
-        )
+        why = "the user's hostfile argument now names the rewritten copy"
+        named = decision("hostfile", f.hostfile, "user flag", why)
     else:
+        why = f"rewritten copy of {f.input_hostfile}"
         named = join(
-            Part((row.flag, f.hostfile)),
-            decision(
-                "hostfile", f.hostfile, "agent default", f"rewritten copy of {f.input_hostfile}"
-            ),
+            Part((row.flag, f.hostfile)), decision("hostfile", f.hostfile, "agent default", why)
         )
+    why = "pointed at the rewritten hostfile: a default hostfile with the old names would "
+    why += "conflict with it"
     return join(
         named,
         *(
             join(
                 Part(env=((var, f.hostfile),)),
-                decision(
-                    f"env {var}",
-                    f.hostfile,
-                    f"env {var}",
-                    "pointed at the rewritten hostfile: a default hostfile with the old names "
-                    "would conflict with it",
-                ),
+                decision(f"env {var}", f.hostfile, f"env {var}", why),
             )
             for var in row.env
             if var in f.environ
@@ -183,29 +165,15 @@ def _nccl(c: Context) -> Part:
     f = c.facts
     r = f.nccl_rule
     if r.by_agent and r.value is not None:
-        ifname = join(
-            Part(env=((nccl.SOCKET_IFNAME, r.value),)),
-            decision(
-                nccl.SOCKET_IFNAME,
-                r.value,
-                "agent default",
-                f"NCCL data on the data interface ({r.why}); control stays on {f.control_iface}",
-            ),
-        )
+        why = f"NCCL data on the data interface ({r.why}); control stays on {f.control_iface}"
+        told = decision(nccl.SOCKET_IFNAME, r.value, "agent default", why)
+        ifname = join(Part(env=((nccl.SOCKET_IFNAME, r.value),)), told)
     elif r.value is not None:
-        ifname = decision(
-            nccl.SOCKET_IFNAME,
-            "(user's)",
-            f"env {nccl.SOCKET_IFNAME}",
-            f"user wins: NCCL reads {r.value!r} as written",
-        )
+        why = f"user wins: NCCL reads {r.value!r} as written"
+        ifname = decision(nccl.SOCKET_IFNAME, "(user's)", f"env {nccl.SOCKET_IFNAME}", why)
     else:
-        ifname = decision(
-            nccl.SOCKET_IFNAME,
-            "(unset)",
-            "agent default",
-            "no data interface (net1, dranet0) found; NCCL picks its own",
-        )
+        why = "no data interface (net1, dranet0) found; NCCL picks its own"
+        ifname = decision(nccl.SOCKET_IFNAME, "(unset)", "agent default", why)
     return join(ifname, _ib_hca(f))
 
 
@@ -218,27 +186,15 @@ def _ib_hca(f: LaunchFacts) -> Part:
     theirs = nccl.given(f.environ, nccl.IB_HCA)
     if theirs is not None:
         taken = nccl.hca_select(theirs, sorted(set(devices)))
-        return decision(
-            nccl.IB_HCA,
-            "(user's)",
-            f"env {nccl.IB_HCA}",
-            f"user wins: of the RDMA devices behind the data NICs ({seen}{more}) "
-            f"it selects {', '.join(taken)}"
-            if taken
-            else f"user wins, but WARNING: it selects none of the RDMA devices "
-            f"behind the data NICs ({seen}{more})",
-        )
+        near = f"the RDMA devices behind the data NICs ({seen}{more})"
+        why = f"user wins: of {near} it selects {', '.join(taken)}"
+        if not taken:
+            why = f"user wins, but WARNING: it selects none of {near}"
+        return decision(nccl.IB_HCA, "(user's)", f"env {nccl.IB_HCA}", why)
     value = nccl.ib_hca(devices)
-    return join(
-        Part(env=((nccl.IB_HCA, value),)),
-        decision(
-            nccl.IB_HCA,
-            value,
-            "detected",
-            f"the RDMA devices behind the data NICs (sysfs device/infiniband): {seen}{more}; "
-            "NCCL uses no other HCA in the pod",
-        ),
-    )
+    why = f"the RDMA devices behind the data NICs (sysfs device/infiniband): {seen}{more}; "
+    why += "NCCL uses no other HCA in the pod"
+    return join(Part(env=((nccl.IB_HCA, value),)), decision(nccl.IB_HCA, value, "detected", why))
 
 
 # How each kind of row is read (tests/test_plan.py checks that every kind of `Row` has one).
