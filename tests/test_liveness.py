@@ -345,7 +345,10 @@ class TestRestartedLauncher:
         assert code == 0, err
         assert out.count("step 10 ") == 2
         cleared = {e["host"] for e in logs.named(err, "earlier launch cleared")}
-        assert cleared and cleared <= {w.pod.name for w in world.workers}, err
+        # In the same pod, once its links are back, the killed mpirun's FIN reaches its
+        # daemons, which may end the last launch themselves before the claim (Intel MPI's
+        # proxies did, CI25); in a new pod the old one stays cut off: the claim must clear.
+        assert (cleared or again == 0) and cleared <= {w.pod.name for w in world.workers}, err
         for w in world.workers:
             # What was there before and still is: the pod itself (unshare, the agent as
             # its PID 1) and its sshd; not the last launch's daemon, ranks or sessions.
