@@ -155,3 +155,15 @@ def test_rdma_port_down_and_imex() -> None:
     assert bad[1][1].startswith("w0: NCCL_MNNVL_ENABLE=1 but the pod has no IMEX channel")
     assert "resourceClaimTemplateName" in bad[1][1]
     assert nodecheck.problems({"w0": r}, {"w0": 4}, env, {"shm", "nccl", "gpus"})[0] == []
+
+
+def test_a_hostile_workers_report_is_shown_escaped_and_bounded() -> None:
+    """A compromised worker prints what it likes: its NCCL path and version, its port's
+    name and state reach the launcher's message escaped (no terminal control) and cut."""
+    evil = "\x1b]0;owned\x07" + "A" * 10_000
+    out = f"DAEMON x /x\nNCCL /{evil}/libnccl.so.2 9.9.9\x1b[2J\nPORT {evil}/1 DOWN\x1b[H\nGPUS 0"
+    nodes = {"w0": remote.parse(out), "w1": node()}
+    bad, _ = nodecheck.problems(nodes, {}, {}, ALL | {"rdma"})
+    text = "\n".join(why for _, why in bad) + remote.parse(out).node()
+    assert len(bad) == 2 and "\x1b" not in text and "\x07" not in text
+    assert "\\x1b]0;owned\\x07" in text and len(text) < 2_000

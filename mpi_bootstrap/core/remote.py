@@ -20,6 +20,8 @@ import dataclasses
 import shlex
 from collections.abc import Sequence
 
+from mpi_bootstrap.core.errors import shown
+
 
 def script(
     daemons: Sequence[str],
@@ -123,7 +125,8 @@ class Report:
         return f"LD_LIBRARY_PATH={self.ld!r}; {found}; {self.node()}"
 
     def node(self) -> str:
-        nccl = f"NCCL {self.nccl[1]} ({self.nccl[0]})" if self.nccl else "no libnccl.so.2"
+        n = self.nccl
+        nccl = f"NCCL {shown(n[1])} ({shown(n[0], 400)})" if n else "no libnccl.so.2"
         shm = self.shm
         free = f"; /dev/shm {shm[1] >> 10} MiB free of {shm[0] >> 10} MiB" if shm else ""
         return f"{nccl}{free}; {self.gpus} GPUs"

@@ -80,6 +80,11 @@ def across(job: Job) -> None:
         job.opened = {}
 
 
+def nccl_job(config: Config, env: Mapping[str, str]) -> bool:
+    """Where each worker reports its node: node checks on, and NCCL_* in the job's env."""
+    return bool(config.node_checks) and any(k.startswith("NCCL_") for k in env)
+
+
 def nodes(job: Job) -> None:
     """Each worker's node, as its preflight reported it (launcher/nodecheck.py), and the
     launcher's where it runs ranks too (Trainer v2's runLauncherAsNode)."""
@@ -88,7 +93,7 @@ def nodes(job: Job) -> None:
         slots[e.rewritten_to] = slots.get(e.rewritten_to, 0) + e.slots
     on = set(job.config.node_checks)
     here = [h for h in slots if h not in job.p.remote]
-    if here and on and any(k[:5] == "NCCL_" for k in job.env):  # an NCCL job
+    if here and nccl_job(job.config, job.env):  # the workers reported theirs
         out = children.capture(["sh", "-c", remote.node(job.config.sysfs)], job.env, 10)[1]
         job.nodes[here[0]] = remote.parse(out)
     bad, warn = nodecheck.problems(job.nodes, slots, job.env, on)
@@ -138,7 +143,7 @@ def remote_check(p: Plan, config: Config, env: Mapping[str, str]) -> RemoteCheck
         program=program,
         ranks_path=path,
         expected=expected,
-        node=config.sysfs if config.node_checks and any(k[:5] == "NCCL_" for k in env) else None,
+        node=config.sysfs if nccl_job(config, env) else None,
         refused_patience=NO_EXCHANGE_PATIENCE if auto_none else None,
         refused_hint=hint,
     )

@@ -1,14 +1,14 @@
-"""Each worker's node, as its preflight session reported it (core/remote.py `node`),
-judged before any rank starts: /dev/shm against what NCCL maps there for its slots, one
-NCCL version on every worker, slots against GPUs, RDMA ports and the pinned GID, IMEX.
-The rules: docs/configuration.md, "Node checks". Pure: the launch raises what `problems`
-finds (exit 69)."""
+"""Each worker's node, as its preflight session reported it (core/remote.py `node`: a
+peer's words, shown escaped and bounded), judged before any rank starts: /dev/shm against
+what NCCL maps there for its slots, one NCCL version on every worker, slots against GPUs,
+RDMA ports and the pinned GID, IMEX. The rules: docs/configuration.md, "Node checks".
+Pure: the launch raises what `problems` finds (exit 69)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mpi_bootstrap.core.errors import some
+from mpi_bootstrap.core.errors import shown, some
 from mpi_bootstrap.core.model import Decision
 from mpi_bootstrap.core.remote import Report
 
@@ -52,7 +52,9 @@ def problems(
     versions = sorted({v for _, v in found.values()})
     if "nccl" in on and len(versions) > 1:
         on_v = {v: sorted(h for h, (_, w) in found.items() if w == v) for v in versions}
-        each = [f"{v} on {some(hs)} ({found[hs[0]][0]})" for v, hs in on_v.items()]
+        each = [
+            f"{shown(v)} on {some(hs)} ({shown(found[hs[0]][0], 400)})" for v, hs in on_v.items()
+        ]
         bad.append((on_v[versions[-1]][0], (
             f"NCCL differs between workers: {'; '.join(each)}; NCCL needs one version on every "
             f"rank (a hang or 'invalid usage' at init): use one image, or the same "
@@ -67,7 +69,7 @@ def problems(
                 kinds.setdefault(kind, []).append(f"{h} {port}")
     if "rdma" in on and len(kinds) > 1:
         order = sorted(kinds, key=lambda k: (len(kinds[k]), k))  # the fewest first
-        each = [f"{k} on {some(kinds[k])}" for k in order]
+        each = [f"{shown(k)} on {shown(some(kinds[k]))}" for k in order]
         bad.append((kinds[order[0]][0].split()[0], (
             f"NCCL_IB_GID_INDEX={env.get('NCCL_IB_GID_INDEX')} is of another kind on some "
             f"workers: {'; '.join(each)}; NCCL connects like to like only: {GID_FIX}"
@@ -99,12 +101,13 @@ def _one(  # noqa: PLR0917 - one worker's facts, and what it is judged by
         warn.append(f"{host}: {n} slots of {r.gpus} GPUs: {r.gpus - n} idle")
     if "rdma" in on:
         bad += [
-            f"{host}: RDMA port {port} behind the data NIC is {state}: NCCL cannot use it; "
-            f"check its link (ibstat), or leave {port.split('/')[0]} out of NCCL_IB_HCA"
+            f"{host}: RDMA port {shown(port)} behind the data NIC is {shown(state)}: NCCL "
+            f"cannot use it; check its link (ibstat), or leave {shown(port.split('/')[0])} out "
+            "of NCCL_IB_HCA"
             for port, state in r.ports
             if state != "ACTIVE"
         ] + [
-            f"{host}: NCCL_IB_GID_INDEX={env.get('NCCL_IB_GID_INDEX')} is empty on {port}: "
+            f"{host}: NCCL_IB_GID_INDEX={env.get('NCCL_IB_GID_INDEX')} is empty on {shown(port)}: "
             f"NCCL cannot connect there; {GID_FIX}"
             for port, gid, _ in r.gids
             if not gid.strip("0:-")
