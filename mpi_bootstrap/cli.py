@@ -88,18 +88,22 @@ def _say(word: str) -> int:
 def _config(argv: Sequence[str], environ: Mapping[str, str]) -> Config | int:
     """The configuration, read once; else its exit status, said (and, for a pod's main
     process, written where Kubernetes shows it)."""
-    try:
-        from mpi_bootstrap.system import host
+    from mpi_bootstrap.system import host
 
-        return Config.from_env(environ, argv, host.machine())
+    machine = host.machine()
+    try:
+        return Config.from_env(environ, argv, machine)
     except ConfigError as exc:
         _fail(exc.message, exc.details)
-        if _pod_process(argv, environ):  # the flags could not be read: the variable's path
+        role = role_of(argv, environ, machine)
+        # A pod's main process (a launcher, a worker, or one that found no role: it says
+        # so as itself). The flags could not be read: the variable's path.
+        if "--explain" not in argv and role in ("launcher", "worker", ""):
             path = environ.get(TERMINATION_VAR, DEFAULT_PATH)
             _terminated(
                 path if path.startswith("/") else "",
                 TERMINATION_VAR in environ,
-                role_of(argv, environ),
+                role,
                 int(exc.status),
                 phase=exc.phase,
                 error=exc.message,
@@ -171,12 +175,6 @@ class _Tracked:
     def __call__(self, event: str, /, level: str = "info", **keys: Any) -> None:
         self.last = event
         self.log(event, level, **keys)
-
-
-def _pod_process(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
-    """Whether this run is a pod's main process (launcher, worker), as far as can be told
-    without a configuration: not `--explain`, the probe or the doctor."""
-    return "--explain" not in argv and role_of(argv, environ) in ("launcher", "worker")
 
 
 def _terminated(

@@ -122,10 +122,18 @@ class TestConfigErrors:
         assert "Traceback" not in err
 
     def test_no_role(self, pod: Pod) -> None:
-        """Running with no role exits 64 saying 'no role'."""
-        code, _, err = pod.agent("--", "true")
-        assert code == 64
-        assert "no role" in err
+        """Running with no role exits 64 saying 'no role', and its termination message
+        says so as itself: no launcher's words (a worker started this way once reported
+        `mpi-bootstrap launcher: exit 64` and `launcher: no program given`)."""
+        log = pod.tmp / "termination-log"
+        env = {"MPI_BOOTSTRAP_TERMINATION_LOG": str(log)}
+        for args in (("--", "true"), ()):
+            code, _, err = pod.agent(*args, env=env)
+            assert code == 64
+            assert "no role" in err and "no program" not in err
+            said = log.read_text()
+            assert said.startswith("mpi-bootstrap (no role): exit 64"), said
+            assert "launcher" not in said.replace("`launcher`", ""), said
 
     def test_worker_without_any_key(self, pod: Pod) -> None:
         """A worker with no exchange exits 64 saying what `auto` looked for and what each

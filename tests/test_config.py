@@ -26,47 +26,88 @@ VOLCANO = {  # what Volcano's svc plugin sets in every pod of its MPI example's 
 }
 
 
+# What Kubeflow Trainer v2 puts in a TrainJob `pi`'s pods (kubeflow/trainer 8c0f505,
+# pkg/runtime/framework/plugins/mpi/mpi.go: the launcher's OMPI_MCA_*, nothing in the
+# node's) beside what Kubernetes sets in an Indexed Job's pod (JOB_COMPLETION_INDEX) and
+# the container runtime (HOSTNAME): JobSet sets no variable (core/operators.py).
+TRAINER_LAUNCHER = {
+    "HOSTNAME": "pi-launcher-0-0", "JOB_COMPLETION_INDEX": "0",
+    "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
+    "OMPI_MCA_orte_keep_fqdn_hostnames": "true", "OMPI_MCA_orte_set_default_slots": "1",
+    "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
+}  # fmt: skip
+TRAINER_NODE = {"HOSTNAME": "pi-node-0-1", "JOB_COMPLETION_INDEX": "1"}
+
+
 class TestOperatorRoles:
-    """With no role given, an operator's own name for the pod's part says it: JobSet's
-    REPLICATED_JOB_NAME (Kubeflow Trainer v2: `launcher`, `node`) or the Volcano task
-    holding this pod; a name that says neither is refused, never guessed; a role given
-    wins (docs/configuration.md, "Operators")."""
+    """With no role given, what the pod's operator really sets says it: MPI Operator's
+    K_MPI_JOB_ROLE, the Volcano task holding this pod, a JobSet's pod name (Trainer v2's
+    replicated jobs `launcher` and `node`), or a manifest's REPLICATED_JOB_NAME; a name
+    that says neither is refused, never guessed; a role given wins
+    (docs/configuration.md, "Operators")."""
 
     @pytest.mark.parametrize(
         ("env", "role", "source"),
         [
-            ({"REPLICATED_JOB_NAME": "launcher"}, "launcher", "REPLICATED_JOB_NAME"),
-            ({"REPLICATED_JOB_NAME": "node"}, "worker", "REPLICATED_JOB_NAME"),
-            ({"REPLICATED_JOB_NAME": "workers"}, "worker", "REPLICATED_JOB_NAME"),
-            ({"REPLICATED_JOB_NAME": "node", "K_MPI_JOB_ROLE": "launcher"}, "launcher",
-             "K_MPI_JOB_ROLE"),
-            ({**VOLCANO, "HOSTNAME": "lm-mpi-job-mpiworker-1"}, "worker", "VC_MPIWORKER_HOSTS"),
-            ({**VOLCANO, "HOSTNAME": "lm-mpi-job-mpimaster-0"}, "launcher", "VC_MPIMASTER_HOSTS"),
+            (TRAINER_LAUNCHER, "launcher", "hostname"),
+            (TRAINER_NODE, "worker", "hostname"),
+            ({"HOSTNAME": "my-job-worker-0-3", "JOB_COMPLETION_INDEX": "3"}, "worker", "hostname"),
+            ({"REPLICATED_JOB_NAME": "launcher"}, "launcher", "env REPLICATED_JOB_NAME"),
+            ({"REPLICATED_JOB_NAME": "workers"}, "worker", "env REPLICATED_JOB_NAME"),
+            ({**TRAINER_NODE, "K_MPI_JOB_ROLE": "launcher"}, "launcher", "env K_MPI_JOB_ROLE"),
+            ({**TRAINER_NODE, "MPI_BOOTSTRAP_ROLE": "launcher"}, "launcher",
+             "env MPI_BOOTSTRAP_ROLE"),
+            ({**VOLCANO, "HOSTNAME": "lm-mpi-job-mpiworker-1"}, "worker", "env VC_MPIWORKER_HOSTS"),
+            ({**VOLCANO, "HOSTNAME": "lm-mpi-job-mpimaster-0"}, "launcher",
+             "env VC_MPIMASTER_HOSTS"),
         ],
     )  # fmt: skip
     def test_found(self, env: dict[str, str], role: str, source: str) -> None:
         c = cfg(env, PROG)
-        assert (c.role, c.source("role").name) == (role, source)
-        volcano = source == "VC_MPIMASTER_HOSTS"
+        said = str(c.source("role"))
+        assert (c.role, said if " " in source else c.source("role").kind) == (role, source)
+        if source == "hostname":
+            assert said.startswith(f"hostname {env['HOSTNAME']} (") and "replicated job" in said
+        volcano = source == "env VC_MPIMASTER_HOSTS"
         assert c.hostfile == ("/etc/volcano/mpiworker.host" if volcano else "/etc/mpi/hostfile")
 
     @pytest.mark.parametrize(
-        "env", [{"REPLICATED_JOB_NAME": "trainer"}, {**VOLCANO, "HOSTNAME": "elsewhere"}]
+        "env",
+        [
+            {"REPLICATED_JOB_NAME": "trainer"},
+            {**VOLCANO, "HOSTNAME": "elsewhere"},
+            # a JobSet's name whose replicated job says neither
+            {"HOSTNAME": "pi-driver-0-0", "JOB_COMPLETION_INDEX": "0"},
+            # JobSet's form without Kubernetes' index, or with another: no Indexed Job's pod
+            {"HOSTNAME": "pi-node-0-1"},
+            {"HOSTNAME": "pi-node-0-1", "JOB_COMPLETION_INDEX": "0"},
+            # MPI Operator's worker name without its variable: one index, no JobSet
+            {"HOSTNAME": "pi-worker-0", "JOB_COMPLETION_INDEX": "0"},
+        ],
     )
     def test_refused(self, env: dict[str, str]) -> None:
-        with pytest.raises(ConfigError, match=r"set MPI_BOOTSTRAP_ROLE|no role"):
+        """Refused (64) naming what to set, and nothing else said of a role not found."""
+        with pytest.raises(ConfigError, match=r"MPI_BOOTSTRAP_ROLE") as e:
             cfg(env, PROG)
+        assert "no program" not in e.value.message
 
-    def test_a_jobsets_launcher_forwards_its_environment(self) -> None:
-        """A JobSet's launcher (Trainer v2 puts trainer.env there) forwards `*`, said as
-        from JOBSET_NAME; MPI_BOOTSTRAP_FORWARD_ENV wins; a worker, MPI Operator's
-        launcher forward only the table's names."""
-        js = {"JOBSET_NAME": "pi", "REPLICATED_JOB_NAME": "launcher"}
-        c = cfg(js, PROG)
-        assert (c.forward_env, str(c.source("forward_env"))) == (("*",), "env JOBSET_NAME")
-        assert cfg({**js, "MPI_BOOTSTRAP_FORWARD_ENV": "A"}, PROG).forward_env == ("A",)
-        assert cfg({**js, "REPLICATED_JOB_NAME": "node"}, []).forward_env == ()
-        assert cfg({"K_MPI_JOB_ROLE": "launcher"}, PROG).forward_env == ()
+    def test_trainers_launcher_forwards_its_environment(self) -> None:
+        """Trainer v2's launcher (its trainer.env is there only) forwards `*`, said as
+        the operator's rule; MPI_BOOTSTRAP_FORWARD_ENV wins; its nodes, a plain JobSet's
+        launcher and MPI Operator's forward only the table's names."""
+        c = cfg(TRAINER_LAUNCHER, PROG)
+        assert c.forward_env == ("*",)
+        assert str(c.source("forward_env")).startswith("operator Kubeflow Trainer v2")
+        assert cfg({**TRAINER_LAUNCHER, "MPI_BOOTSTRAP_FORWARD_ENV": "A"}, PROG).forward_env == (
+            "A",
+        )
+        assert cfg({**TRAINER_LAUNCHER, "MPI_BOOTSTRAP_ROLE": "launcher"}, PROG).forward_env == (
+            "*",
+        )
+        assert cfg(TRAINER_NODE, []).forward_env == ()
+        plain = {"HOSTNAME": "pi-launcher-0-0", "JOB_COMPLETION_INDEX": "0"}
+        assert cfg(plain, PROG).forward_env == ()
+        assert cfg({"K_MPI_JOB_ROLE": "launcher", **TRAINER_LAUNCHER}, PROG).forward_env == ()
 
 
 class TestPrecedence:

@@ -19,7 +19,8 @@ PACKAGE = Path(__file__).parent.parent / "mpi_bootstrap"
 
 OWNERS = {
     # literal: the one module that may write it
-    "K_MPI_JOB_ROLE": "core/config.py",  # the role word's variables (ROLE_ENVS)
+    "K_MPI_JOB_ROLE": "core/operators.py",  # what each operator puts in its pods
+    "JOB_COMPLETION_INDEX": "core/operators.py",
     "orted": "core/runtimes/openmpi.py",  # the MPI daemons' names: their runtimes'
     "prted": "core/runtimes/openmpi.py",
     "hydra_pmi_proxy": "core/runtimes/hydra.py",
@@ -63,7 +64,7 @@ def test_names_are_the_owners() -> None:
     assert set(env.SEND_ENV) <= set(env.ACCEPT_ENV) and "PATH" not in env.ACCEPT_ENV
     assert all(c.ranks for c in env.CARRIED if c.send)
     assert failures.DAEMONS is runtimes.DAEMONS
-    assert "K_MPI_JOB_ROLE" in config.ROLE_ENVS and SECRET_SSHD_PORT == 2222
+    assert config.ROLE_ENV == "MPI_BOOTSTRAP_ROLE" and SECRET_SSHD_PORT == 2222
     assert (RestartPolicy().limit, RestartPolicy().window) == (5, 60.0)
 
 

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mpi_bootstrap.core import nccl, tokens
+from mpi_bootstrap.core import nccl, operators, tokens
 from mpi_bootstrap.core.cmdline import make_parser, split_role
 from mpi_bootstrap.core.errors import ConfigError
 from mpi_bootstrap.core.exchanges import EXCHANGES, Exchange
@@ -213,56 +213,44 @@ def _legacy_rewrite(d: _Draft) -> None:
     sources.pop("rewrite_fqdn_legacy")
 
 
-ROLE_ENVS = ("MPI_BOOTSTRAP_ROLE", "K_MPI_JOB_ROLE")
-# Words in an operator's name for a pod's part (Trainer v2's `node`, Volcano's `mpimaster`)
-ROLE_WORDS = {"launcher": "launcher", "master": "launcher", "worker": "worker", "node": "worker"}
+ROLE_ENV = "MPI_BOOTSTRAP_ROLE"
 
 
-def given_role(role_word: str | None, environ: Mapping[str, str]) -> tuple[str, Source] | None:
-    """The role word on the command line, else MPI_BOOTSTRAP_ROLE, else K_MPI_JOB_ROLE
-    (lowercased), else JobSet's REPLICATED_JOB_NAME or the Volcano task's name (as it is
-    where it has no ROLE_WORDS: refused), and where it came from; None: not given."""
+def given_role(
+    role_word: str | None, environ: Mapping[str, str], pod: operators.Pod
+) -> tuple[str, Source] | None:
+    """The role word on the command line, else MPI_BOOTSTRAP_ROLE (lowercased), else
+    what the pod's operator says (core/operators.py: as its word is where that names no
+    role, refused), and where it came from; None: not given."""
     if role_word is not None:
         return role_word, Source("flag", role_word)
-    for env in ROLE_ENVS:
-        if environ.get(env):
-            return environ[env].strip().lower(), Source("env", env)
-    name, env = environ.get("REPLICATED_JOB_NAME", ""), "REPLICATED_JOB_NAME"
-    if not name and (task := _volcano_task(environ)) is not None:
-        name, env = task, f"VC_{task.upper()}_HOSTS"
-    role = next((r for w, r in ROLE_WORDS.items() if w in name.lower()), name)
-    return (role, Source("env", env)) if name else None
+    if environ.get(ROLE_ENV):
+        return environ[ROLE_ENV].strip().lower(), Source("env", ROLE_ENV)
+    return (pod.role, pod.source) if pod.role else None
 
 
-def _volcano_task(environ: Mapping[str, str], worker: bool = False) -> str | None:
-    """Volcano's task (its svc plugin's VC_<TASK>_HOSTS) this pod is one of, by its
-    HOSTNAME; with `worker`, the one task named for workers. None: not exactly one."""
-    own = environ.get("HOSTNAME") or os.uname().nodename
-    tasks = [
-        key[3:-6].lower()
-        for key, hosts in environ.items()
-        if key.startswith("VC_") and key.endswith("_HOSTS") and len(key) > 9
-        and ("WORKER" in key if worker else own in {h.split(".")[0] for h in hosts.split(",")})
-    ]  # fmt: skip
-    return tasks[0] if len(tasks) == 1 else None
+def identify(environ: Mapping[str, str], host: Machine) -> operators.Pod:
+    """This pod's operator (core/operators.py), by its hostname: the machine's, else
+    HOSTNAME (a unit test's machine has none)."""
+    return operators.identify(environ, host.hostname or environ.get("HOSTNAME", ""))
 
 
-def role_of(argv: Sequence[str], environ: Mapping[str, str]) -> str:
+def role_of(argv: Sequence[str], environ: Mapping[str, str], host: Machine) -> str:
     """The role as Config takes it, from the raw input, for what runs where no Config
-    could be made (cli.py's exit path); `launcher` when none is given."""
-    found = given_role(split_role(list(argv))[1], environ)
-    return found[0] if found is not None else "launcher"
+    could be made (cli.py's exit path); "" when none is given."""
+    found = given_role(split_role(list(argv))[1], environ, identify(environ, host))
+    return found[0] if found is not None else ""
 
 
-def _role(d: _Draft, role_word: str | None, environ: Mapping[str, str]) -> str:
-    """The role `given_role` finds, checked; `launcher` (and a problem) when none is."""
-    found = given_role(role_word, environ)
+def _role(d: _Draft, role_word: str | None, environ: Mapping[str, str], pod: operators.Pod) -> str:
+    """The role `given_role` finds, checked; "" (and a problem) when none is."""
+    found = given_role(role_word, environ, pod)
     if found is None:
-        d.problems.append("no role: give `launcher` or `worker`, or set MPI_BOOTSTRAP_ROLE")
-        return "launcher"
+        d.problems.append(operators.no_role_advice(pod))
+        return ""
     role, source = found
     d.sources["role"] = source
-    if source.kind == "env" and role not in ROLES:
+    if source.kind != "flag" and role not in ROLES:
         d.problems.append(
             f"{source.name}: {role!r} is not one of {', '.join(ROLES)} (nor names one): "
             "set MPI_BOOTSTRAP_ROLE"
@@ -331,17 +319,20 @@ def _derived(d: _Draft, role: str, environ: Mapping[str, str], host: Machine) ->
     return exchange_reason
 
 
-def _operator(d: _Draft, role: str, environ: Mapping[str, str]) -> None:
-    """A launcher's defaults from its operator's conventions: Volcano's hostfile of its
-    worker task, JobSet's launcher forwarding its own environment (docs/configuration.md)."""
+def _operator(d: _Draft, role: str, pod: operators.Pod) -> None:
+    """A launcher's defaults from its operator's conventions (core/operators.py):
+    Volcano's hostfile of its worker task; Trainer v2's launcher forwarding its own
+    environment (docs/configuration.md, "Operators")."""
     values, sources = d.values, d.sources
-    by_volcano = role == "launcher" and sources.get("role", Source("default")).name[:3] == "VC_"
-    task = _volcano_task(environ, worker=True) if by_volcano else None  # its svc plugin's
-    if task and sources["hostfile"].kind == "default":
-        values["hostfile"] = f"/etc/volcano/{task}.host"
-        sources["hostfile"] = Source("env", f"VC_{task.upper()}_HOSTS")
-    if role == "launcher" and "JOBSET_NAME" in environ and sources["forward_env"].kind == "default":
-        values["forward_env"], sources["forward_env"] = ("*",), Source("env", "JOBSET_NAME")
+    if role != "launcher":
+        return
+    if pod.worker_task and sources["hostfile"].kind == "default":
+        values["hostfile"] = f"/etc/volcano/{pod.worker_task}.host"
+        sources["hostfile"] = Source("env", f"VC_{pod.worker_task.upper()}_HOSTS")
+    if pod.launcher_env and sources["forward_env"].kind == "default":
+        values["forward_env"] = ("*",)
+        why = "Kubeflow Trainer v2 (trainer.env is in the launcher only)"
+        sources["forward_env"] = Source("operator", why)
 
 
 def _role_checks(d: _Draft, role: str, program: list[str], ns: argparse.Namespace) -> None:
@@ -370,10 +361,11 @@ def _build(environ: Mapping[str, str], argv: list[str], host: Machine) -> Config
     d = _Draft()
     _read_settings(d, ns, environ)
     _legacy_rewrite(d)
-    role = _role(d, role_word, environ)
+    pod = identify(environ, host)
+    role = _role(d, role_word, environ, pod)
     _token(d, role, host)
     exchange_reason = _derived(d, role, environ, host)
-    _operator(d, role, environ)
+    _operator(d, role, pod)
     _role_checks(d, role, program, ns)
     # NCCL's own variables are the user's, forwarded to the ranks: read by the chooser
     # (core/nccl.py), checked here so that a malformed one is a 64 like any setting.

@@ -6,6 +6,7 @@ SendEnv (ssh/sshconfig.py) and sshd's AcceptEnv (ssh/sshd.py) are derived."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 
 
@@ -35,6 +36,23 @@ FORWARD_NAMES = tuple(c.pattern for c in CARRIED if c.ranks and not c.pattern.en
 FORWARD_PREFIXES = tuple(c.pattern[:-1] for c in CARRIED if c.ranks and c.pattern.endswith("*"))
 
 SECRET_VARIABLES = frozenset({"MPI_BOOTSTRAP_TOKEN"})
+
+# The one rule for a name that looks secret, in any case: a variable that `*` does not
+# forward unless named (launcher/mpi/env.py), a log key whose value is hidden (core/log.py).
+# Credentials' usual names (HF_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASS, MYSQL_PWD,
+# GITHUB_PAT, SENTRY_DSN, DOCKER_AUTH_CONFIG, AUTHORIZATION, *_CONNECTION_STRING); not a
+# host key, a public key or the path of authorized_keys, which the agent logs.
+SECRET_NAME = re.compile(
+    r"token|secret|passw|credential|cookie|session_?id|connection_?string|dsn"
+    r"|priv(ate)?_?key|api_?key|(?<!host)(?<!public)(?<!authorized)_key|auth(?!ori[sz]ed)"
+    r"|(^|_)(pass|pwd|pat)($|_)",
+    re.IGNORECASE,
+)
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a variable's or a log key's name looks like a secret's (SECRET_NAME)."""
+    return name != "PWD" and SECRET_NAME.search(name) is not None
 
 
 def public(environ: Mapping[str, str]) -> dict[str, str]:

@@ -13,7 +13,7 @@ USAGE = """usage: mpi-bootstrap [SETTINGS] ROLE [-- PROGRAM ARGS…]
        mpi-bootstrap [SETTINGS] launcher --explain [--json] -- mpirun …
        mpi-bootstrap --help-all | --version
 
-Roles (or MPI_BOOTSTRAP_ROLE, K_MPI_JOB_ROLE, or an operator's: JobSet, Volcano):
+Roles (or MPI_BOOTSTRAP_ROLE, or the operator's: MPI Operator, Volcano, JobSet, Trainer):
   launcher   wait for the hostfile's names, trust the workers' sshd, check them, and run
              mpirun with the flags its MPI needs (ENTRYPOINT of the launcher's image;
              the MPIJob's mpirun command is its PROGRAM)

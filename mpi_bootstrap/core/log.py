@@ -11,16 +11,15 @@ with `redact`.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import MutableMapping
 from typing import Any, Protocol
 
+from mpi_bootstrap.core.env import looks_secret
 from mpi_bootstrap.core.errors import printable
 
 # The numbers are the logging module's (DEBUG=10 … ERROR=40).
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
-SECRET_WORDS = re.compile("token|secret|password|private_key|privkey")  # in a key, any case
 _JSON = json.JSONEncoder(default=str)  # json.dumps(default=str) makes one a line: 4,096 a DNS wait
 
 
@@ -29,9 +28,10 @@ class Log(Protocol):
 
 
 def redact(keys: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    """Replace the value of every key that names a secret (in place; returned)."""
+    """Replace the value of every key that names a secret (in place; returned): the
+    rule that also keeps such a variable from the ranks (core/env.py looks_secret)."""
     for key in list(keys):
-        if SECRET_WORDS.search(key.lower()):
+        if looks_secret(key):
             keys[key] = "[redacted]"
     return keys
 

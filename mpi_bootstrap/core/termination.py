@@ -52,7 +52,8 @@ def text(
 ) -> str:
     """The message: at most LIMIT bytes of printable text, the fix kept whole."""
     what, default_fix = meaning(code, role, signaled)
-    head = [f"mpi-bootstrap {shown(role, 20)}: exit {code} ({what})", f"phase: {shown(phase, 60)}"]
+    who = f"mpi-bootstrap {shown(role, 20)}" if role else "mpi-bootstrap (no role)"
+    head = [f"{who}: exit {code} ({what})", f"phase: {shown(phase, 60)}"]
     if host:
         head.append(f"host: {shown(host, 253)}")
     tail = f"fix: {shown(fix or default_fix, 1000)}\n"

@@ -103,9 +103,11 @@ def settings_part() -> str:
         parts.append(f"**{title}**\n\n{_table(head, rows)}")
     described = _role_lines()
     roles = [(_code(role), described[role]) for role in settings.ROLES]
-    envs = ", else ".join(_code(e) for e in config.ROLE_ENVS)
     parts.append(
-        _para(f"**The role**: the word on the command line, else {envs}.")
+        _para(
+            f"**The role**: the word on the command line, else {_code(config.ROLE_ENV)}, "
+            'else what the pod\'s operator says (see "Operators").'
+        )
         + "\n\n"
         + _table(("role", "what it does"), roles)
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from mpi_bootstrap.core.env import CARRIED, FORWARD_NAMES, FORWARD_PREFIXES
+from mpi_bootstrap.core.env import CARRIED, FORWARD_NAMES, FORWARD_PREFIXES, looks_secret
 from mpi_bootstrap.core.model import Decision
 from mpi_bootstrap.core.names import is_env_name
 from mpi_bootstrap.core.runtimes.schema import EachName, Forward
@@ -27,8 +27,7 @@ POD_OWN = re.compile(
     r"|(KUBERNETES|JOBSET|REPLICATED_JOB|VC|K_MPI|OMPI|PRTE|PMIX|I_MPI|HYDRA|NSS_WRAPPER)_.*"
     r"|.*_(VISIBLE_DEVICES|SERVICE_HOST|SERVICE_PORT.*|PORT_\d+_.*)"
 )
-AGENT_ENVS = frozenset(e for s in SETTINGS for e in s.envs)  # MPI_HOSTFILE, K_MPI_JOB_ROLE…
-SECRET = re.compile(r".*(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|_KEY).*")
+AGENT_ENVS = frozenset(e for s in SETTINGS for e in s.envs)  # MPI_HOSTFILE, …
 
 
 def forwarded_names(
@@ -43,7 +42,7 @@ def forwarded_names(
         asked = name in exact or any(name.startswith(prefix) for prefix, _ in patterns)
         link = environ[name].startswith(("tcp://", "udp://", "sctp://"))  # a service's
         mine = "*" in extra and not (POD_OWN.fullmatch(name) or link or name in AGENT_ENVS)
-        if mine and not asked and SECRET.fullmatch(name):
+        if mine and not asked and looks_secret(name):
             reason = "looks secret: name it in MPI_BOOTSTRAP_FORWARD_ENV to forward it"
             decisions.append(Decision(f"forward {name}", "no", "agent policy", reason))
             continue
