@@ -13,12 +13,14 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import REAL_MPIS
+from tests.support import operators
 from tests.support.cluster import Cluster, Pod
 from tests.support.job import Agent, check_allreduce
 from tests.support.programs import compile_allreduce
@@ -81,59 +83,104 @@ class Trainer:
         return Agent(self.c, pod, ["sh", "-c", f'{mounts}exec "$0" "$@"', *agent], env)
 
 
-CASES = [  # (MPI, runLauncherAsNode, the pods' uid)
-    ("openmpi4", False, 1000),
-    ("openmpi4", True, 1000),
-    ("openmpi5", True, 0),
-    ("mpich", False, 0),
-    ("mpich", True, 0),
-    ("intel", True, 0),
-]
+K8S = Path(__file__).resolve().parent.parent / "container" / "k8s"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "operators"
+TAGS = {"openmpi4": "openmpi4", "latest": "openmpi4", "openmpi5": "openmpi5",
+        "mpich": "mpich", "intel-mpi": "intel"}  # fmt: skip  # image tag → its MPI
 
 
-@pytest.mark.parametrize(("mpi", "as_node", "uid"), CASES)
-@pytest.mark.usefixtures("uid1000")
-def test_trainer_v2(  # noqa: PLR0917 - the case and its fixtures
-    mpi: str, as_node: bool, uid: int, secret: Path, programs: Path, runtime_for_others: Path
-) -> None:
-    """The TrainJob runs every rank on every host of Trainer's hostfile (the launcher's
-    too with runLauncherAsNode) and every rank reads the launcher's trainer.env variable;
-    the node pods' own identity (HOSTNAME, JOB_COMPLETION_INDEX) is theirs."""
-    m = REAL_MPIS[mpi]
+def _image(specs: Sequence[operators.PodSpec], docs: list[dict[str, Any]], programs: Path,
+           rt: Path, expect: Mapping[str, str]) -> operators.Image:  # fmt: skip
+    """The image the pods name (its tag says its MPI) with the job's program: the
+    allreduce, run only where every variable of `expect` has its value (a rank without
+    the launcher's trainer.env exits 3 saying so)."""
+    (tag,) = {c["image"].rsplit(":", 1)[1] for d in docs for c in _containers(d)}
+    m = REAL_MPIS[TAGS[tag]]
     exe = compile_allreduce(m, programs)
-    for point in ("/etc/mpi", "/run/mpi-bootstrap"):  # mount points, empty
-        os.makedirs(point, mode=0o755, exist_ok=True)
-    with Cluster(NAMES, pid1=True, job="pi") as c:
-        hosts = c.pods if as_node else c.pods[1:]
-        path = f"{m.bindir}:/usr/local/bin:/usr/bin:/bin"
-        every = {"PATH": path, "JOBSET_NAME": "pi", "REPLICATED_JOB_REPLICAS": "1",
-                 "JOB_INDEX": "0"}  # fmt: skip
-        pods = Trainer(c, secret, runtime_for_others, uid)
-        nodes = [
-            pods.start(p, {**every, "REPLICATED_JOB_NAME": "node", "JOB_COMPLETION_INDEX": str(i)})
-            for i, p in enumerate(c.pods[1:])
-        ]
-        launcher_env = {
-            **every, "REPLICATED_JOB_NAME": "launcher", "JOB_COMPLETION_INDEX": "0",
-            "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
-            "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
-            "OMPI_MCA_orte_set_default_slots": "2",
-            "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
-            SETTING: "from-trainer-env",
-        }  # fmt: skip
-        hostfile = "".join(f"{p.name} slots=2\n" for p in hosts)
-        check = (
-            f'[ "${SETTING}" = from-trainer-env ] && {{ [ "$(hostname)" = {NAMES[0]} ] || '
-            f'[ "${{REPLICATED_JOB_NAME:-}}" != launcher ]; }} && exec {exe}'
-        )
-        launcher = pods.start(
-            c.pods[0], launcher_env, ["--", "mpirun", "sh", "-c", check], hostfile
-        )
-        code, out, err = launcher.finish(timeout=150)
-        said = "\n".join(n.stderr()[-2000:] for n in nodes)
-        assert code == 0, f"{err}\n{said}"
-        check_allreduce(subprocess.CompletedProcess([], code, out, err), 2 * len(hosts),
-                        [p.name for p in hosts])  # fmt: skip
+    check = "".join(
+        f'[ "${{{k}}}" = {shlex.quote(v)} ] || {{ echo "$(hostname): {k} not set" >&2; exit 3; }}\n'
+        for k, v in expect.items()
+    )
+    prog = programs / f"pi-{os.getpid()}-{TAGS[tag]}"
+    prog.write_text(f'#!/bin/sh\n{check}exec {exe} "$@"\n')
+    prog.chmod(0o755)
+    pypi = m.bindir if not m.bindir.startswith("/usr/") else None
+    return operators.Image(rt, prog, pypi)
+
+
+def _containers(doc: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every container template of a ClusterTrainingRuntime or a JobSet."""
+    spec = (
+        doc["spec"]["template"]["spec"] if doc["kind"] == "ClusterTrainingRuntime" else doc["spec"]
+    )
+    for rjob in spec.get("replicatedJobs") or []:
+        yield from rjob["template"]["spec"]["template"]["spec"]["containers"]
+
+
+def _trainjob(path: Path, runtime: str | None, as_node: bool) -> tuple[
+    list[operators.PodSpec], list[dict[str, Any]], dict[str, str]
+]:  # fmt: skip
+    """The pods of the TrainJob in `path` (on `runtime` in its place: one of the file's),
+    runLauncherAsNode set as asked, and its trainer.env."""
+    docs = operators.documents(path)
+    tj = next(d for d in docs if d["kind"] == "TrainJob")
+    if runtime:
+        tj["spec"]["runtimeRef"]["name"] = runtime
+    rt = next(d for d in docs if d["kind"] == "ClusterTrainingRuntime"
+              and d["metadata"]["name"] == tj["spec"]["runtimeRef"]["name"])  # fmt: skip
+    rt["spec"]["mlPolicy"]["mpi"]["runLauncherAsNode"] = as_node
+    env = {e["name"]: e["value"] for e in tj["spec"]["trainer"].get("env") or []}
+    return operators.trainjob_pods(tj, rt), [rt], env
+
+
+TRAINJOBS = {  # id: (file, runtime, runLauncherAsNode)
+    "openmpi4": (K8S / "trainer-v2.yaml", None, False),
+    "openmpi4-as-node": (K8S / "trainer-v2.yaml", None, True),
+    "openmpi5": (K8S / "trainer-v2.yaml", "mpi-bootstrap-openmpi5", False),
+    "openmpi5-as-node": (K8S / "trainer-v2.yaml", "mpi-bootstrap-openmpi5", True),
+    "mpich": (K8S / "trainer-v2.yaml", "mpi-bootstrap-mpich", False),
+    "mpich-as-node": (K8S / "trainer-v2.yaml", "mpi-bootstrap-mpich", True),
+    "intel": (K8S / "trainer-v2.yaml", "mpi-bootstrap-intel-mpi", False),
+    "intel-as-node": (K8S / "trainer-v2.yaml", "mpi-bootstrap-intel-mpi", True),
+    "trainers-own-runtime": (FIXTURES / "trainer-deepspeed-distributed.yaml", None, True),
+}
+
+
+@pytest.mark.parametrize(("path", "runtime", "as_node"), TRAINJOBS.values(), ids=TRAINJOBS)
+@pytest.mark.usefixtures("uid1000", "dnsmasq")
+def test_trainjob(
+    path: Path, runtime: str | None, as_node: bool, programs: Path, runtime_for_others: Path
+) -> None:
+    """A TrainJob's pods as Trainer v2 and JobSet make them (tests/support/operators.py:
+    nothing set that they do not set), the agent as each one's ENTRYPOINT and no agent
+    setting: every rank runs on every host of Trainer's hostfile (the launcher's too with
+    runLauncherAsNode), and every rank reads the TrainJob's trainer.env."""
+    specs, docs, env = _trainjob(path, runtime, as_node)
+    assert env, "the TrainJob has a trainer.env variable to look for"
+    image = _image(specs, docs, programs, runtime_for_others, env)
+    code, out, err, agents = operators.run(specs, image)
+    assert code == 0, operators.said(agents)
+    if os.environ.get("DBG"):
+        print(out, operators.said(agents))
+    hosts = [s.name for s in specs if not s.launcher or as_node]
+    np = int(next(a for a in specs if a.launcher).argv[-2])  # mpirun -n N PROGRAM
+    check_allreduce(subprocess.CompletedProcess([], code, out, err), np, hosts[:np])
+
+
+@pytest.mark.usefixtures("dnsmasq")
+def test_jobset_as_shipped(programs: Path, runtime_for_others: Path) -> None:
+    """container/k8s/jobset.yaml as JobSet makes its pods (no variable of JobSet's: the
+    roles from the pods' names), its token Secret and hostfile ConfigMap as the kubelet
+    writes them: both ranks run on the workers."""
+    docs = operators.documents(K8S / "jobset.yaml")
+    objects = {f"{d['kind']}/{d['metadata']['name']}": d for d in docs}
+    (js,) = (d for d in docs if d["kind"] == "JobSet")
+    specs = operators.jobset_pods(js, objects)
+    image = _image(specs, [js], programs, runtime_for_others, {})
+    code, out, err, agents = operators.run(specs, image)
+    assert code == 0, operators.said(agents)
+    check_allreduce(subprocess.CompletedProcess([], code, out, err), 2,
+                    [s.name for s in specs if not s.launcher])  # fmt: skip
 
 
 VC = ["lm-mpimaster-0", "lm-mpiworker-0", "lm-mpiworker-1"]

@@ -281,6 +281,7 @@ def before_dns(
         is_root=os.geteuid() == 0,
         is_pid1=os.getpid() == 1,
         deadline=deadline,
+        own_name=socket.gethostname(),
     )
     remote = remote_hosts(config, facts)
     return (

@@ -5,7 +5,7 @@ executor carries out (launcher/plan.py makes it). Pure: values only."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 
 from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core import records
@@ -22,6 +22,15 @@ class HostEntry:
     slots: int
     rewritten_to: str  # the name mpirun sees
     line: int
+
+    def own_named(self, remote: Set[str], own_name: str) -> HostEntry:
+        """A host of this pod's (not `remote`) by the pod's hostname `own_name`: the one
+        name every MPI takes for its own node (Open MPI 5's PRRTE and Intel MPI's hydra
+        ssh'd to Trainer v2's `<pod>.<subdomain>` of a launcher that runs ranks:
+        tests/test_operators.py test_trainjob)."""
+        if not own_name or self.rewritten_to in remote:
+            return self
+        return dataclasses.replace(self, rewritten_to=own_name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +57,7 @@ class Gathered:
     # The key exchanges the launcher's ssh takes (`ssh -Q kex`), for the agent's choice
     # (core/kex.py); empty where it was not asked.
     ssh_kex: tuple[str, ...] = ()
+    own_name: str = ""  # this pod's hostname (socket.gethostname)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -126,12 +126,14 @@ def multi_node_provider(value: str) -> bool:
     return not providers or not providers <= {"shm"}
 
 
-def _launch(option: str, env: str, hosts_env: str, iface_env: str) -> tuple[Row, ...]:
+def _launch(
+    option: str, env: str, hosts_env: str, iface_env: str, hostfile: str = "-f"
+) -> tuple[Row, ...]:
     """Ranks, hosts and proxies: the same options for MPICH's hydra and Intel's, read
-    from variables of their own."""
+    from variables of their own; `hostfile`, the option that honours `host:N`."""
     return (
         Ranks("-n", ("n", "np")),
-        Hostfile("-f", ("f", "hostfile", "machinefile"), ("host", "hosts"), (hosts_env,)),
+        Hostfile(hostfile, ("f", "hostfile", "machinefile"), ("host", "hosts"), (hosts_env,)),
         Default(
             option,
             (option, "ssh"),
@@ -228,8 +230,16 @@ INTEL = Runtime(
     hostfile_form=hf.HYDRA,
     options=OPTIONS,
     rows=(
+        # -machinefile, not -f: Intel MPI 2021.18 reads only the names of `-f`'s `host:N`
+        # and fills the first host's cores (`-n 2` over two `host:1` lines ran both ranks
+        # on the first host: tests/test_operators.py test_trainjob[intel-as-node]; MPI
+        # Operator's I_MPI_PERHOST hid it).
         *_launch(
-            "-bootstrap", "I_MPI_HYDRA_BOOTSTRAP", "I_MPI_HYDRA_HOST_FILE", "I_MPI_HYDRA_IFACE"
+            "-bootstrap",
+            "I_MPI_HYDRA_BOOTSTRAP",
+            "I_MPI_HYDRA_HOST_FILE",
+            "I_MPI_HYDRA_IFACE",
+            hostfile="-machinefile",
         ),
         TCP_IFACE,
         SHM,
