@@ -359,6 +359,11 @@ def runtime_for_others(root: None) -> Iterator[Path]:
             shutil.copytree(src, root / src.name)
         for so in Path(cffi.__file__).parent.parent.glob("_cffi_backend*.so"):  # type: ignore[arg-type]
             shutil.copy(so, root / so.name)
+        # Their metadata too, as pip installs it: paramiko (the doctor) asks for its version.
+        ours = {"paramiko", "structlog", "dnspython", "psutil", "cryptography", "bcrypt", "pynacl"}
+        for info in Path(paramiko.__file__).parent.parent.glob("*.dist-info"):  # type: ignore[arg-type]
+            if info.name.split("-")[0].lower() in {*ours, "cffi"}:
+                shutil.copytree(info, root / info.name)
         yield root
     finally:
         shutil.rmtree(root, ignore_errors=True)

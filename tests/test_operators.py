@@ -1,12 +1,11 @@
-"""Each operator's own pod layout, no agent setting: Kubeflow Trainer v2 (a TrainJob's
-JobSet: replicated jobs `launcher` and `node`, uid 1000 with fsGroup 1000, the job's
-Secret at /home/mpiuser/.ssh with an ECDSA P-521 `id_rsa` 0640, the hostfile ConfigMap
-at /etc/mpi on the launcher only, Trainer's OMPI_MCA_* on the launcher, `trainer.env` on
-the launcher only), also with runLauncherAsNode (the launcher is the hostfile's first
-host and runs ranks); and Volcano (plugins `ssh` and `svc`: /etc/volcano/<task>.host one
-name a line without slots, VC_* variables, an RSA key and ssh `config` at /root/.ssh) in
-both of its example's command forms. Each pod is the agent as PID 1 of its namespaces,
-every pod started together."""
+"""Every manifest in container/k8s/ run as its operator makes its pods
+(tests/support/operators.py, built from each operator's source): MPI Operator's MPIJobs,
+a plain JobSet, Kubeflow Trainer v2's TrainJob on each of the project's runtimes (with
+runLauncherAsNode too) and on Trainer's own runtime with only its image swapped, and
+Volcano's Job; no variable an operator does not set, no agent setting beyond the
+manifest's. Each pod is the agent as PID 1 of its namespaces, every pod started at once
+(but where a manifest waits for readiness). Then MPI Operator's layout with an NCCL
+job's environment for the node checks."""
 
 from __future__ import annotations
 
@@ -87,32 +86,44 @@ K8S = Path(__file__).resolve().parent.parent / "container" / "k8s"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "operators"
 TAGS = {"openmpi4": "openmpi4", "latest": "openmpi4", "openmpi5": "openmpi5",
         "mpich": "mpich", "intel-mpi": "intel"}  # fmt: skip  # image tag → its MPI
+IMAGES = {"mpich-mpi-bootstrap": "mpich", "intel-mpi-mpi-bootstrap": "intel"}  # by name
 
 
 def _image(specs: Sequence[operators.PodSpec], docs: list[dict[str, Any]], programs: Path,
            rt: Path, expect: Mapping[str, str]) -> operators.Image:  # fmt: skip
-    """The image the pods name (its tag says its MPI) with the job's program: the
-    allreduce, run only where every variable of `expect` has its value (a rank without
-    the launcher's trainer.env exits 3 saying so)."""
-    (tag,) = {c["image"].rsplit(":", 1)[1] for d in docs for c in _containers(d)}
-    m = REAL_MPIS[TAGS[tag]]
+    """The image the pods name (its name or tag says its MPI) with the job's program:
+    the allreduce, run only where every variable of `expect` has its value (a rank
+    without the launcher's trainer.env exits 3 saying so)."""
+    (image,) = {c["image"] for d in docs for c in _containers(d)}
+    name, tag = image.rsplit("/", 1)[1].rsplit(":", 1)
+    kind = IMAGES.get(name) or TAGS[tag]
+    m = REAL_MPIS[kind]
     exe = compile_allreduce(m, programs)
     check = "".join(
         f'[ "${{{k}}}" = {shlex.quote(v)} ] || {{ echo "$(hostname): {k} not set" >&2; exit 3; }}\n'
         for k, v in expect.items()
     )
-    prog = programs / f"pi-{os.getpid()}-{TAGS[tag]}"
+    prog = programs / f"pi-{os.getpid()}-{kind}"
     prog.write_text(f'#!/bin/sh\n{check}exec {exe} "$@"\n')
     prog.chmod(0o755)
     pypi = m.bindir if not m.bindir.startswith("/usr/") else None
-    return operators.Image(rt, prog, pypi)
+    # Intel's images set LD_LIBRARY_PATH to its libraries (IMB-MPI1 has no RPATH)
+    lib = {"LD_LIBRARY_PATH": os.path.dirname(m.bindir) + "/lib"} if kind == "intel" else {}
+    return operators.Image(rt, prog, pypi, lib)
 
 
 def _containers(doc: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    """Every container template of a ClusterTrainingRuntime or a JobSet."""
-    spec = (
-        doc["spec"]["template"]["spec"] if doc["kind"] == "ClusterTrainingRuntime" else doc["spec"]
-    )
+    """Every container template of an MPIJob, a ClusterTrainingRuntime or a JobSet."""
+    if doc["kind"] == "MPIJob":
+        for replica in doc["spec"]["mpiReplicaSpecs"].values():
+            yield from replica["template"]["spec"]["containers"]
+        return
+    if doc["kind"] == "Job":  # Volcano's
+        for task in doc["spec"]["tasks"]:
+            yield from task["template"]["spec"]["containers"]
+        return
+    runtime = doc["kind"] == "ClusterTrainingRuntime"
+    spec = doc["spec"]["template"]["spec"] if runtime else doc["spec"]
     for rjob in spec.get("replicatedJobs") or []:
         yield from rjob["template"]["spec"]["template"]["spec"]["containers"]
 
@@ -160,8 +171,6 @@ def test_trainjob(
     image = _image(specs, docs, programs, runtime_for_others, env)
     code, out, err, agents = operators.run(specs, image)
     assert code == 0, operators.said(agents)
-    if os.environ.get("DBG"):
-        print(out, operators.said(agents))
     hosts = [s.name for s in specs if not s.launcher or as_node]
     np = int(next(a for a in specs if a.launcher).argv[-2])  # mpirun -n N PROGRAM
     check_allreduce(subprocess.CompletedProcess([], code, out, err), np, hosts[:np])
@@ -183,53 +192,74 @@ def test_jobset_as_shipped(programs: Path, runtime_for_others: Path) -> None:
                     [s.name for s in specs if not s.launcher])  # fmt: skip
 
 
-VC = ["lm-mpimaster-0", "lm-mpiworker-0", "lm-mpiworker-1"]
+MPIJOBS = {  # the file's MPIJob (its index in the file) → (ranks, hosts); 0: IMB-MPI1's run
+    "mpich.yaml": (4, 2),
+    "hardened.yaml": (4, 2),  # restricted-readonly: uid 1000, a read-only root, /tmp
+    "hardened.yaml#1": (4, 2),  # openshift-restricted, under OpenShift's restricted SCC
+    "intel-mpi.yaml": (0, 2),
+    "net-exchange.yaml": (2, 2),
+    # all_reduce_perf: the image's program at nccl-tests' path is the suite's allreduce
+    # (no GPU here); the job's NCCL settings and its net1 are the manifest's.
+    "nccl-allreduce.yaml": (2, 2),
+    # the same on DraNet: its claim's NIC dranet0 in each worker, the launcher started
+    # once the workers are ready (WaitForWorkersReady: their exec probes run)
+    "dranet-allreduce.yaml": (2, 2),
+}
 
 
-@pytest.mark.parametrize("form", ["mpirun", "mpiexec-host"])
+@pytest.mark.parametrize("name", MPIJOBS)
+@pytest.mark.usefixtures("uid1000", "dnsmasq")
+def test_mpijob_as_shipped(name: str, programs: Path, runtime_for_others: Path) -> None:
+    """The MPIJob of container/k8s/NAME as MPI Operator v0.8.2 makes its pods
+    (tests/support/operators.py: K_MPI_JOB_ROLE, its MPI's variables, the Secret and the
+    hostfile ConfigMap, a worker's empty command made `/usr/sbin/sshd -De`), every pod
+    started at once: the job runs on every worker."""
+    file, _, index = name.partition("#")
+    docs = operators.documents(K8S / file)
+    objects = {f"{d['kind']}/{d['metadata']['name']}": d for d in docs}
+    job = [d for d in docs if d["kind"] == "MPIJob"][int(index or 0)]
+    specs = operators.mpijob_pods(job, objects)
+    if job["metadata"]["name"].startswith("openshift"):
+        operators.openshift(specs)
+    image = _image(specs, [job], programs, runtime_for_others, {})
+    code, out, err, agents = operators.run(specs, image)
+    assert code == 0, operators.said(agents)
+    size, workers = MPIJOBS[name]
+    hosts = [s.name for s in specs if not s.launcher]
+    assert len(hosts) == workers
+    if size:
+        check_allreduce(subprocess.CompletedProcess([], code, out, err), size, hosts)
+    else:
+        assert "Benchmarking Allreduce" in out and "#processes = 4" in out, out
+
+
+@pytest.mark.parametrize("form", ["as-shipped", "mpiexec-host"])
+@pytest.mark.usefixtures("dnsmasq")
 def test_volcano(form: str, programs: Path, runtime_for_others: Path) -> None:
-    """Volcano's MPI example, the agent as each task's command: the master's task and the
-    workers' from VC_*_HOSTS, the hostfile /etc/volcano/mpiworker.host (no slots: 1 each),
-    the ssh plugin's RSA key; `mpirun -np 2 PROG` and the example's `mpiexec
-    --allow-run-as-root --host $VC_MPIWORKER_HOSTS -np 2 PROG` each run both ranks."""
-    exe = compile_allreduce(REAL_MPIS["openmpi4"], programs)
-    for point in ("/etc/volcano", "/run/mpi-bootstrap"):  # mount points, empty
-        os.makedirs(point, mode=0o755, exist_ok=True)
-    key = programs / f"vc-ssh-{os.getpid()}-{form}"
-    key.mkdir()
-    subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-N", "", "-f",
-                    str(key / "id_rsa")], check=True)  # fmt: skip
-    (key / "authorized_keys").write_text((key / "id_rsa.pub").read_text())
-    (key / "config").write_text("StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\n")
-    for f in key.iterdir():
-        f.chmod(0o600)
-    fq = [f"{n}.lm" for n in VC]
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
-           "PYTHONPATH": str(runtime_for_others),
-           "VC_MPIMASTER_HOSTS": fq[0], "VC_MPIMASTER_NUM": "1",
-           "VC_MPIWORKER_HOSTS": ",".join(fq[1:]), "VC_MPIWORKER_NUM": "2"}  # fmt: skip
-    argv = {
-        "mpirun": ["mpirun", "-np", "2", str(exe)],
-        "mpiexec-host": ["mpiexec", "--allow-run-as-root", "--host", ",".join(fq[1:]),
-                         "-np", "2", str(exe)],
-    }[form]  # fmt: skip
-    with Cluster(VC, pid1=True, domain="lm") as c:
-        mounts = f"mount -t tmpfs -o mode=0700 root /root && mkdir /root/.ssh && {OWN_RUN}"
-        mounts += f"mount --bind {shlex.quote(str(key))} /root/.ssh && "
-        etc = Path(c.pods[0].tmp or "") / "etc-volcano"
-        etc.mkdir()
-        for task, hosts in (("mpimaster", fq[:1]), ("mpiworker", fq[1:])):
-            (etc / f"{task}.host").write_text("".join(f"{h}\n" for h in hosts))
-        agent = ["/usr/bin/python3", "-m", "mpi_bootstrap"]  # the machine's /root is hidden
-        workers = [Agent(c, p, ["sh", "-c", f'{mounts}exec "$0" "$@"', *agent], env)
-                   for p in c.pods[1:]]  # fmt: skip
-        mounts += "mount --bind /tmp/etc-volcano /etc/volcano && "
-        launcher = Agent(c, c.pods[0], ["sh", "-c", f'{mounts}exec "$0" "$@"', *agent, "--",
-                                        *argv], env)  # fmt: skip
-        code, out, err = launcher.finish(timeout=120)
-        said = "\n".join(w.stderr()[-2000:] for w in workers)
-        assert code == 0, f"{err}\n{said}"
-        check_allreduce(subprocess.CompletedProcess([], code, out, err), 2, VC[1:])
+    """container/k8s/volcano.yaml as Volcano's svc and ssh plugins make its pods (no
+    setting: the roles from VC_*_HOSTS, the hostfile /etc/volcano/mpiworker.host without
+    slots, the ssh plugin's RSA key): `mpirun -np 2 PROG` as shipped, and Volcano's own
+    example's form `mpiexec --allow-run-as-root --host $(VC_MPIWORKER_HOSTS) -np 2 PROG`,
+    each run both ranks on the workers."""
+    (job,) = operators.documents(K8S / "volcano.yaml")
+    if form == "mpiexec-host":
+        master = job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+        master["args"] = ["--", "mpiexec", "--allow-run-as-root", "--host",
+                          "$(VC_MPIWORKER_HOSTS)", "-np", "2", "/home/mpi_hello_world"]  # fmt: skip
+    specs = operators.volcano_pods(job)
+    image = _image(specs, [job], programs, runtime_for_others, {})
+    code, out, err, agents = operators.run(specs, image, timeout=120)
+    assert code == 0, operators.said(agents)
+    check_allreduce(subprocess.CompletedProcess([], code, out, err), 2,
+                    [s.name for s in specs if not s.launcher])  # fmt: skip
+
+
+def test_every_manifest_runs() -> None:
+    """Every manifest in container/k8s/ is run above as its operator makes its pods: a
+    manifest we ship is a manifest that ran."""
+    ran = {p.name for p, _, _ in TRAINJOBS.values()} | {n.partition("#")[0] for n in MPIJOBS}
+    ran |= {"jobset.yaml", "volcano.yaml"}
+    assert ran >= {p.name for p in K8S.glob("*.yaml")}
 
 
 def _nccl(pod: Pod, version: str, banner: bool) -> None:

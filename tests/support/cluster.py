@@ -201,12 +201,15 @@ class Cluster:
         private_root: bool = True,
         shared_run: bool = False,
         family: str = "4",
+        data_ifaces: Mapping[str, str | None] | None = None,
     ) -> None:
         """Pods named `names` (the first is usually the launcher). With `domain` (and
         `dns=False`), the hosts files also carry `name.domain`. With `shared_run`, every
         pod sees one directory of the cluster's at /run/mpi-bootstrap (Pod.node_run).
         `family`: "6" gives every pod IPv6 addresses only (fd00:10:250::/64 and
-        fd00:10:251::/64), "dual" both; the hosts files name each address (AAAA as well)."""
+        fd00:10:251::/64), "dual" both; the hosts files name each address (AAAA as well).
+        `data_ifaces` names each pod's data NIC (None: it has none; `net1` for a pod it
+        does not name), as a Multus network or a DraNet claim names it."""
         _asked_for(dns)
         if len(names) > MAX_PODS:
             raise ValueError(f"{len(names)} pods: one bridge holds at most {MAX_PODS}")
@@ -248,8 +251,9 @@ class Cluster:
                 pod.node_run = self._node_run() if shared_run and private_root else None
                 self.pods.append(pod)
                 self._wire(pod, "eth0", "br-ctl")
-                if data:
-                    self._wire(pod, "net1", "br-data")
+                nic = (data_ifaces or {}).get(name, "net1")
+                if data and nic:
+                    self._wire(pod, nic, "br-data")
             if dns:
                 self.switch.exec_checked(
                     ["ip", "addr", "add", f"{DNS_ADDRESS}/{PREFIX}", "dev", "br-ctl"]
