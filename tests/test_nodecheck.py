@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mpi_bootstrap.core import remote
-from mpi_bootstrap.launcher import nodecheck
+from mpi_bootstrap.launcher import nodecheck, remotecheck
 
 ALL = {"shm", "nccl", "gpus"}
 MIB = 1024  # KiB
@@ -167,3 +167,24 @@ def test_a_hostile_workers_report_is_shown_escaped_and_bounded() -> None:
     text = "\n".join(why for _, why in bad) + remote.parse(out).node()
     assert len(bad) == 2 and "\x1b" not in text and "\x07" not in text
     assert "\\x1b]0;owned\\x07" in text and len(text) < 2_000
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["SHM ² ²", "SHM 1 ٣", "SHM 9999999999999999999 1", "SHM 1", "GPUS -1", "GPUS 1e3", "IMEX x"],
+)
+def test_a_report_whose_numbers_do_not_parse_fails_its_worker(line: str) -> None:
+    """A number line of anything but bounded ASCII digits (`²` passes str.isdigit and
+    fails int(): the launcher once ended 70 with a traceback) is said, and fails that
+    worker's check (69 naming it), never the launcher."""
+    r = remote.parse(f"DAEMON orted /usr/bin/orted\nLD \nPATH /bin\n{line}")
+    assert r.unparsed.startswith(line.split(maxsplit=1)[0]) and "not " in r.unparsed
+    check = remote_check()
+    said = remotecheck.check_output("w0", f"DAEMON orted /usr/bin/orted\n{line}", check)
+    assert said is not None and said.startswith("w0: its node report does not parse (")
+
+
+def remote_check() -> remotecheck.RemoteCheck:
+    from tests.support.machine import MPIS
+
+    return remotecheck.RemoteCheck(MPIS["openmpi4"], prefix=None, want_ld=None)

@@ -21,6 +21,7 @@ import shlex
 from collections.abc import Sequence
 
 from mpi_bootstrap.core.errors import shown
+from mpi_bootstrap.core.values import digits
 
 
 def script(
@@ -115,6 +116,7 @@ class Report:
     ports: tuple[tuple[str, str], ...] = ()  # (device/port, state) behind the data NIC
     gids: tuple[tuple[str, str, str], ...] = ()  # (device/port, GID, its type) pinned
     imex: int | None = None  # IMEX channels (asked where NCCL_MNNVL_ENABLE is set)
+    unparsed: str = ""  # a line that should hold numbers and does not: why (shown)
 
     @property
     def missing(self) -> list[str]:
@@ -132,7 +134,22 @@ class Report:
         return f"{nccl}{free}; {self.gpus} GPUs"
 
 
+def _numbers(values: dict[str, str], key: str, count: int, bad: list[str]) -> tuple[int, ...]:
+    """`count` numbers of the report's `key` line (core/values.py digits); () where the
+    line is absent, or (its fault added to `bad`) where it does not hold them."""
+    if key not in values:
+        return ()
+    words = values[key].split()
+    found = tuple(n for w in words if (n := digits(w)) is not None)
+    if len(words) != count or len(found) != count:
+        bad.append(f"{key} {shown(values[key], 40)}: not {count} number{'s' * (count > 1)}")
+        return ()
+    return found
+
+
 def parse(output: str) -> Report:
+    """What the script printed, as a Report; a number line that does not parse is said
+    in `unparsed` (a worker's shell or its `df` print what they like)."""
     daemons: dict[str, str | None] = {}
     values: dict[str, str] = {}
     rdma: dict[str, list[tuple[str, ...]]] = {"PORT": [], "GID": []}
@@ -145,7 +162,11 @@ def parse(output: str) -> Report:
             daemons[name] = None if where == "missing" else where
         elif key in ("LD", "PATH", "PROGRAM", "CLAIM", "SHM", "NCCL", "GPUS", "IMEX"):
             values[key] = value
-    shm, nccl = values.get("SHM", "").split(), values.get("NCCL", "").rsplit(" ", 1)
+    bad: list[str] = []
+    shm, gpus, imex = (
+        _numbers(values, k, n, bad) for k, n in (("SHM", 2), ("GPUS", 1), ("IMEX", 1))
+    )
+    nccl = values.get("NCCL", "").rsplit(" ", 1)
     return Report(
         ran=bool(daemons),
         daemons=daemons,
@@ -153,10 +174,11 @@ def parse(output: str) -> Report:
         path=values.get("PATH", "?"),
         program=values.get("PROGRAM"),
         claim=values.get("CLAIM"),
-        shm=(int(shm[0]), int(shm[1])) if len(shm) == 2 and (shm[0] + shm[1]).isdigit() else None,
+        shm=(shm[0], shm[1]) if shm else None,
         nccl=(nccl[0], nccl[1]) if len(nccl) == 2 else None,
-        gpus=int(values.get("GPUS", "0")) if values.get("GPUS", "").isdigit() else 0,
+        gpus=gpus[0] if gpus else 0,
         ports=tuple(rdma["PORT"]),  # type: ignore[arg-type]
         gids=tuple(rdma["GID"]),  # type: ignore[arg-type]
-        imex=int(values["IMEX"]) if values.get("IMEX", "").isdigit() else None,
+        imex=imex[0] if imex else None,
+        unparsed="; ".join(bad),
     )

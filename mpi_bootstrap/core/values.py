@@ -21,6 +21,15 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
+def digits(text: str, most: int = 18) -> int | None:
+    """A number a peer (or a user's variable) wrote: ASCII digits only, at most `most` of
+    them, else None. str.isdigit takes `²`, which int() refuses (a worker's node report
+    of `SHM ² ²` once ended the launcher with a traceback, 70: tests/test_nodecheck.py);
+    and a number of a thousand digits is no size anything here checks."""
+    ok = 0 < len(text) <= most and text.isascii() and text.isdigit()
+    return int(text) if ok else None
+
+
 def path(raw: str) -> str:
     if not raw:
         raise ValueError("must not be empty")

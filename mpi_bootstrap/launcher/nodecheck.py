@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from mpi_bootstrap.core.errors import shown, some
 from mpi_bootstrap.core.model import Decision
 from mpi_bootstrap.core.remote import Report
+from mpi_bootstrap.core.values import digits
 
 # NCCL's shared-memory transport maps one segment per connection and channel, of its
 # SIMPLE buffer (NCCL_BUFFSIZE, 4 MiB), LL128 and LL buffers and headers: 9,637,892
@@ -24,13 +25,8 @@ def shm_need(slots: int, env: Mapping[str, str]) -> int:
     if slots < 2:
         return 0
     simple, channels = (env.get(k, "") for k in ("NCCL_BUFFSIZE", "NCCL_MIN_NCHANNELS"))
-    simple_b = int(simple) if simple.isdigit() else SIMPLE
-    return (
-        slots
-        * max(2, int(channels) if channels.isdigit() else 2)
-        * 2
-        * (SEGMENT - SIMPLE + simple_b)
-    )
+    simple_b = SIMPLE if (b := digits(simple)) is None else b  # ASCII digits, bounded
+    return slots * max(2, digits(channels) or 2) * 2 * (SEGMENT - SIMPLE + simple_b)
 
 
 GID_FIX = (

@@ -88,6 +88,8 @@ def check_output(host: str, output: str, check: RemoteCheck) -> str | None:
         )
     if not report.ran:
         return f"{host}: the remote shell did not run the check (output: {output[:200]!r})"
+    if report.unparsed:
+        return f"{host}: its node report does not parse ({report.unparsed})"
     if check.want_ld and check.want_ld not in report.ld:
         return (
             f"{host}: LD_LIBRARY_PATH did not arrive in the ssh session (got "

@@ -21,6 +21,11 @@ from mpi_bootstrap.system import parallel
 from mpi_bootstrap.system.retry import PEER, retry_until
 
 RETRY_DELAY = 0.3
+# What one preflight session may print: its report is a few KiB (a GID table of every
+# RDMA port included). Past it the worker fails, and nothing more of it is read.
+REPORT_LIMIT = 1 << 20
+TOO_LONG = -1  # session()'s code for a session ended at REPORT_LIMIT
+STDOUT = -2  # subprocess.STDOUT: ssh's own errors come in order with the report
 # ssh's words for its failures are core/failures.py's (the one table of them).
 transient, unreached = failures.transient, failures.unreached
 
@@ -75,8 +80,11 @@ class Session:
         self.unreachable: str | None = None  # its sshd never answered: why
 
     def session(self, deadline: float) -> tuple[int, str]:
-        """One ssh session: (exit code, what it printed). With `check.then`, the session
-        is kept once the check has reported (code 0) rather than awaited."""
+        """One ssh session: (exit code, what it printed, stderr with stdout). With
+        `check.then`, the session is kept once the check has reported (code 0) rather
+        than awaited. What it prints is read up to REPORT_LIMIT bytes: past that the
+        session is ended and the worker fails (TOO_LONG; a worker's login shell printed
+        300 MiB into the launcher's memory: tests/test_preflight.py)."""
         quick = (
             ["-o", f"ConnectTimeout={BANNER_S}", "-o", "ConnectionAttempts=1"]
             if self.expect_sshd and not self.awaited
@@ -84,20 +92,29 @@ class Session:
         )
         argv = [*self.argv, *quick, self.host, self.check.script()]
         timeout = max(1.0, deadline - time.monotonic())
-        if not self.check.then:
-            return children.capture(argv, env=self.env, timeout=timeout, stdin=self.check.stdin())
-        child = children.open_piped(argv, self.env)
+        # stderr with stdout, but where the session is kept: its stdout then carries the
+        # data check's lines (ssh/datacheck.py), and its stderr the ssh's last words.
+        child = children.open_piped(argv, self.env, stderr=-1 if self.check.then else STDOUT)
         with contextlib.suppress(OSError):  # a session that ended at once: said below
             child.stdin.write(self.check.stdin())  # type: ignore[union-attr]
             child.stdin.flush()  # type: ignore[union-attr]
-        lines = children.Lines(child)
+            if not self.check.then:  # the input is all there is: the remote side reads EOF
+                child.stdin.close()  # type: ignore[union-attr]
+        lines = children.Lines(child, limit=REPORT_LIMIT)
         report: list[str] = []
-        end = time.monotonic() + timeout  # for the whole report, as capture's timeout
+        size, end = 0, time.monotonic() + timeout  # for the whole report
         while (line := lines.next(end)) is not None:
-            if line == END:
+            if self.check.then and line == END:
                 self.kept = lines
                 return 0, "\n".join(report)
             report.append(line)
+            size += len(line) + 1
+            if size > REPORT_LIMIT:
+                children.kill_piped(child)
+                return TOO_LONG, (
+                    f"{self.host}: report too long: its ssh session printed over "
+                    f"{REPORT_LIMIT >> 10} KiB (its first line: {shown(report[0], 200)})"
+                )
         timed_out = not lines.eof
         code, err = children.close_piped(child, 1.0)
         output = "\n".join([*report, lines.rest(), err])
@@ -141,6 +158,9 @@ class Session:
     def attempt(self, deadline: float) -> bool | None:
         """True when done (passed, or `final` says why not); None to try again."""
         code, output = self.session(deadline)
+        if code == TOO_LONG:
+            self.final = output
+            return True
         if code == 0:
             self.final = check_output(self.host, output, self.check)
             self.report = remote.parse(output)

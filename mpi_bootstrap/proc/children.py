@@ -258,27 +258,66 @@ def open_piped(
     return child
 
 
-def close_piped(child: subprocess.Popen[bytes], timeout: float = 2.0) -> tuple[int, str]:
+def close_piped(
+    child: subprocess.Popen[bytes], timeout: float = 2.0, limit: int = 1 << 20
+) -> tuple[int, str]:
     """Close its stdin (the remote side's cue to end), wait up to `timeout`, then kill
-    its group; (exit code, what it wrote to stderr)."""
-    import subprocess
-
+    its group; (exit code, what it wrote to stderr: its first `limit` bytes — what it
+    sends past them, and on stdout, is read and dropped, never kept)."""
     with contextlib.suppress(OSError):
         if child.stdin is not None:
             child.stdin.close()
-    child.stdin = None  # closed: communicate() must not flush it
+    child.stdin = None
     try:
-        _, err = child.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _signal(child.pid, True, signal.SIGKILL)
-        err = b""
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(timeout=2.0)
+        deadline = time.monotonic() + timeout
+        err = _drain(child, deadline, limit)
+        with contextlib.suppress(Exception):
+            child.wait(timeout=max(0.0, deadline - time.monotonic()))
+        if child.poll() is None:
+            _signal(child.pid, True, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                child.wait(timeout=2.0)
     finally:
         _pending.pop(child.pid, None)
-    return shell_code(child.returncode if child.returncode is not None else -9), (
-        err or b""
-    ).decode("utf-8", "replace")
+    return shell_code(child.returncode if child.returncode is not None else -9), err.decode(
+        "utf-8", "replace"
+    )
+
+
+def _drain(child: subprocess.Popen[bytes], deadline: float, limit: int) -> bytes:
+    """Read a child's stdout and stderr until both end or `deadline`; the first `limit`
+    bytes of stderr."""
+    import select
+
+    pipes = {p.fileno(): p for p in (child.stdout, child.stderr) if p is not None and not p.closed}
+    err_fd = child.stderr.fileno() if child.stderr is not None and not child.stderr.closed else -1
+    poller, err = select.poll(), b""
+    for fd in pipes:
+        poller.register(fd, select.POLLIN)
+    while pipes and (left := deadline - time.monotonic()) > 0:
+        for fd, _ in poller.poll(int(left * 1000) + 1):
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                poller.unregister(fd)
+                pipes.pop(fd).close()
+            elif fd == err_fd and len(err) < limit:
+                err += chunk[: limit - len(err)]
+    for p in pipes.values():
+        p.close()
+    return err
+
+
+def kill_piped(child: subprocess.Popen[bytes]) -> None:
+    """End a piped child and its group at once, reading nothing more of what it sends
+    (a child that floods its pipes: close_piped would take it all into memory)."""
+    _signal(child.pid, True, signal.SIGKILL)
+    for pipe in (child.stdin, child.stdout, child.stderr):
+        with contextlib.suppress(OSError):
+            if pipe is not None:
+                pipe.close()
+    with contextlib.suppress(Exception):
+        child.wait(timeout=2.0)
+    _pending.pop(child.pid, None)
 
 
 def close_all(
