@@ -103,6 +103,30 @@ class TestUserCommand:
         assert not mpi.is_launcher(["python3", "mpirun"])
 
 
+# Credentials a launcher's environment holds, as the fifth security review tried them
+# (27 of 27 passed the name rule then and reached every rank under `*`).
+CREDENTIALS = {
+    "DATABASE_URL": "postgresql://app:PASSWORD@db/prod",
+    "MONGO_URI": "mongodb://u:p4ss@mongo:27017/x",
+    "REDIS_URI": "redis://:hunter2@redis:6379/0",
+    "SENTRY_DSN": "https://abc@o1.ingest.sentry.io/1",
+    "HTTPS_PROXY": "http://user:pass@proxy:3128",
+    "http_proxy": "http://user:pass@proxy:3128",
+    "PIP_INDEX_URL": "https://__token__:pypi-AgEIcHlwaS5vcmc@pypi.example/simple",
+    "DB_PASS": "s3cret", "MYSQL_PWD": "s3cret", "PGPASSWORD": "s3cret",
+    "GITHUB_PAT": "ghp_0123456789abcdefghij", "GH_PAT": "x",
+    "DOCKER_AUTH_CONFIG": '{"auths": {}}', "AUTHORIZATION": "Bearer abc.def",
+    "AZURE_STORAGE_CONNECTION_STRING": "DefaultEndpointsProtocol=https;AccountKey=abc==",
+    "SAS_URL": "https://acct.blob.core.windows.net/c?sv=2022&sig=abc%3D",
+    "hf_token": "hf_abcdefghijklmnopqrstuvwxyz", "HF_HUB_TOKEN": "x",
+    "WANDB_API_KEY": "k3y", "OPENAI_API_KEY": "sk-abcdefghijklmnopqrstu",
+    "AWS_ACCESS_KEY_ID": "AKIAABCDEFGHIJKLMNOP", "AWS_SECRET_ACCESS_KEY": "x",
+    "AWS_SESSION_TOKEN": "x", "SSH_PRIVATE_KEY": "x",
+    "TLS_CERT": "-----BEGIN CERTIFICATE-----\nMIIB", "ID_JWT": "eyJhbGciOi.eyJzdWIiOi.sig",
+    "SESSION_COOKIE": "x", "MY_CREDENTIALS": "x",
+}  # fmt: skip
+
+
 class TestForwarding:
     """NCCL_*, UCX_*, LD_LIBRARY_PATH, PATH, OMPI_MCA_coll_* and FORWARD_ENV go; shell
     state and the agent's own (secret-bearing) settings never do."""
@@ -169,3 +193,31 @@ class TestForwarding:
         names, _ = mpi.forwarded_names({**job, **pod}, ("*", "WANDB_API_KEY"))
         assert names == sorted([*job, "WANDB_API_KEY"])
         assert "s3cret" not in repr(decisions) and "k3y" not in repr(decisions)
+
+    def test_credentials_are_held_back_by_name_or_value(self) -> None:
+        """`*` forwards no variable whose name or value looks like a credential (any
+        case; the value's kind named: "a URL with a password"), says each, and never a
+        value; named, one is forwarded with a warning that the MPI carries it in clear
+        text; a job's ordinary variables and a public key's path still go."""
+        job = {"MY_SETTING": "1", "HF_HOME": "/h", "DATA_URL": "https://host/data",
+               "SSH_HOST_KEY_PATH": "/etc/ssh/k.pub", "AUTHORIZED_KEYS": "/x"}  # fmt: skip
+        names, decisions = mpi.forwarded_names({**job, **CREDENTIALS}, ("*",))
+        assert names == sorted(job)
+        said = {d.setting: d.reason for d in decisions}
+        assert set(said) == {f"forward {n}" for n in CREDENTIALS}
+        assert "a URL with a password" in said["forward DATABASE_URL"]
+        assert "a connection string" in said["forward SAS_URL"]
+        assert all(v not in repr(decisions) for v in CREDENTIALS.values() if len(v) > 1)
+        names, decisions = mpi.forwarded_names(CREDENTIALS, ("*", "DATABASE_URL"))
+        assert names == ["DATABASE_URL"]
+        (warned,) = (d for d in decisions if d.setting == "forward DATABASE_URL")
+        assert warned.value == "yes (warning)" and "unencrypted" in warned.reason
+
+    def test_one_rule_for_forwarding_and_logs(self) -> None:
+        """A log line hides the same: a key whose name looks secret, a value that looks
+        like a credential (core/env.py serves both)."""
+        from mpi_bootstrap.core.log import redact
+
+        keys = {"hf_token": "x", "url": CREDENTIALS["DATABASE_URL"], "host_key": "ssh-ed25519",
+                "authorized_keys": "/x", "path": "/etc/mpi/hostfile"}  # fmt: skip
+        assert redact(dict(keys)) == {**keys, "hf_token": "[redacted]", "url": "[redacted]"}

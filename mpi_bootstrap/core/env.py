@@ -50,9 +50,35 @@ SECRET_NAME = re.compile(
 )
 
 
+# A value that looks like a credential whatever its name: each with what it is, said by
+# --explain (docs/configuration.md, "Operators"). Found by the fifth security review of
+# SECURITY.md: DATABASE_URL=postgresql://app:PASSWORD@db/prod and its kind.
+SECRET_VALUES = (
+    (re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@"), "a URL with a password"),
+    (
+        re.compile(r"(?i)(account|shared_?access)key=|[?&;]sig=|(^|;)\s*(password|pwd)="),
+        "a connection string's key or password",
+    ),
+    (re.compile(r"(?i)^\s*(bearer|basic|token)\s+\S"), "an HTTP authorization"),
+    (re.compile(r"-----BEGIN [A-Z0-9 ]*-----"), "a PEM block"),
+    (re.compile(r"eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\."), "a JSON web token"),
+    (
+        re.compile(
+            r"^(gh[pousr]_|github_pat_|glpat-|hf_|xox[abpr]-|sk-|AKIA|ASIA)[A-Za-z0-9_-]{12,}"
+        ),
+        "an API token",
+    ),
+)
+
+
 def looks_secret(name: str) -> bool:
     """Whether a variable's or a log key's name looks like a secret's (SECRET_NAME)."""
     return name != "PWD" and SECRET_NAME.search(name) is not None
+
+
+def secret_value(value: str) -> str | None:
+    """What a value looks like if it looks like a credential (SECRET_VALUES), else None."""
+    return next((what for pattern, what in SECRET_VALUES if pattern.search(value)), None)
 
 
 def public(environ: Mapping[str, str]) -> dict[str, str]:

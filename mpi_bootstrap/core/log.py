@@ -15,7 +15,7 @@ import time
 from collections.abc import MutableMapping
 from typing import Any, Protocol
 
-from mpi_bootstrap.core.env import looks_secret
+from mpi_bootstrap.core.env import looks_secret, secret_value
 from mpi_bootstrap.core.errors import printable
 
 # The numbers are the logging module's (DEBUG=10 … ERROR=40).
@@ -28,10 +28,11 @@ class Log(Protocol):
 
 
 def redact(keys: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    """Replace the value of every key that names a secret (in place; returned): the
-    rule that also keeps such a variable from the ranks (core/env.py looks_secret)."""
-    for key in list(keys):
-        if looks_secret(key):
+    """Replace the value of every key that names a secret, and every text value that
+    looks like a credential (in place; returned): the rule that also keeps such a
+    variable from the ranks (core/env.py looks_secret, secret_value)."""
+    for key, value in list(keys.items()):
+        if looks_secret(key) or (isinstance(value, str) and secret_value(value)):
             keys[key] = "[redacted]"
     return keys
 

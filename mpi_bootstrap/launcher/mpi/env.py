@@ -1,12 +1,20 @@
-"""Which variables reach every rank: the forwarding policy, by name, never by value,
-and how each runtime's mpirun is told (its `forward`: core/runtimes/schema.py)."""
+"""Which variables reach every rank: the forwarding policy (by name; `*` holds back what
+looks like a credential by its name or its value, and what is named is forwarded with a
+warning where its value looks like one: core/env.py), and how each runtime's mpirun is
+told (its `forward`: core/runtimes/schema.py). No value is ever in an argv or a log."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
 
-from mpi_bootstrap.core.env import CARRIED, FORWARD_NAMES, FORWARD_PREFIXES, looks_secret
+from mpi_bootstrap.core.env import (
+    CARRIED,
+    FORWARD_NAMES,
+    FORWARD_PREFIXES,
+    looks_secret,
+    secret_value,
+)
 from mpi_bootstrap.core.model import Decision
 from mpi_bootstrap.core.names import is_env_name
 from mpi_bootstrap.core.runtimes.schema import EachName, Forward
@@ -42,8 +50,10 @@ def forwarded_names(
         asked = name in exact or any(name.startswith(prefix) for prefix, _ in patterns)
         link = environ[name].startswith(("tcp://", "udp://", "sctp://"))  # a service's
         mine = "*" in extra and not (POD_OWN.fullmatch(name) or link or name in AGENT_ENVS)
-        if mine and not asked and looks_secret(name):
-            reason = "looks secret: name it in MPI_BOOTSTRAP_FORWARD_ENV to forward it"
+        value = secret_value(environ[name])
+        if mine and not asked and (looks_secret(name) or value):
+            what = f"its value looks like {value}" if value else "its name looks secret"
+            reason = f"{what}: name it in MPI_BOOTSTRAP_FORWARD_ENV to forward it"
             decisions.append(Decision(f"forward {name}", "no", "agent policy", reason))
             continue
         if not (name in FORWARD_NAMES or name.startswith(FORWARD_PREFIXES) or asked or mine):
@@ -53,6 +63,13 @@ def forwarded_names(
                 why = "never forwarded (shell state or agent secret)"
                 decisions.append(Decision(f"forward {name}", "no", "agent policy", why))
             continue
+        if value:  # named, or one of the table's: forwarded, said
+            why = (
+                f"forwarded, but its value looks like {value}: the MPI's launch message "
+                "carries it unencrypted on the pod network (SECURITY.md); mount it as a "
+                "Secret in every pod instead"
+            )
+            decisions.append(Decision(f"forward {name}", "yes (warning)", "agent policy", why))
         names.append(name)
     for name in sorted(exact - set(environ)):
         why = "asked for but not set in the environment"
