@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mpi_bootstrap.core import remote
+from mpi_bootstrap.core import nccl, remote
 from mpi_bootstrap.launcher import nodecheck, remotecheck
 
 ALL = {"shm", "nccl", "gpus"}
@@ -96,10 +96,24 @@ def test_the_script_finds_nccl_by_name_or_banner(tmp_path: Path) -> None:
     assert found.shm is not None and found.shm[0] > 0  # /dev/shm: where NCCL is
 
 
-def _roce(root: Path, dev: str, state: str, gids: dict[int, tuple[str, str]]) -> None:
-    """A data NIC net1's RDMA device as sysfs shows it: its port 1's state, GID table and
-    GID types (an index without a GID reads as zeros, its type as an error)."""
-    port = root / "class/net/net1/device/infiniband" / dev / "ports/1"
+def _iface(root: Path, name: str, index: int, state: str = "up") -> Path:
+    """An interface as sysfs shows it: its index and operational state."""
+    d = root / "class/net" / name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "ifindex").write_text(f"{index}\n")
+    (d / "operstate").write_text(f"{state}\n")
+    return d
+
+
+def _roce(
+    root: Path, dev: str, state: str, gids: dict[int, tuple[str, str]], nic: str = "net1"
+) -> None:
+    """A data NIC's (net1's) RDMA device as sysfs shows it: its port 1's state, GID table
+    and GID types (an index without a GID reads as zeros, its type as an error); lo and
+    eth0 beside it."""
+    _iface(root, "lo", 1, "unknown")
+    _iface(root, "eth0", 2)
+    port = _iface(root, nic, 3) / "device/infiniband" / dev / "ports/1"
     (port / "gids").mkdir(parents=True)
     (port / "gid_attrs/types").mkdir(parents=True)
     (port / "state").write_text(f"{state}\n")
@@ -141,13 +155,13 @@ def test_pinned_gid_index(index: str, tables: list[dict[int, tuple[str, str]]], 
         out = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True,
                              check=True).stdout  # fmt: skip
         nodes[f"w{i}"] = remote.parse("DAEMON x /x\n" + out)
-        assert nodes[f"w{i}"].ports == (("mlx5_0/1", "ACTIVE"),)
+        assert nodes[f"w{i}"].ports == (("net1", "mlx5_0/1", "ACTIVE"),)
     bad, _ = nodecheck.problems(nodes, {}, {"NCCL_IB_GID_INDEX": index}, ALL | {"rdma"})
     assert [why.split(": NCCL cannot")[0].split("; NCCL connects")[0] for _, why in bad] == found
 
 
 def test_rdma_port_down_and_imex() -> None:
-    out = "DAEMON x /x\nNCCL /l/libnccl.so.2 2.21.5\nPORT mlx5_1/1 DOWN\nIMEX 0\nGPUS 4"
+    out = "DAEMON x /x\nNCCL /l/libnccl.so.2 2.21.5\nPORT net1 mlx5_1/1 DOWN\nIMEX 0\nGPUS 4"
     r = remote.parse(out)
     env = {"NCCL_MNNVL_ENABLE": "1"}
     bad, _ = nodecheck.problems({"w0": r}, {"w0": 4}, env, {"rdma", "imex"})
@@ -157,11 +171,46 @@ def test_rdma_port_down_and_imex() -> None:
     assert nodecheck.problems({"w0": r}, {"w0": 4}, env, {"shm", "nccl", "gpus"})[0] == []
 
 
+@pytest.mark.parametrize(
+    ("value", "down"),
+    [
+        ("net1", True), ("=net1", True), ("net", True), ("eth", False),
+        ("^lo,docker", True), ("ib0,net1", True), ("net1,eth0", True), ("^net", False),
+        ("=eth0", False), (None, True),  # unset: NCCL's rule takes all but lo (no ib*)
+    ],
+)  # fmt: skip
+def test_a_down_port_behind_each_form(value: str | None, down: bool, tmp_path: Path) -> None:
+    """A DOWN RDMA port behind net1 fails the rdma check (69, named) under every form of
+    NCCL_SOCKET_IFNAME that takes net1, by core/nccl.py's rule — the one the ranks get —
+    and under none that leaves it out (the script once re-read the variable in shell and
+    missed `net`, `^lo,docker`, `ib0,net1`)."""
+    root = tmp_path / "w0"
+    _roce(root, "mlx5_0", "1: DOWN", {})
+    _iface(root, "docker0", 4, "down")
+    lib = root / "lib"
+    lib.mkdir()
+    (lib / "libnccl.so.2.21.5").write_bytes(b"\x7fELF")
+    (lib / "libnccl.so.2").symlink_to("libnccl.so.2.21.5")
+    env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(lib),
+           **({"NCCL_SOCKET_IFNAME": value} if value is not None else {})}  # fmt: skip
+    out = subprocess.run(["sh", "-c", remote.node(str(root))], env=env, capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    r = remote.parse("DAEMON x /x\n" + out)
+    assert r.ifaces == ("lo", "eth0", "net1")  # docker0 is down: NCCL takes no such one
+    bad, _ = nodecheck.problems({"w0": r}, {}, env, {"rdma"}, nccl.Rule(value, ""))
+    assert [why.split(" behind")[0] for _, why in bad] == (
+        ["w0: RDMA port mlx5_0/1"] if down else []
+    )
+
+
 def test_a_hostile_workers_report_is_shown_escaped_and_bounded() -> None:
     """A compromised worker prints what it likes: its NCCL path and version, its port's
     name and state reach the launcher's message escaped (no terminal control) and cut."""
     evil = "\x1b]0;owned\x07" + "A" * 10_000
-    out = f"DAEMON x /x\nNCCL /{evil}/libnccl.so.2 9.9.9\x1b[2J\nPORT {evil}/1 DOWN\x1b[H\nGPUS 0"
+    out = (
+        f"DAEMON x /x\nNCCL /{evil}/libnccl.so.2 9.9.9\x1b[2J\nPORT net1 {evil}/1 DOWN\x1b[H\n"
+        "GPUS 0"
+    )
     nodes = {"w0": remote.parse(out), "w1": node()}
     bad, _ = nodecheck.problems(nodes, {}, {}, ALL | {"rdma"})
     text = "\n".join(why for _, why in bad) + remote.parse(out).node()
@@ -188,3 +237,13 @@ def remote_check() -> remotecheck.RemoteCheck:
     from tests.support.machine import MPIS
 
     return remotecheck.RemoteCheck(MPIS["openmpi4"], prefix=None, want_ld=None)
+
+
+def test_explain_says_when_none_runs() -> None:
+    """--explain's `node checks` row says none runs for a job with no NCCL_* variable
+    (it once said they would), and which run otherwise."""
+    off = nodecheck.decision(("shm", "nccl"), "default", True, nccl_env=False)
+    assert (off.value, off.reason.split(":")[0]) == ("off", "none runs")
+    assert nodecheck.decision(("shm", "nccl"), "default", True, nccl_env=True).value == "shm, nccl"
+    assert not nodecheck.nccl_job(("shm",), {"PATH": "/bin"})
+    assert nodecheck.nccl_job(("shm",), {"NCCL_DEBUG": "INFO"})

@@ -9,6 +9,8 @@ The script prints one line per fact:
     PROGRAM <path or "missing">         the user's program, resolved like execvp
     SHM <KiB> <KiB free>                /dev/shm, NCCL <path> <version>, GPUS <n>: the
                                         node (launcher/nodecheck.py judges them)
+    IFACE <index> <name> <state>        every interface; behind one, each RDMA port:
+    PORT <iface> <dev/port> <state>     and its pinned GID: GID <iface> <dev/port> <gid> <type>
 
 The launcher's preflight runs `claim()` first (never the doctor: core/liveness.py); it
 prints     CLAIM <the answer, or "none" where no PID 1 of ours serves the session>
@@ -59,12 +61,14 @@ def script(
 
 
 # The node: /dev/shm's size; the libnccl.so.2 the ranks load (LD_LIBRARY_PATH, then the
-# loader's cache), its version (its file's name, else its banner); the GPUs. Run where
-# the job's environment has NCCL_* (launcher/remotecheck.py); behind the data NIC
-# (NCCL_SOCKET_IFNAME's first name) each RDMA port's state and pinned GID; IMEX channels.
+# loader's cache), its version (its file's name, else its banner); every interface (its
+# index and state) and each RDMA port behind one, its state and pinned GID — which of
+# them NCCL uses is the launcher's to say, by core/nccl.py's rule (launcher/nodecheck.py:
+# a second reading of NCCL_SOCKET_IFNAME here missed the ports of `eth`, `^lo,docker`
+# and `ib0,eth0`); IMEX channels; the GPUs. Run where the job's environment has NCCL_*.
 def node(sysfs: str = "/sys") -> str:
     """The node's report (`sysfs`: where sysfs is mounted, MPI_BOOTSTRAP_SYSFS)."""
-    port = f"{shlex.quote(sysfs)}/class/net/$i/device/infiniband/*/ports/*"
+    net = f"{shlex.quote(sysfs)}/class/net"
     return (
         'n=; o="$IFS"; IFS=:; for d in $LD_LIBRARY_PATH; do [ -e "$d/libnccl.so.2" ] && '
         'n="$d/libnccl.so.2" && break; done; IFS="$o"; [ -n "$n" ] || n=$(/sbin/ldconfig -p '
@@ -72,13 +76,16 @@ def node(sysfs: str = "/sys") -> str:
         'if [ -n "$n" ]; then v=$(readlink -f "$n"); v=${v##*/libnccl.so.}; case $v in '
         '2.*.*) ;; *) v=$(grep -aom 1 "NCCL version [0-9][0-9.]*[0-9]" "$n"); v=${v##* };; '
         'esac; echo "NCCL $n ${v:-?}"; df -Pk /dev/shm 2>/dev/null | { read -r _; read -r _ '
-        't _ a _; echo "SHM $t $a"; }; i=${NCCL_SOCKET_IFNAME#=}; i=${i#=}; i=${i%%[,:]*}; '
-        f'for p in {port}; do [ -r "$p/state" ] || continue; read -r s <"$p/state"; '
-        'd=${p#*/infiniband/}; d="${d%%/*}/${p##*/}"; echo "PORT $d ${s#*: }"; '
-        '[ -z "$NCCL_IB_GID_INDEX" ] || { g=$(cat "$p/gids/$NCCL_IB_GID_INDEX"); '
-        't=$(cat "$p/gid_attrs/types/$NCCL_IB_GID_INDEX"); echo "GID $d ${g:--} $t"; } '
-        '2>/dev/null; done; fi; [ -z "$NCCL_MNNVL_ENABLE" ] || { set -- '
-        '/dev/nvidia-caps-imex-channels/channel*; [ -e "$1" ] || shift $#; echo "IMEX $#"; }; '
+        't _ a _; echo "SHM $t $a"; }; '
+        f'for f in {net}/*; do i=${{f##*/}}; read -r x <"$f/ifindex" 2>/dev/null || continue; '
+        'read -r u <"$f/operstate" 2>/dev/null || u=unknown; echo "IFACE $x $i $u"; '
+        'for p in "$f"/device/infiniband/*/ports/*; do [ -r "$p/state" ] || continue; '
+        'read -r s <"$p/state"; d=${p#*/infiniband/}; d="${d%%/*}/${p##*/}"; '
+        'echo "PORT $i $d ${s#*: }"; [ -z "$NCCL_IB_GID_INDEX" ] || { '
+        'g=$(cat "$p/gids/$NCCL_IB_GID_INDEX"); t=$(cat "$p/gid_attrs/types/$NCCL_IB_GID_INDEX"); '
+        'echo "GID $i $d ${g:--} $t"; } 2>/dev/null; done; done; fi; '
+        '[ -z "$NCCL_MNNVL_ENABLE" ] || { set -- /dev/nvidia-caps-imex-channels/channel*; '
+        '[ -e "$1" ] || shift $#; echo "IMEX $#"; }; '
         'set -- /dev/nvidia[0-9]*; [ -e "$1" ] || shift $#; echo "GPUS $#"'
     )
 
@@ -113,8 +120,9 @@ class Report:
     shm: tuple[int, int] | None = None  # /dev/shm: KiB, KiB free
     nccl: tuple[str, str] | None = None  # the libnccl.so.2 the ranks load, its version
     gpus: int = 0
-    ports: tuple[tuple[str, str], ...] = ()  # (device/port, state) behind the data NIC
-    gids: tuple[tuple[str, str, str], ...] = ()  # (device/port, GID, its type) pinned
+    ports: tuple[tuple[str, str, str], ...] = ()  # (interface, device/port, state)
+    gids: tuple[tuple[str, str, str, str], ...] = ()  # (interface, device/port, GID, type)
+    ifaces: tuple[str, ...] = ()  # the interfaces up, in their index's order (NCCL's)
     imex: int | None = None  # IMEX channels (asked where NCCL_MNNVL_ENABLE is set)
     unparsed: str = ""  # a line that should hold numbers and does not: why (shown)
 
@@ -153,10 +161,15 @@ def parse(output: str) -> Report:
     daemons: dict[str, str | None] = {}
     values: dict[str, str] = {}
     rdma: dict[str, list[tuple[str, ...]]] = {"PORT": [], "GID": []}
+    up: list[tuple[int, str]] = []
     for line in output.splitlines():
         key, _, value = line.partition(" ")
-        if key in rdma and len(fields := value.split(" ", 2)) == (2 if key == "PORT" else 3):
+        if key in rdma and len(fields := value.split(" ", 3)) == (3 if key == "PORT" else 4):
             rdma[key].append(tuple(fields))
+        if key == "IFACE" and len(fields := value.split(" ")) == 3:
+            index, name, state = fields
+            if (n := digits(index)) is not None and state in ("up", "unknown"):
+                up.append((n, name))
         if key == "DAEMON":
             name, _, where = value.partition(" ")
             daemons[name] = None if where == "missing" else where
@@ -180,5 +193,6 @@ def parse(output: str) -> Report:
         ports=tuple(rdma["PORT"]),  # type: ignore[arg-type]
         gids=tuple(rdma["GID"]),  # type: ignore[arg-type]
         imex=imex[0] if imex else None,
+        ifaces=tuple(name for _, name in sorted(up)),
         unparsed="; ".join(bad),
     )

@@ -62,8 +62,11 @@ def ssh_finding(
     private_key: str,
     host_key: str | None,
     timeout: float,
+    sysfs: str = "/sys",
 ) -> Finding:
-    """Connect with paramiko as mpirun's ssh would; run the remote environment check."""
+    """Connect with paramiko as mpirun's ssh would; run the remote environment check and
+    the node report (sysfs: MPI_BOOTSTRAP_SYSFS, as the launcher's); read up to the
+    launcher's budget of it (launcher/session.py REPORT_LIMIT)."""
     import io
 
     import paramiko
@@ -91,9 +94,9 @@ def ssh_finding(
             look_for_keys=False,
         )
         _, out, _ = client.exec_command(
-            f"{remote.script(runtimes.DAEMONS, ())}; {remote.node()}", timeout=timeout
+            f"{remote.script(runtimes.DAEMONS, ())}; {remote.node(sysfs)}", timeout=timeout
         )
-        report = remote.parse(out.read().decode(errors="replace"))
+        report = remote.parse(out.read(1 << 20).decode(errors="replace"))
         return Finding(name, "ssh", True, f"{user}@{target}:{port} answers; {report.summary()}")
     except (OSError, paramiko.SSHException) as exc:
         failure = _failure_of(exc)
@@ -175,6 +178,7 @@ def _login(
             private_key=key,
             host_key=rec.host_key,
             timeout=left,
+            sysfs=config.sysfs,
         )
     )
     return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from mpi_bootstrap.core import remote
+from mpi_bootstrap.core import nccl, remote
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import PeerUnavailableError
 from mpi_bootstrap.core.liveness import Claimed
@@ -81,8 +81,8 @@ def across(job: Job) -> None:
 
 
 def nccl_job(config: Config, env: Mapping[str, str]) -> bool:
-    """Where each worker reports its node: node checks on, and NCCL_* in the job's env."""
-    return bool(config.node_checks) and any(k.startswith("NCCL_") for k in env)
+    """Where each worker reports its node (launcher/nodecheck.py nccl_job)."""
+    return nodecheck.nccl_job(config.node_checks, env)
 
 
 def nodes(job: Job) -> None:
@@ -96,7 +96,8 @@ def nodes(job: Job) -> None:
     if here and nccl_job(job.config, job.env):  # the workers reported theirs
         out = children.capture(["sh", "-c", remote.node(job.config.sysfs)], job.env, 10)[1]
         job.nodes[here[0]] = remote.parse(out)
-    bad, warn = nodecheck.problems(job.nodes, slots, job.env, on)
+    rule = nccl.Rule(job.p.data_value, "the ranks'")  # what NCCL_SOCKET_IFNAME they get
+    bad, warn = nodecheck.problems(job.nodes, slots, job.env, on, rule)
     for w in warn:
         job.log("node check", level="warning", reason=w)
     if bad:

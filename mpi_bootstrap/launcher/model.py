@@ -102,3 +102,14 @@ class Plan:
         env = {k: v for k, v in public(environ).items() if k not in self.env_set}
         env.update(self.env_set)
         return env
+
+
+def supervision(is_pid1: bool, exec_requested: bool) -> tuple[str, str]:
+    """(mode, reason) for --explain: how the child will be run."""
+    if exec_requested:
+        return "exec", "--exec: the agent is replaced by mpirun (for images that run tini)"
+    if is_pid1:
+        return "pid1", "the agent is PID 1: it supervises mpirun, forwards signals, reaps"
+    return "subreaper", (
+        "not PID 1: the agent becomes a child subreaper so orphans are still reaped"
+    )

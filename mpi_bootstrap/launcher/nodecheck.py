@@ -6,8 +6,10 @@ Pure: the launch raises what `problems` finds (exit 69)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Mapping, Sequence
 
+from mpi_bootstrap.core import nccl
 from mpi_bootstrap.core.errors import shown, some
 from mpi_bootstrap.core.model import Decision
 from mpi_bootstrap.core.remote import Report
@@ -37,11 +39,19 @@ IMEX = "/dev/nvidia-caps-imex-channels/"
 
 
 def problems(
-    nodes: Mapping[str, Report], slots: Mapping[str, int], env: Mapping[str, str], on: set[str]
+    nodes: Mapping[str, Report],
+    slots: Mapping[str, int],
+    env: Mapping[str, str],
+    on: set[str],
+    rule: nccl.Rule | None = None,
 ) -> tuple[list[tuple[str, str]], list[str]]:
-    """(host, what is wrong and the fix) for each failed check of `on`, and warnings."""
+    """(host, what is wrong and the fix) for each failed check of `on`, and warnings.
+    `rule`: the NCCL_SOCKET_IFNAME the ranks get (core/nccl.py), which says which of
+    each worker's interfaces NCCL uses: only the RDMA ports behind those are judged
+    (None: every port reported)."""
     bad: list[tuple[str, str]] = []
     warn: list[str] = []
+    nodes = {h: _behind(r, rule) for h, r in nodes.items()}
     for host, r in sorted(nodes.items()):
         bad += [(host, why) for why in _one(host, r, slots.get(host, 1), env, on, warn)]
     found = {h: r.nccl for h, r in nodes.items() if r.nccl}
@@ -60,7 +70,7 @@ def problems(
         warn.append(f"no libnccl.so.2 on {some(sorted(set(nodes) - set(found)))}")
     kinds: dict[str, list[str]] = {}
     for h, r in sorted(nodes.items()):
-        for port, gid, kind in r.gids:
+        for _, port, gid, kind in r.gids:
             if gid.strip("0:-"):
                 kinds.setdefault(kind, []).append(f"{h} {port}")
     if "rdma" in on and len(kinds) > 1:
@@ -71,6 +81,19 @@ def problems(
             f"workers: {'; '.join(each)}; NCCL connects like to like only: {GID_FIX}"
         )))  # fmt: skip
     return bad, warn
+
+
+def _behind(r: Report, rule: nccl.Rule | None) -> Report:
+    """The report with only the RDMA ports (and GIDs) behind the interfaces NCCL uses on
+    that worker, by the one rule the ranks get: NCCL's own when unset (core/nccl.py)."""
+    if rule is None:
+        return r
+    used = set(rule.select(r.ifaces)[0])
+    return dataclasses.replace(
+        r,
+        ports=tuple(p for p in r.ports if p[0] in used),
+        gids=tuple(g for g in r.gids if g[0] in used),
+    )
 
 
 def _one(  # noqa: PLR0917 - one worker's facts, and what it is judged by
@@ -100,12 +123,12 @@ def _one(  # noqa: PLR0917 - one worker's facts, and what it is judged by
             f"{host}: RDMA port {shown(port)} behind the data NIC is {shown(state)}: NCCL "
             f"cannot use it; check its link (ibstat), or leave {shown(port.split('/')[0])} out "
             "of NCCL_IB_HCA"
-            for port, state in r.ports
+            for _, port, state in r.ports
             if state != "ACTIVE"
         ] + [
             f"{host}: NCCL_IB_GID_INDEX={env.get('NCCL_IB_GID_INDEX')} is empty on {shown(port)}: "
             f"NCCL cannot connect there; {GID_FIX}"
-            for port, gid, _ in r.gids
+            for _, port, gid, _ in r.gids
             if not gid.strip("0:-")
         ]
     if "imex" in on and r.imex == 0 and env.get("NCCL_MNNVL_ENABLE") == "1":
@@ -118,7 +141,15 @@ def _one(  # noqa: PLR0917 - one worker's facts, and what it is judged by
     return bad
 
 
-def decision(on: tuple[str, ...], source: str, preflight: bool) -> Decision:
+def nccl_job(on: Sequence[str], env: Mapping[str, str]) -> bool:
+    """Where each worker reports its node: node checks on, and NCCL_* in the job's env."""
+    return bool(on) and any(k.startswith("NCCL_") for k in env)
+
+
+def decision(on: tuple[str, ...], source: str, preflight: bool, nccl_env: bool) -> Decision:
+    if on and preflight and not nccl_env:
+        why = "none runs: the job's environment has no NCCL_* variable (the checks are NCCL's)"
+        return Decision("node checks", "off", source, why)
     why = (
         "each worker's preflight session reports /dev/shm, the libnccl.so.2 its ranks "
         "load, its GPUs, RDMA ports and IMEX channels; /dev/shm too small for NCCL's "

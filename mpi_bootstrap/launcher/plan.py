@@ -17,7 +17,7 @@ from mpi_bootstrap.core.errors import ConfigError
 from mpi_bootstrap.core.exchanges import MADE, SHARED
 from mpi_bootstrap.core.model import Answer, Decision, PlannedFile
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
-from mpi_bootstrap.launcher import dataplan, mpi, nodecheck
+from mpi_bootstrap.launcher import dataplan, model, mpi, nodecheck
 from mpi_bootstrap.launcher.model import Gathered, HostEntry, Plan
 from mpi_bootstrap.launcher.sshplan import control_dir, launch_gate, ssh_setup
 
@@ -146,9 +146,12 @@ def _launch(
     )
 
 
-def _run_decisions(config: Config, facts: Gathered) -> tuple[bool, list[Decision]]:
-    """How mpirun is supervised, and whether the workers are checked first."""
-    how, why = supervision(facts.is_pid1, config.exec)
+def _run_decisions(
+    config: Config, facts: Gathered, data: dataplan.DataPlan
+) -> tuple[bool, list[Decision]]:
+    """How mpirun is supervised, and whether the workers (and their nodes: an NCCL job's,
+    whose environment has NCCL_*, the agent's NCCL_SOCKET_IFNAME included) are checked."""
+    how, why = model.supervision(facts.is_pid1, config.exec)
     if how != "exec":
         why += (
             f"; after mpirun exits, leftovers get SIGTERM, then SIGKILL after "
@@ -169,7 +172,12 @@ def _run_decisions(config: Config, facts: Gathered) -> tuple[bool, list[Decision
             if not config.preflight
             else "no remote workers (all ranks local)",
         ),
-        nodecheck.decision(config.node_checks, str(config.source("node_checks")), preflight),
+        nodecheck.decision(
+            config.node_checks,
+            str(config.source("node_checks")),
+            preflight,
+            data.rule.by_agent or nodecheck.nccl_job(config.node_checks, facts.environ),
+        ),
     ]
 
 
@@ -229,7 +237,7 @@ def _plan(config: Config, facts: Gathered) -> Plan:
     entries = [e.own_named(remote, facts.own_name) for e in entries]
     text, form = _hostfile(config, facts, entries)
     data = data_plan(config, facts)
-    preflight, run_decisions = _run_decisions(config, facts)
+    preflight, run_decisions = _run_decisions(config, facts, data)
     control, reuse = control_dir(config, facts, preflight)
     ssh = ssh_setup(config, facts, entries, control)
     local = tuple(e.rewritten_to for e in entries if e.rewritten_to not in remote)
@@ -383,14 +391,3 @@ def host_entries(
             ])  # fmt: skip
         entries.append(HostEntry(host.name, address, host.slots, new, host.line))
     return entries
-
-
-def supervision(is_pid1: bool, exec_requested: bool) -> tuple[str, str]:
-    """(mode, reason) for --explain: how the child will be run."""
-    if exec_requested:
-        return "exec", "--exec: the agent is replaced by mpirun (for images that run tini)"
-    if is_pid1:
-        return "pid1", "the agent is PID 1: it supervises mpirun, forwards signals, reaps"
-    return "subreaper", (
-        "not PID 1: the agent becomes a child subreaper so orphans are still reaped"
-    )
