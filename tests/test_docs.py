@@ -5,6 +5,7 @@ a page a newcomer reads (at most 15 KB)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,28 @@ def test_every_cited_test_exists() -> None:
             elif test and test not in _defined(root / module):
                 missing.append(f"{name}: {module}::{test}")
     assert missing == []
+
+
+# A section of docs/ the package cites: `docs/PAGE.md, "Section"` (a comma or not); its
+# quotes may close on the next line of a comment or string.
+DOCS_CITE = re.compile(r'(docs/[a-z-]+\.md),?\s+"([^"]+)"')
+
+
+def test_every_docs_section_the_package_cites_resolves() -> None:
+    """Every `docs/PAGE.md, "Section"` the package's code cites names a section of that
+    page — a heading, or a paragraph or item led by the section's name in bold: a
+    docstring that points to the docs instead of restating them must point somewhere."""
+    missing = []
+    for path in sorted((ROOT / "mpi_bootstrap").rglob("*.py")):
+        text = re.sub(r"[\"']?\s*\n\s*(#\s*)?[\"']?", " ", path.read_text(encoding="utf-8"))
+        for page, section in DOCS_CITE.findall(text):
+            lines = (ROOT / page).read_text(encoding="utf-8").splitlines()
+            headings = {line.lstrip("#").strip() for line in lines if line.startswith("#")}
+            led = {
+                m[1].rstrip(".:").split(" (")[0]
+                for line in lines
+                if (m := re.match(r"\s*(?:- )?\*\*([^*]+)\*\*", line))
+            }
+            if section not in headings | led:
+                missing.append(f"{path.relative_to(ROOT)}: {page}, {section!r}")
+    assert not missing, "\n".join(missing)
