@@ -124,3 +124,21 @@ def test_no_import_cycle() -> None:
     for start in graph:
         walk(start, [start])
     assert not cycles, "\n".join(" -> ".join((*c, c[0])) for c in sorted(cycles))
+
+
+def test_the_resident_pid1_starts_lean() -> None:
+    """The resident PID 1 imports, to start, none of what it needs only at a job's end or
+    in another role: the failure explainer and its tables (the MPIs' runtimes), liveness
+    and hashlib's OpenSSL (4 MiB alone); with them it held 17.6 MiB while a job ran,
+    without 13.2 (docs/benchmarks.md, "PID 1's memory")."""
+    import sys
+
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
+        "from mpi_bootstrap.pid1.resident import main; print(' '.join(sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    loaded = set(done.stdout.split())
+    heavy = {"mpi_bootstrap.core.failures", "mpi_bootstrap.core.runtimes", "hashlib", "_hashlib"}
+    assert not loaded & heavy, sorted(loaded & heavy)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mpi_bootstrap.core import failures
 from mpi_bootstrap.core.errors import MEANINGS, ExitStatus
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.pid1.output import Output
@@ -29,6 +28,11 @@ class Verdict:
         """The main child ended with `code`, having said `tail`: explain a known failure
         (core/failures.py) and return the agent's code. A 0 stays 0, unless mpirun said
         it lost a worker: Open MPI 5 then exits 0 although the ranks there are gone."""
+        # Imported once the job has ended: the explainer's tables (the MPIs' runtimes,
+        # liveness and with it hashlib's OpenSSL) kept the resident PID 1 about 5 MiB
+        # larger for the whole job (docs/benchmarks.md, "PID 1's memory").
+        from mpi_bootstrap.core import failures
+
         found = failures.explain(tail.decode("utf-8", "replace"), stop=stop)
         if found is None or (code == 0 and found.signature != failures.WORKER_LOST):
             return code
