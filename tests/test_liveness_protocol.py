@@ -312,3 +312,32 @@ class TestSilentLauncher:
         finally:
             w.udp.close()
             os.close(control.fd)
+
+
+class TestControlFraming:
+    """The control FIFO's lines are whole writes: bytes another writer left without a
+    newline (security review 5, finding 5b: one byte glued to a new launcher's claim,
+    which was refused and never answered) cannot spoil the next request."""
+
+    def test_a_stray_write_does_not_eat_the_next_request(self, tmp_path: Path) -> None:
+        from mpi_bootstrap.pid1.control import Control
+
+        fifo = tmp_path / "control"
+        os.mkfifo(fifo, 0o600)
+        said: list[str] = []
+        control = Control(str(fifo), lambda event, /, **_: said.append(event), {})
+        got: list[list[str]] = []
+        control.verbs["claim"] = lambda words: got.append(words) or None
+        writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        try:
+            os.write(writer, b"X")
+            control.read()
+            os.write(writer, b"claim KEY 30 1234\n")
+            control.read()
+            os.write(writer, b"junkclaim K2 30 99\n")
+            control.read()
+        finally:
+            os.close(writer)
+            os.close(control.fd)
+        assert got == [["KEY", "30", "1234"], ["K2", "30", "99"]]
+        assert said.count("control resynced") == 2
