@@ -664,3 +664,40 @@ class TestControlFifo:
             holds_for(lambda: bystander.poll() is None, 1, "the bystander running")
             assert not logs.named(w.stderr(), "ended launch"), w.stderr()
             assert not logs.named(w.stderr(), "claimed"), w.stderr()
+
+
+@pytest.mark.parametrize("real_mpi", ["mpich"], indirect=True)
+class TestClaimWriter:
+    """A claim is what it says: a writer outside the worker's PID namespace (a sidecar
+    sharing its state directory, of the agent's user) that names a PID of the pod below
+    its sshd ends nothing (security review 5, finding 5a: it named a process of the
+    running launch's session, whose daemon and rank were ended, and the launcher exited
+    75)."""
+
+    def test_a_claim_naming_another_pid_ends_nothing(self, world: World) -> None:
+        launcher = world.launcher(steps=60)
+        world.running(launcher)
+        w = world.workers[0]
+        # MPICH's proxy keeps its ssh session for the whole job: a process below sshd
+        proxy = next(p for p in w.pod.netns.pids() if _comm(p) == "hydra_pmi_proxy")
+        status = Path(f"/proc/{proxy}/status").read_text().splitlines()
+        pid = int(next(s for s in status if s.startswith("NSpid:")).split()[-1])  # the pod's
+        state = world.job.state(w.pod.name)
+        os.mkfifo(state / f"control-{pid}.out", 0o600)  # where the forger reads the answer
+        answer = os.open(state / f"control-{pid}.out", os.O_RDWR | os.O_NONBLOCK)
+        try:
+            with open(state / "control", "w") as fifo:
+                fifo.write(f"claim {secrets.token_hex(32)} 30 {pid}\n")
+            w.wait_event("claim refused", pid=pid)
+        finally:
+            os.close(answer)
+        code, _, err = launcher.finish(timeout=120)
+        assert code == 0, err
+        assert not logs.named(w.stderr(), "ended launch"), w.stderr()
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""

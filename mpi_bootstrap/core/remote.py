@@ -97,12 +97,14 @@ def claim() -> str:
     """The claim, before the check. Its key and the launcher's liveness bound travel on
     stdin and through the FIFO (echo is the shell's own: no process's argv ever holds
     the key); the answer comes back on a FIFO of this session's own, opened read-write
-    first so that PID 1's non-blocking open finds a reader."""
+    first so that PID 1's non-blocking open finds a reader. The shell holds the control
+    FIFO open until it is answered: PID 1 takes a claim only from the PID that does
+    (pid1/watch.py; the kernel's word, not the line's)."""
     return (
         f'C="${{{CONTROL_ENV}:-}}"; read -r k b; '
         'if [ -p "$C" ] && o="${C%/*}/control-$$.out" && mkfifo -m 600 "$o" '
-        '2>/dev/null && exec 4<>"$o"; then echo "claim $k $b $$" >"$C"; k=; '
-        'IFS= read -r a <&4; exec 4<&-; rm -f "$o"; echo "CLAIM $a"; '
+        '2>/dev/null && exec 4<>"$o" && exec 5>"$C"; then echo "claim $k $b $$" >&5; k=; '
+        'IFS= read -r a <&4; exec 4<&- 5>&-; rm -f "$o"; echo "CLAIM $a"; '
         'else k=; echo "CLAIM none"; fi'
     )
 

@@ -97,3 +97,24 @@ def say(pid: int, text: bytes) -> None:
                 os.write(fd, text)
         finally:
             os.close(fd)
+
+
+def holds(pid: int, path: str) -> bool:
+    """Whether process `pid` has the file at `path` open for writing (its /proc fd links
+    and their flags): the kernel's word on who wrote to a FIFO, where the writer's own
+    line names a PID."""
+    try:
+        want = os.stat(path)
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError, ValueError):
+            st = os.stat(f"/proc/{pid}/fd/{fd}")
+            if (st.st_dev, st.st_ino) != (want.st_dev, want.st_ino):
+                continue
+            with open(f"/proc/{pid}/fdinfo/{fd}") as fh:
+                flags = int(next(ln for ln in fh if ln.startswith("flags:")).split()[1], 8)
+            if flags & (os.O_WRONLY | os.O_RDWR):
+                return True
+    return False

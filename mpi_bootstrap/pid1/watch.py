@@ -143,6 +143,14 @@ class WatchService:
             self.log("claim refused", level="warning", pid=pid, error="not an ssh session")
             self.reply(fd, "refused: not an ssh session of this pod")
             return
+        if not tree.holds(pid, os.path.join(self.state, "control")):
+            # The PID is the line's word: the claiming session holds the FIFO open until
+            # it is answered (core/remote.py `claim`). A writer outside this pod's PID
+            # namespace named another session's PID, and its claim ended the healthy
+            # launch (security review 5, finding 5a: tests/test_liveness.py).
+            self.log("claim refused", level="warning", pid=pid, error="not the writer")
+            self.reply(fd, "refused: that PID did not write the claim")
+            return
         sid = lv.session_id(key)
         sweep(self.state)
         if sid == self.sid:
