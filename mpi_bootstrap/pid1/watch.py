@@ -137,7 +137,7 @@ class WatchService:
             with contextlib.suppress(OSError):
                 os.unlink(reply)
         table = tree.parents()
-        if not any(tree.name(p) == "sshd" for p in tree.ancestors(pid, table)[1:]):
+        if self.sshd() not in tree.ancestors(pid, table)[1:]:  # the sshd the agent started
             # Only an ssh session of this pod claims (the FIFO is in this pod's state
             # directory, which its PID 1 holds: system/files.py `hold`).
             self.log("claim refused", level="warning", pid=pid, error="not an ssh session")
