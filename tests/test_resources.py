@@ -98,3 +98,14 @@ def test_unasked_resource_fails_naming_its_fixture(tmp_path: Path) -> None:
             assert said[test] == "", said[test]
         else:
             assert "Unasked" in said[test] and f"the `{fixture}` fixture" in said[test], said
+
+
+def test_timing_sensitive_tests_share_one_group() -> None:
+    """The tests that measure against a bound run one after another on one xdist worker
+    (`timing`), the container tier on another group of its own; the rest anywhere."""
+    from tests.support import resources
+
+    assert resources.group("tests/test_liveness.py::TestLostWorker::test_x", None) == "timing"
+    assert resources.group("tests/test_soak.py::test_twelve_launches[dir]", None) == "timing"
+    assert resources.group("tests/test_container.py::test_x", object()) == "container"
+    assert resources.group("tests/test_cli.py::test_x", None) is None

@@ -73,6 +73,10 @@ def need(resource: str, what: str) -> None:
 # per session of a worker), and the modules whose tests share an expensive fixture of
 # module or class scope, built once there instead of on each worker.
 SHARED = ("tests/test_datacheck_attacks.py", "tests/test_realmpi.py", "tests/test_mpi.py")
+# Tests that measure time against a bound (a lost worker named within it, a silent
+# launcher after it, launches in a row): one after another on one worker, never two of
+# them beside each other on this 2-core machine's two workers.
+TIMING = ("tests/test_liveness.py", "tests/test_soak.py")
 
 
 def group(nodeid: str, container: object) -> str | None:
@@ -80,4 +84,6 @@ def group(nodeid: str, container: object) -> str | None:
     if container is not None:
         return "container"
     module = nodeid.split("::", 1)[0]
+    if module in TIMING:
+        return "timing"
     return module if module in SHARED else None
