@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from mpi_bootstrap.core import nccl
+from mpi_bootstrap.core import nccl, nodechecks
 from mpi_bootstrap.core.errors import shown, some
 from mpi_bootstrap.core.model import Decision
 from mpi_bootstrap.core.remote import Report
@@ -150,12 +150,10 @@ def decision(on: tuple[str, ...], source: str, preflight: bool, nccl_env: bool) 
     if on and preflight and not nccl_env:
         why = "none runs: the job's environment has no NCCL_* variable (the checks are NCCL's)"
         return Decision("node checks", "off", source, why)
+    fails = "; ".join(c.short for c in nodechecks.CHECKS if c.name in on)
     why = (
-        "each worker's preflight session reports /dev/shm, the libnccl.so.2 its ranks "
-        "load, its GPUs, RDMA ports and IMEX channels; /dev/shm too small for NCCL's "
-        "buffers, NCCL versions that differ, more slots than GPUs, a port not ACTIVE, a "
-        "pinned GID empty or of another kind, NCCL_MNNVL_ENABLE=1 without an IMEX channel: "
-        'exit 69 before any rank (docs/configuration.md, "Node checks")'
+        f"each worker's preflight session reports its node; {fails}: exit 69 before any "
+        'rank (docs/configuration.md, "Node checks")'
         if on and preflight
         else "needs preflight's ssh sessions"
         if on

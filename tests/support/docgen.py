@@ -408,9 +408,20 @@ def mpi_part() -> str:
 
 # ---------------------------------------------------------------- the page
 
+
+def nodechecks_part() -> str:
+    """The node checks' table, from core/nodechecks.py's one row each."""
+    from mpi_bootstrap.core import nodechecks
+
+    rows = [(_code(c.name), c.reports, c.fails, c.fix) for c in nodechecks.CHECKS]
+    head = ("check", "what the worker reports", "fails (69) when", "the fix")
+    return _table(head, rows) + "\n"
+
+
 PARTS: Mapping[str, tuple[str, Callable[[], str]]] = {
     "settings": ("mpi_bootstrap/core/settings/ and core/helptext.py", settings_part),
     "mpi": ("mpi_bootstrap/core/runtimes/", mpi_part),
+    "nodechecks": ("mpi_bootstrap/core/nodechecks.py", nodechecks_part),
 }
 
 

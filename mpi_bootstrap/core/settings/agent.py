@@ -3,12 +3,13 @@ exchange and ssh, the data check, its own files and logs. Pure."""
 
 from __future__ import annotations
 
+from mpi_bootstrap.core import nodechecks
 from mpi_bootstrap.core import values as v
 from mpi_bootstrap.core.exchanges import EXCHANGES
 from mpi_bootstrap.core.settings.base import LOG_FORMATS, LOG_LEVELS, SECRET_SSHD_PORT, Setting
 from mpi_bootstrap.core.termination import DEFAULT_PATH as DEFAULT_TERMINATION_LOG
 
-NODE_CHECKS = ("shm", "nccl", "gpus", "rdma", "imex")
+NODE_CHECKS = nodechecks.NAMES  # core/nodechecks.py, the one table of the checks
 ROWS: tuple[Setting, ...] = (
     Setting(
         "exec",
@@ -195,7 +196,7 @@ ROWS: tuple[Setting, ...] = (
         NODE_CHECKS,
         v.subset(NODE_CHECKS),
         "before any rank starts, check each worker's node (docs/configuration.md, \"Node "
-        'checks"): shm, nccl, gpus, rdma, imex; comma separated, empty: none',
+        f'checks"): {", ".join(NODE_CHECKS)}; comma separated, empty: none',
     ),
     Setting(
         "sysfs",
