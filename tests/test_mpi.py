@@ -123,7 +123,7 @@ CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "AKIAABCDEFGHIJKLMNOP", "AWS_SECRET_ACCESS_KEY": "x",
     "AWS_SESSION_TOKEN": "x", "SSH_PRIVATE_KEY": "x",
     "TLS_CERT": "-----BEGIN CERTIFICATE-----\nMIIB", "ID_JWT": "eyJhbGciOi.eyJzdWIiOi.sig",
-    "SESSION_COOKIE": "x", "MY_CREDENTIALS": "x",
+    "SESSION_COOKIE": "x", "MY_CREDENTIALS": "x", "UPSTREAM_HEADER": "Basic dXNlcjpwYXNz",
 }  # fmt: skip
 
 
@@ -219,5 +219,6 @@ class TestForwarding:
         from mpi_bootstrap.core.log import redact
 
         keys = {"hf_token": "x", "url": CREDENTIALS["DATABASE_URL"], "host_key": "ssh-ed25519",
-                "authorized_keys": "/x", "path": "/etc/mpi/hostfile"}  # fmt: skip
+                "authorized_keys": "/x", "path": "/etc/mpi/hostfile", "event": "token exposed",
+                "reason": "MPI_BOOTSTRAP_TOKEN is in the environment: use a file"}  # fmt: skip
         assert redact(dict(keys)) == {**keys, "hf_token": "[redacted]", "url": "[redacted]"}

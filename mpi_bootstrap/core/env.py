@@ -59,7 +59,7 @@ SECRET_VALUES = (
         re.compile(r"(?i)(account|shared_?access)key=|[?&;]sig=|(^|;)\s*(password|pwd)="),
         "a connection string's key or password",
     ),
-    (re.compile(r"(?i)^\s*(bearer|basic|token)\s+\S"), "an HTTP authorization"),
+    (re.compile(r"(?i)^\s*(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}\s*$"), "an HTTP authorization"),
     (re.compile(r"-----BEGIN [A-Z0-9 ]*-----"), "a PEM block"),
     (re.compile(r"eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\."), "a JSON web token"),
     (

@@ -32,6 +32,8 @@ def redact(keys: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     looks like a credential (in place; returned): the rule that also keeps such a
     variable from the ranks (core/env.py looks_secret, secret_value)."""
     for key, value in list(keys.items()):
+        if key == "event":  # the agent's own words ("token exposed"), never a secret
+            continue
         if looks_secret(key) or (isinstance(value, str) and secret_value(value)):
             keys[key] = "[redacted]"
     return keys
