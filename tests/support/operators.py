@@ -289,13 +289,14 @@ def trainjob_pods(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> li
     return pods
 
 
-def _key() -> dict[str, bytes]:
-    """An operator's generated ssh key: ECDSA P-521, PEM `EC PRIVATE KEY` (MPI Operator's
-    and Trainer's alike), as the Secret's private and public halves."""
+def _key(kind: str = "ecdsa", bits: int = 521) -> dict[str, bytes]:
+    """An operator's generated ssh key in PEM, as the Secret's private and public halves:
+    ECDSA P-521 (`EC PRIVATE KEY`: MPI Operator's and Trainer's alike), or Volcano's ssh
+    plugin's RSA 2048 (`RSA PRIVATE KEY`: ssh.go generateRsaKey)."""
     with tempfile.TemporaryDirectory() as d:
         key = os.path.join(d, "id_rsa")
         subprocess.run(
-            ["ssh-keygen", "-q", "-t", "ecdsa", "-b", "521", "-m", "PEM", "-N", "", "-f", key],
+            ["ssh-keygen", "-q", "-t", kind, "-b", str(bits), "-m", "PEM", "-N", "", "-f", key],
             check=True,
         )
         return {"private": Path(key).read_bytes(), "public": Path(key + ".pub").read_bytes()}
@@ -383,17 +384,6 @@ def mpijob_pods(mpijob: Mapping[str, Any], objects: Mapping[str, Any]) -> list[P
     return pods
 
 
-def _rsa() -> dict[str, bytes]:
-    """Volcano's ssh plugin key: RSA 2048, PEM `RSA PRIVATE KEY` (ssh.go generateRsaKey)."""
-    with tempfile.TemporaryDirectory() as d:
-        key = os.path.join(d, "id_rsa")
-        subprocess.run(
-            ["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-m", "PEM", "-N", "", "-f", key],
-            check=True,
-        )
-        return {"private": Path(key).read_bytes(), "public": Path(key + ".pub").read_bytes()}
-
-
 def volcano_pods(job: Mapping[str, Any]) -> list[PodSpec]:
     """The pods of a Volcano Job with the `svc` and `ssh` plugins (volcano-sh/volcano
     ed72c7c, pkg/controllers/job/plugins/): pods `<job>-<task>-<i>` (helpers.go
@@ -417,7 +407,7 @@ def volcano_pods(job: Mapping[str, Any]) -> list[PodSpec]:
         svc[f"{key}.host"] = "\n".join(names)
         svc[f"VC_{key.upper()}_HOSTS"] = ",".join(names)
         svc[f"VC_{key.upper()}_NUM"] = str(len(names))
-    key = _rsa()
+    key = _key("rsa", 2048)
     config = "StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\n" + "".join(
         f"Host {h.split('.')[0]}\n  HostName {h}\n  Port 22\n" for names in hosts.values()
         for h in names
