@@ -84,7 +84,7 @@ class Session:
         `check.then`, the session is kept once the check has reported (code 0) rather
         than awaited. What it prints is read up to REPORT_LIMIT bytes: past that the
         session is ended and the worker fails (TOO_LONG; a worker's login shell printed
-        300 MiB into the launcher's memory: tests/test_preflight.py)."""
+        300 MiB into the launcher's memory: tests/test_report_budget.py)."""
         quick = (
             ["-o", f"ConnectTimeout={BANNER_S}", "-o", "ConnectionAttempts=1"]
             if self.expect_sshd and not self.awaited
