@@ -8,6 +8,9 @@ that fails its check ends the launch, 69, naming it, with no rank run and nothin
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import pytest
 
 from tests.conftest import AGENT, RealMPI
 from tests.support import logs, ranks
-from tests.support.cluster import Cluster
+from tests.support.cluster import REPO, Cluster
 from tests.support.job import Agent, Job, pod_processes
 from tests.support.ranks import DAEMONS, hide, left
 from tests.support.wait import holds_for, wait_until
@@ -136,6 +139,45 @@ class TestAsTheyCome:
             assert list(marks.iterdir()) == [], "a rank ran before every check passed"
             if real_mpi.vendor == "mpich":  # mpirun waits for every check: never started
                 assert logs.named(err, "mpirun waits") and not logs.named(err, "mpirun start")
+            wait_until(lambda: not left(c), 20, lambda: f"the job's processes gone: {left(c)}")
+
+    @pytest.mark.parametrize("real_mpi", ["openmpi4", "openmpi5", "mpich"], indirect=True)
+    def test_a_second_answer_naming_this_pod(
+        self, real_mpi: RealMPI, work: Path, marker: tuple[Path, Path]
+    ) -> None:
+        """The launcher's nameserver answers worker-1's name with worker-1's address once
+        (the agent's lookup) and with the launcher's own after (mpirun's: a stale record,
+        a racing answer; tests/support/twofaced.py). worker-1 never comes up. mpirun must
+        not take worker-1 for this pod and start its ranks here without ssh: no rank runs
+        anywhere, and the launch ends 69 naming worker-1 (SECURITY.md 32; before, ORTE ran
+        ranks here and on worker-0, and hydra here at once)."""
+        prog, marks = marker
+        with Cluster(["job-launcher", *W3[:2]], dns=True, pid1=True) as c:
+            launcher_pod = c.pods[0]
+            records = {c.fqdn(p.name): p.address for p in c.pods}
+            target = c.fqdn(W3[1])
+            server = subprocess.Popen(
+                ["ip", "netns", "exec", launcher_pod.netns.name, sys.executable, "-m",
+                 "tests.support.twofaced", "127.0.0.53", target, launcher_pod.address,
+                 json.dumps(records)],
+                cwd=REPO, stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            c.on_close(lambda: (server.kill(), server.wait()))
+            assert server.stdout is not None and server.stdout.readline() == "ready\n"
+            launcher_pod.netns.write_etc(
+                "resolv.conf",
+                "search default.svc.cluster.local svc.cluster.local cluster.local\n"
+                "nameserver 127.0.0.53\noptions ndots:5 timeout:1 attempts:2\n",
+            )
+            job = Job(c, work, real_mpi)
+            w0 = Agent(c, c.pods[1], [AGENT, "worker"], job.env(c.pods[1]))
+            job.workers.append(w0)
+            job.wait_ready(w0)
+            launcher = job.launcher([str(prog)], slots=1, names=W3[:2], MPI_DNS_WAIT_SECONDS="20")
+            code, _, err = launcher.finish(timeout=120)
+            assert list(marks.iterdir()) == [], f"ranks ran: {sorted(marks.iterdir())}\n{err}"
+            assert code == 69, err
+            assert "job-worker-1" in err, err
             wait_until(lambda: not left(c), 20, lambda: f"the job's processes gone: {left(c)}")
 
 

@@ -28,8 +28,8 @@ from mpi_bootstrap.core.model import Answer, Decision
 from mpi_bootstrap.core.names import is_ip_literal
 from mpi_bootstrap.dataplane import probe as dataprobe
 from mpi_bootstrap.launcher import mpi as mpimod
+from mpi_bootstrap.launcher.hosts import host_entries
 from mpi_bootstrap.launcher.model import Gathered
-from mpi_bootstrap.launcher.plan import host_entries
 from mpi_bootstrap.proc import children
 from mpi_bootstrap.proc.spawn import resolve
 from mpi_bootstrap.ssh import peers

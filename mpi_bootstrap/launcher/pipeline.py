@@ -19,8 +19,9 @@ from mpi_bootstrap.core.errors import NotSetUpError, PeerUnavailableError, some
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.launcher import checks, dataplan, execute, gather
 from mpi_bootstrap.launcher.arrivals import Arrivals, Event
+from mpi_bootstrap.launcher.hosts import host_entries
 from mpi_bootstrap.launcher.model import Gathered, Plan
-from mpi_bootstrap.launcher.plan import build_plan, changes, data_plan, host_entries
+from mpi_bootstrap.launcher.plan import build_plan, changes, data_plan
 from mpi_bootstrap.launcher.session import Session, failure, release, wait_sshd
 from mpi_bootstrap.launcher.sshplan import ssh_setup
 from mpi_bootstrap.ssh import datacheck

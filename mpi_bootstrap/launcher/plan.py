@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Mapping
 
 from mpi_bootstrap.core import gate, nccl, records
-from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
-from mpi_bootstrap.core.errors import ConfigError
 from mpi_bootstrap.core.exchanges import MADE, SHARED
-from mpi_bootstrap.core.model import Answer, Decision, PlannedFile
+from mpi_bootstrap.core.model import Decision, PlannedFile
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
-from mpi_bootstrap.launcher import dataplan, model, mpi, nodecheck
-from mpi_bootstrap.launcher.model import Gathered, HostEntry, Plan
+from mpi_bootstrap.launcher import dataplan, hosts, model, mpi, nodecheck
+from mpi_bootstrap.launcher.model import Gathered, Plan
 from mpi_bootstrap.launcher.sshplan import control_dir, launch_gate, ssh_setup
 
 
@@ -84,15 +81,6 @@ def _control(config: Config, facts: Gathered) -> Decision:
     )
 
 
-def _hostfile(config: Config, facts: Gathered, entries: list[HostEntry]) -> tuple[str, Decision]:
-    """The hostfile mpirun reads (its names as planned, in its MPI's form), and why."""
-    hosts = hf.rename(facts.hostfile, {e.name: e.rewritten_to for e in entries})
-    form = facts.mpi.runtime.hostfile_form
-    return hf.render(hosts, form), Decision(
-        "hostfile form", form, "detected", f"the form {facts.mpi.vendor} reads"
-    )
-
-
 def _data_check(config: Config, data: dataplan.DataPlan, preflight: bool) -> Decision:
     nics = ", ".join(dict.fromkeys(n for nics in data.probe.values() for n in nics))
     why = (
@@ -119,6 +107,7 @@ def _launch(
     rdma: tuple[tuple[str, str], ...] = (),
     ssh_gate: str | None = None,
     local: tuple[str, ...] = (),
+    by_name: tuple[str, ...] = (),
 ) -> mpi.LaunchSpec:
     return mpi.build(
         mpi.LaunchFacts(
@@ -142,6 +131,7 @@ def _launch(
             rdma=rdma,
             ssh_gate=ssh_gate,
             local_hosts=local,
+            by_name=by_name,
         )
     )
 
@@ -232,17 +222,18 @@ def _first(config: Config, facts: Gathered, final: Plan) -> Decision:
 
 
 def _plan(config: Config, facts: Gathered) -> Plan:
-    entries = host_entries(config, facts.hostfile, facts.answers)
+    entries = hosts.host_entries(config, facts.hostfile, facts.answers)
     remote = set(facts.remote)  # not the tuple: `in` it for each of 4,096 hosts took 50 ms
     entries = [e.own_named(remote, facts.own_name) for e in entries]
-    text, form = _hostfile(config, facts, entries)
+    text, form = hosts.hostfile(facts, entries, remote)
     data = data_plan(config, facts)
     preflight, run_decisions = _run_decisions(config, facts, data)
     control, reuse = control_dir(config, facts, preflight)
     ssh = ssh_setup(config, facts, entries, control)
     local = tuple(e.rewritten_to for e in entries if e.rewritten_to not in remote)
+    by_name = hosts.by_name(facts, entries, remote)
     spec, check, (mode, gate_files, gate_decision) = _mpirun(
-        config, facts, local, data, preflight=preflight, ssh_cmd=ssh.command
+        config, facts, (local, by_name), data, preflight=preflight, ssh_cmd=ssh.command
     )
     pipeline, order = _order(config, mode)
     decisions = (
@@ -293,19 +284,27 @@ def _plan(config: Config, facts: Gathered) -> Plan:
 def _mpirun(
     config: Config,
     facts: Gathered,
-    local: tuple[str, ...],
+    hosts: tuple[tuple[str, ...], tuple[str, ...]],
     data: dataplan.DataPlan,
     *,
     preflight: bool,
     ssh_cmd: tuple[str, ...],
 ) -> tuple[mpi.LaunchSpec, Decision, tuple[str | None, list[PlannedFile], Decision]]:
-    """mpirun's argv and environment, the data check, and the launch gate."""
+    """mpirun's argv and environment, the data check, and the launch gate; `hosts`: the
+    hostfile's hosts of this pod's, and the remote ones mpirun gets by name (Gate.literal)."""
     # The checks run beside mpirun where the resident supervisor carries them (not
     # --exec): mpirun's ssh is then the gate, where it alone can start ranks
     # (launcher/mpi/gating.py: not the user's own agent, no rank on this pod unseen).
     gate_path = f"{config.state_dir}/{gate.SCRIPT}" if preflight and not config.exec else None
     spec = _launch(
-        config, facts, data.rule, ssh_cmd, rdma=data.rdma, ssh_gate=gate_path, local=local
+        config,
+        facts,
+        data.rule,
+        ssh_cmd,
+        rdma=data.rdma,
+        ssh_gate=gate_path,
+        local=hosts[0],
+        by_name=hosts[1],
     )
     check = _data_check(config, data, preflight)
     return spec, check, launch_gate(config, facts, spec, ssh_cmd, preflight)
@@ -370,24 +369,3 @@ def _job_done(config: Config, facts: Gathered) -> tuple[str | None, str]:
             facts.client.job or "(created at run time)"
         )
     return None, ""
-
-
-def host_entries(
-    config: Config, hostfile: hf.Hostfile, answers: Mapping[str, Answer]
-) -> list[HostEntry]:
-    """Each host with its address and the name mpirun will use for it."""
-    entries = []
-    for host in hostfile.hosts:
-        lname = hf.lookup_name(host.name, config.rewrite, config.cluster_domain)
-        answer = answers.get(lname)
-        address = answer.addresses[0] if answer and answer.ok else None
-        new = address if config.rewrite == "ip" and address else lname
-        if ":" in new:  # an IPv6 address: the name had no IPv4 one (system/dns.py)
-            raise ConfigError([
-                f"MPI_BOOTSTRAP_REWRITE=ip: {host.name} has only an IPv6 address ({address}), "
-                "and no MPI takes one in its hostfile (Open MPI 4 and 5 hang, or stop at an "
-                "'illegal character' in the node name; hydra's HOST:N reads its colons): "
-                "keep the names (MPI_BOOTSTRAP_REWRITE=none or fqdn)"
-            ])  # fmt: skip
-        entries.append(HostEntry(host.name, address, host.slots, new, host.line))
-    return entries

@@ -105,6 +105,7 @@ GATE = Gate(
     "hostfile is this pod",
     local="{local} in the hostfile is this pod: hydra forks that host's proxy without the "
     "launcher-exec, and its ranks start at once",
+    literal=True,
 )
 ENV_MODES = ("genvlist", "genvall", "genvnone")  # the user's choice of how env travels
 NETMOD = "MPIR_CVAR_CH4_NETMOD"

@@ -257,6 +257,24 @@ MAX_VM = Default(
     mca=("orte_max_vm_size",),
     env=("OMPI_MCA_orte_max_vm_size",),
 )
+# ORTE takes a hostfile name for its own node where it equals its hostname, or (unless
+# told not to resolve) where DNS answers it with an address this pod holds: a second
+# answer, stale or hostile, would then start that worker's ranks here without ssh,
+# unchecked (SECURITY.md 32). The agent resolved and checked every worker, and names
+# this pod's own entry by its hostname (launcher/model.py `own_named`). PRRTE needs no
+# pin: it took no such answer for its own (tests/test_pipeline.py
+# test_a_second_answer_naming_this_pod).
+NO_RESOLVE = Default(
+    "--mca if_base_do_not_resolve",
+    ("--mca", "if_base_do_not_resolve", "1"),
+    "the launch gate: ORTE tells this pod from the workers by name alone, never by a "
+    "DNS answer the agent did not check (SECURITY.md 32)",
+    mca=("if_base_do_not_resolve",),
+    env=("OMPI_MCA_if_base_do_not_resolve",),
+    works=lambda v: v.strip().lower() in ("1", "true", "yes", "on"),
+    why="ORTE would take a worker whose name DNS answers with this pod's address for this "
+    "pod, and start its ranks without ssh or a check",
+)
 ORTE_HOST_LIST_MCA = ("orte_default_dash_host", "orte_rankfile", "rmaps_rank_file_path")
 
 ORTE_LAYER = LaunchLayer("--mca", "OMPI_MCA_", "rsh", ("rsh", "ssh"))
@@ -312,7 +330,8 @@ ORTE = Runtime(
         why="ORTE starts a daemon on every host of the hostfile, and no rank before every "
         "daemon has reported",
         fewer=(NO_VM, MAX_VM),
-        pins=(NO_VM, MAX_VM),
+        pins=(NO_VM, MAX_VM, NO_RESOLVE),
+        resolves=NO_RESOLVE,
     ),
     forward=EachName("-x"),
 )

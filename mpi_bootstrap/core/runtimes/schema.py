@@ -231,7 +231,13 @@ class Gate:
     local: str = ""  # not each: why a host of this pod's (`{local}`) turns the gate off
     label: str = ""  # each: the runtime's name in the plan's words
     fewer: tuple[Default, ...] = ()  # each: settings under which daemons start on some hosts
-    pins: tuple[Default, ...] = ()  # each: pinned where the user set none of `fewer`
+    pins: tuple[Default, ...] = ()  # pinned (those of `fewer` where the user set none)
+    # What stops mpirun taking a worker's name for this pod by a DNS answer; a flag of
+    # the user's for it turns the gate off.
+    resolves: Default | None = None
+    # True: mpirun resolves every name itself to tell this pod's hosts, and nothing turns
+    # that off (hydra): it reads the IPv4 addresses the agent resolved and checked.
+    literal: bool = False
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)

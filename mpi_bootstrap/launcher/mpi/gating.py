@@ -25,6 +25,17 @@ def _host_list(c: Context, g: Gate) -> str | None:
     )
 
 
+def _resolves(c: Context, g: Gate) -> str | None:
+    """Why mpirun may take a worker's name for this pod by what DNS answers it, or None."""
+    source = theirs(g.resolves, c) if g.resolves else None
+    if source is None or source.startswith("env "):  # a value of the env that works
+        return None
+    return (
+        f"{source}: {g.label} may take a worker's name for this pod by a DNS answer the "
+        "agent did not check, and start its ranks here without ssh"
+    )
+
+
 def choose(
     c: Context, g: Gate, launcher: str | None, pins: tuple[Default, ...] = ()
 ) -> tuple[Choice, tuple[Default, ...]]:
@@ -37,10 +48,16 @@ def choose(
     elsewhere. `launcher`: why the user's own launcher may start ranks without ssh, if
     it may; `pins`: what the gate needs besides `g.pins` (the plm where nobody named one).
     """
-    why = _host_list(c, g) or launcher
+    why = _host_list(c, g) or launcher or _resolves(c, g)
     local = c.facts.local_hosts[0] if c.facts.local_hosts else None
     if why is None and local and not g.each:
         why = g.local.format(local=local)
+    if why is None and g.literal and c.facts.by_name:
+        why = (
+            f"{c.facts.by_name[0]} has no IPv4 address to give mpirun in its place: mpirun "
+            "resolves the name itself, and a second DNS answer naming this pod would start "
+            "its ranks here without ssh"
+        )
     if why:
         return (None, why), ()
     if not g.each:
@@ -58,4 +75,4 @@ def choose(
         gate.EVERY,
         f"{fewer}, so each waits for every check; no host of the hostfile "
         "is this pod, so every rank needs one",
-    ), pins
+    ), (*(p for p in g.pins if p not in g.fewer), *pins)

@@ -36,6 +36,9 @@ class LaunchFacts:
     # Hosts of the hostfile that are this pod (mpirun starts their ranks without ssh):
     # the launch gate cannot hold what it never sees (launcher/mpi/gating.py).
     local_hosts: tuple[str, ...] = ()
+    # Remote hosts mpirun gets by name where the runtime takes addresses (Gate.literal):
+    # it resolves them itself, so the gate cannot hold what a second answer turns local.
+    by_name: tuple[str, ...] = ()
     # The RDMA devices behind the data NICs, with where each was seen ("job-worker-1",
     # "mlx5_0"): NCCL_IB_HCA names exactly them.
     rdma: tuple[tuple[str, str], ...] = ()
