@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 import os
 import re
 import subprocess
@@ -467,15 +468,19 @@ class TestSSHTrust:
         own_kex: tuple[str, ...] = (),
         openssh: str | None = None,
         unresolved: tuple[str, ...] = (),
+        v6: tuple[str, ...] = (),
     ) -> Plan:
-        """The two workers' plan with `config` and its environment `env` (see `plan`)."""
+        """The two workers' plan with `config` and its environment `env` (see `plan`);
+        `v6`: names that answer with an IPv6 address only."""
         from mpi_bootstrap.core.model import ClientKey, PlannedFile
 
         exchange_mode = config.exchange
         text = f"{local} slots=2\n{HOSTFILE}" if local else HOSTFILE
         parsed = hf.parse(text, "/etc/mpi/hostfile")
         answers = {
-            n: Answer(n, addresses=(a,)) for n, a in ADDRESSES.items() if n not in unresolved
+            n: Answer(n, addresses=(f"fd00::{a.rsplit('.', 1)[1]}" if n in v6 else a,))
+            for n, a in ADDRESSES.items()
+            if n not in unresolved
         }
         key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIL4FbUREZCX4XJ0cFCw6lRx4ehfW10t1GxS1s/M0/Gl2"
         file = (
@@ -957,6 +962,38 @@ class TestLaunchGate:
         )
         text = next(f.text for f in plan.files if f.path.endswith("ssh-gate"))
         assert '[ "$h" = pi-worker-0.pi.default.svc ]' in text
+
+    @pytest.mark.parametrize("kind", ["mpich", "intel"])
+    def test_hydra_reads_the_addresses_the_agent_checked(self, kind: str) -> None:
+        """hydra resolves every name itself to tell this pod's hosts, and a second DNS
+        answer naming this pod would start a worker's ranks here without ssh: it reads
+        the workers' IPv4 addresses, which ssh knows them by too (SECURITY.md 32); one
+        with only an IPv6 address, which no hostfile takes, turns the gate off."""
+        plan = self.plan(kind, "dir")
+        assert "10.1.0.10" in plan.hostfile_text and "pi-worker" not in plan.hostfile_text
+        cfg = next(f.text for f in plan.files if f.path.endswith("/ssh_config"))
+        assert "Host pi-worker-0.pi.default.svc 10.1.0.10\n" in cfg
+        config = Config.from_env(
+            {**BASE_ENV, "MPI_BOOTSTRAP_EXCHANGE": "dir", "MPI_BOOTSTRAP_EXCHANGE_DIR": "/x"},
+            ["--state-dir", "/run/mpi-bootstrap", "launcher", "--", "python3", "t.py"],
+            host=HOST,
+        )
+        v6 = TestSSHTrust.plan_with(self, config, {}, kind, v6=("pi-worker-1.pi.default.svc",))
+        value, why = self.decision(v6)
+        assert (v6.gate, value) == (None, "off"), why
+        assert "pi-worker-1.pi.default.svc has no IPv4 address to give mpirun" in why
+
+    def test_orte_tells_its_own_node_by_name_alone(self) -> None:
+        """ORTE would resolve a hostfile name to see whether it is this pod: the gate pins
+        `if_base_do_not_resolve` (over a value from the image's environment); the user's
+        own flag for it turns the gate off."""
+        plan = self.plan("openmpi4", "dir")
+        assert shlex.join(["--mca", "if_base_do_not_resolve", "1"]) in shlex.join(plan.argv)
+        env = {"OMPI_MCA_if_base_do_not_resolve": "0"}
+        assert "if_base_do_not_resolve" in self.plan("openmpi4", "dir", env_extra=env).argv
+        theirs = ("mpirun", "--mca", "if_base_do_not_resolve", "0", "python3", "t.py")
+        value, why = self.decision(self.plan("openmpi4", "dir", program=theirs))
+        assert value == "off" and "ORTE may take a worker's name for this pod" in why, why
 
     @pytest.mark.parametrize("kind", ["mpich", "intel"])
     def test_hydra_every_worker_waits_for_all(self, kind: str) -> None:
