@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shlex
 import os
 import re
+import shlex
 import subprocess
 import typing
 from pathlib import Path

@@ -1,6 +1,7 @@
 """A nameserver that answers one name two ways: SECURITY.md 32's attacker (the fifth
-security review's second attack), who answers the launcher's DNS. It serves `records` (name → IPv4 address)
-over UDP on `listen`:53, and for `name` the true address to the first A query only;
+security review's second attack), who answers the launcher's DNS. It serves `records`
+(name → IPv4 address) over UDP on `listen`:53, and for `name` the true address to the
+first A query only;
 every later A query for it gets `then` (the launcher's own address), as a stale record
 or a racing answer would give mpirun, which resolves after the agent. Other names:
 NXDOMAIN; AAAA and the rest: no data.
