@@ -25,7 +25,7 @@ OWNERS = {
     "prted": "core/runtimes/openmpi.py",
     "hydra_pmi_proxy": "core/runtimes/hydra.py",
     "hydra_bstrap_proxy": "core/runtimes/hydra.py",
-    2222: "core/settings/base.py",  # the secret exchange's sshd port
+    2222: "core/exchanges.py",  # the secret exchange's sshd port
     "kex_exchange_identification": "core/failures.py",  # ssh's failure words
     "connection refused": "core/failures.py",
     "NCCL_SOCKET_IFNAME": "core/nccl.py",  # the data NIC's chooser

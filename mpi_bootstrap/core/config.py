@@ -301,14 +301,9 @@ def _derived(d: _Draft, role: str, environ: Mapping[str, str], host: Machine) ->
     if values["exchange"] == "auto":
         values["exchange"], exchange_reason = _auto_exchange(values, host)
     x = EXCHANGES[values["exchange"]]
-    if x.needs == "exchange_dir" and not values["exchange_dir"]:
-        d.problems.append(f"MPI_BOOTSTRAP_EXCHANGE: {x.name!r} needs MPI_BOOTSTRAP_EXCHANGE_DIR")
-    needs_token = x.needs == "token" and role in ("launcher", "worker")
-    if needs_token and not values["token"] and not values["token_file"]:
-        d.problems.append(
-            f"MPI_BOOTSTRAP_EXCHANGE: {x.name!r} needs MPI_BOOTSTRAP_TOKEN_FILE "
-            "(a key of a Kubernetes Secret volume)"
-        )
+    needed = x.needs and (not x.needed_by or role in x.needed_by)
+    if needed and not any(values[n] for n in x.needs):
+        d.problems.append(f"MPI_BOOTSTRAP_EXCHANGE: {x.name!r} needs {x.needs_what}")
     if values["sshd_port"] is None:
         values["sshd_port"] = x.port
     elif x.port and values["sshd_port"] == 0:

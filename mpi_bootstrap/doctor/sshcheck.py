@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from mpi_bootstrap.core import failures, records, remote, runtimes
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.core.errors import BootstrapError
-from mpi_bootstrap.core.exchanges import FETCHED, READ
 from mpi_bootstrap.doctor.finding import Finding
+from mpi_bootstrap.ssh import sides
 from mpi_bootstrap.system import dns as sysdns
 
 
@@ -115,8 +115,8 @@ def ssh_jobs(
     """ssh checks for the workers the exchange knows (dir), with their pinned keys."""
     from mpi_bootstrap.ssh import dirx
 
-    if config.ex.records != READ or not config.exchange_dir:
-        return []
+    if sides.of(config.ex).knock(config) is not None or not config.exchange_dir:
+        return []  # no records here to log in with: reach_jobs knocks instead
     where = config.exchange_dir
     ex = dirx.DirExchange(where)
     try:
@@ -190,13 +190,10 @@ def reach_jobs(
     """Where the doctor has no record to log in with (every exchange but `dir`): whether
     each worker's ssh port answers with an SSH banner (the fixed sshd port, else 22), or,
     with the `net` exchange, whether its exchange port takes a connection."""
-    if config.ex.records == READ and config.exchange_dir:
+    knock = sides.of(config.ex).knock(config)
+    if knock is None:
         return []  # ssh_jobs logs in with the job's key
-    if config.ex.records == FETCHED:
-        port, what = config.exchange_port, "net exchange port"
-    else:
-        port, what = config.sshd_port or 22, "ssh port"
-    return [functools.partial(reach_finding, n, port, what, deadline) for n in names]
+    return [functools.partial(reach_finding, n, *knock, deadline) for n in names]
 
 
 def reach_finding(name: str, port: int, what: str, deadline: float) -> list[Finding]:

@@ -20,7 +20,7 @@ def findings(config: Config) -> list[Finding]:
     if config.token is not None:
         detail = f"in the environment ({config.source('token')}): {tokens.EXPOSED}"
         return [Finding(here, "token", True, detail, tokens.HOW_TO_MOVE, warning=True)]
-    if config.ex.needs == "token":
+    if config.ex.needs_token:
         fix = (
             f"set {tokens.FILE_VAR} (a key of the job's Secret volume) as on the "
             "launcher and the workers"

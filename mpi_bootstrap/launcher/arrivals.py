@@ -1,8 +1,9 @@
 """Workers as they become ready, for the pipelined launch (launcher/pipeline.py).
 
-The DNS wait runs in a thread of its own, and each remote worker's record is read (the
-dir exchange: one thread polls the directory), fetched (net: once its name resolved) or
-made (secret) as soon as it can be. A worker is *ready* once its name resolved and its
+The DNS wait runs in a thread of its own, and each remote worker's record is had as
+soon as it can be, as its exchange's reader (ssh/sides.py) has it: read (the dir
+exchange: one thread polls the directory), fetched (net: once its name resolved) or made
+(secret). A worker is *ready* once its name resolved and its
 record is in. The threads only put what they learn on one queue of events; the
 caller's thread takes them (`wait`), holds all the state (`handle`), and learns which
 workers became ready. Every thread is a daemon and stops when `stop` is set. Where every
@@ -16,22 +17,19 @@ import dataclasses
 import queue
 import socket
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from mpi_bootstrap.core import hostfile as hf
 from mpi_bootstrap.core.config import Config
-from mpi_bootstrap.core.exchanges import FETCHED, MADE, READ
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.model import Answer
 from mpi_bootstrap.core.names import is_ip_literal
 from mpi_bootstrap.core.records import Record
 from mpi_bootstrap.launcher import gather
 from mpi_bootstrap.launcher.model import Gathered
-from mpi_bootstrap.ssh import dirx, peers
-from mpi_bootstrap.system import netif, parallel
-from mpi_bootstrap.system.retry import PEER
+from mpi_bootstrap.ssh import peers, sides
+from mpi_bootstrap.system import netif
 
 Event = tuple[str, Any, Any]  # (kind, what, more): see Arrivals.handle
 # How long `wait` sleeps for a first event: the caller's loop also checks the deadline.
@@ -65,7 +63,7 @@ class Arrivals:
         self.dns_done = False
         self.last: dict[str, str] = {}  # the last failure reading each worker's record
         self.records = facts.client is not None
-        self.fetches: parallel.Workers[Worker, None] | None = None
+        self.reader = sides.Reader()  # `start`: the exchange's, where records are read
         self.at_once = False  # `whole`: every worker read first
 
     def whole(self) -> None:
@@ -82,11 +80,14 @@ class Arrivals:
 
     def start(self) -> None:
         threading.Thread(target=self._dns, name="dns", daemon=True).start()
-        how = self.config.ex.records
-        if self.records and how == READ and self.config.exchange_dir:
-            threading.Thread(target=self._dir, name="records", daemon=True).start()
-        if self.records and how == FETCHED:
-            self.fetches = parallel.Workers(self._fetch, 32, "records")
+        if self.records:
+            side = sides.of(self.config.ex)
+            self.reader = side.reader(
+                self.config, self.base.client, self.base.deadline, self.last, self.events.put
+            )
+            self.reader.start(
+                [(w.orig, w.new, w.address) for w in self.workers.values()], self.stop
+            )
         for w in self.workers.values():  # an address as written resolves at once
             if is_ip_literal(w.lookup):
                 self.events.put(("answer", Answer(w.lookup, addresses=(w.lookup,)), None))
@@ -134,11 +135,8 @@ class Arrivals:
                 del self.workers[w.new]
                 self.local.append(w.new)
                 continue
-            if self.records and self.config.ex.records == MADE:
-                assert self.base.client is not None  # noqa: S101 - self.records
-                w.record = peers.secret_record(self.config, self.base.client, w.new, w.address)
-            elif self.fetches is not None and w.record is None:
-                self.fetches.submit(w)
+            if w.record is None:
+                w.record = self.reader.answered((w.orig, w.new, w.address))
         return self._ready([w for w in found if w.new in self.workers])
 
     def _ready(self, workers: list[Worker]) -> list[str]:
@@ -176,29 +174,3 @@ class Arrivals:
             self.events.put(("dns", answers, None))
         except BaseException as exc:  # DNSTimeoutError, above all: the caller raises it
             self.events.put(("error", exc, None))
-
-    def _dir(self) -> None:
-        """Poll the exchange directory for every record not yet in, until all are or the
-        deadline (then each missing one is said)."""
-        ex = dirx.DirExchange(self.config.exchange_dir or "")
-        todo = dict(self.workers)
-        while todo and not self.stop.is_set():
-            for new, w in list(todo.items()):
-                if (rec := peers.read_dir(ex, (w.orig, w.new, w.address), self.last)) is not None:
-                    del todo[new]
-                    self.events.put(("record", new, rec))
-            if time.monotonic() >= self.base.deadline:
-                for new in todo:
-                    self.events.put(("record", new, None))
-                return
-            time.sleep(PEER)
-
-    def _fetch(self, w: Worker) -> None:
-        assert self.base.client is not None  # noqa: S101 - net: a client key is made
-        host, deadline = (w.orig, w.new, w.address), self.base.deadline
-        try:
-            rec = peers.fetch_net(self.config, self.base.client, host, deadline, self.last)
-        except BaseException as exc:  # refused by the worker: said as is
-            self.events.put(("error", exc, None))
-            return
-        self.events.put(("record", w.new, rec))

@@ -1,8 +1,13 @@
-"""The launcher role: gather facts (gather.py), build the Plan (plan.py), then explain it
-(render.py) or carry it out through the one pipeline (pipeline.py). Here the launch's
-order is chosen, by the Plan of this pod's facts (its `launch order`): the workers as they
-come, or every worker first (`Arrivals.whole`): docs/architecture.md, "Workers as they
-come".
+"""The launcher role: gather facts, build the Plan, then explain it or carry it out.
+
+config → mpirun --version → hostfile → DNS wait → Plan → --explain
+(gather.py)                                      (plan.py)  (render.py)
+
+A launch runs the one pipeline (pipeline.py): this pod's facts (gather.py), then the
+workers as they arrive (arrivals.py), each checked as it does, mpirun started behind the
+launch gate. Here the launch's order is chosen, by the Plan of this pod's facts (its
+`launch order`): the workers as they come, or every worker first — every name resolved
+and every record read before the first is taken (`Arrivals.whole`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,17 @@
 """The launch, the one there is: each worker is trusted, checked and let through the gate
 as soon as it is ready (its name resolved, its record in: launcher/arrivals.py), while
 the others are awaited (`launch order: pipelined`), or every worker at once (`whole`).
-The steps, and what a later worker may not change: docs/architecture.md, "Workers as
-they come".
+
+    first worker ready → first Plan (the facts so far) → its files, mpirun started
+    behind the gate → each worker as it arrives: the ssh config and known_hosts
+    rewritten with it, NCCL's selection on it, its preflight session (claim, daemon,
+    library path, program; its data check's session kept) → passed: its gate opens
+    → every worker in: the Plan of every fact, which must launch the same mpirun → the
+    data network across them → `.all`: the ranks start → the resident PID 1.
+
+No rank starts before every check passed; when mpirun starts (the first worker's facts,
+or every worker's) and what a later worker may not change: docs/architecture.md,
+"Workers as they come".
 """
 
 from __future__ import annotations

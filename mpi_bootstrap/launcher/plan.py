@@ -11,7 +11,6 @@ import shlex
 
 from mpi_bootstrap.core import gate, nccl, records
 from mpi_bootstrap.core.config import Config
-from mpi_bootstrap.core.exchanges import MADE, SHARED
 from mpi_bootstrap.core.model import Decision, PlannedFile
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
 from mpi_bootstrap.launcher import dataplan, hosts, model, mpi, nodecheck
@@ -28,7 +27,7 @@ def data_plan(config: Config, facts: Gathered) -> dataplan.DataPlan:
         names,
         control=config.control_iface,
         configured=str(config.source("data_iface")) if config.data_iface else None,
-        made=config.ex.records == MADE,
+        made=config.ex.made,
         remote=facts.remote,
         recs=facts.records,
         own_rdma=facts.rdma,
@@ -364,7 +363,7 @@ def _prefix(spec: mpi.LaunchSpec) -> str | None:
 
 def _job_done(config: Config, facts: Gathered) -> tuple[str | None, str]:
     """The dir exchange's `job-done` and what it says once the job succeeded."""
-    if config.ex.key == SHARED and config.exchange_dir and facts.client is not None:
+    if config.ex.shared and config.exchange_dir and facts.client is not None:
         return f"{config.exchange_dir}/{records.DONE_FILE}", records.done_text(
             facts.client.job or "(created at run time)"
         )

@@ -17,29 +17,21 @@ from typing import NoReturn
 
 from mpi_bootstrap.core import datanet, nccl, records
 from mpi_bootstrap.core.config import Config
-from mpi_bootstrap.core.errors import ConfigError, ExitStatus, PeerUnavailableError
-from mpi_bootstrap.core.exchanges import FETCHED, MOUNTED, READ, SHARED
+from mpi_bootstrap.core.errors import ConfigError, ExitStatus
 from mpi_bootstrap.core.log import Log
 from mpi_bootstrap.core.names import fingerprint
 from mpi_bootstrap.core.settings import DATA_IFACE_CANDIDATES
-from mpi_bootstrap.core.spec import Marker, NetExchange, Restart, Spec, Watch
+from mpi_bootstrap.core.spec import Restart, Spec, Watch
 from mpi_bootstrap.dataplane import probe as dataprobe
 from mpi_bootstrap.pid1 import restart
 from mpi_bootstrap.proc.handoff import handoff
-from mpi_bootstrap.ssh import dirx, keys, sshd
+from mpi_bootstrap.ssh import keys, sides, sshd
+from mpi_bootstrap.ssh.sides import Identity
 from mpi_bootstrap.system import account, netif
 from mpi_bootstrap.system.files import atomic_write, make_fifo, read_regular, state_dir
 
 RECORD_FILE = "record.json"
 CONTROL_FIFO = "control"  # launchers' claims (pid1/watch.py), in the state directory
-
-
-@dataclasses.dataclass(frozen=True)
-class Identity:
-    host_key_path: str
-    host_key_public: str
-    authorized: tuple[tuple[str, str], ...]  # (public key, where it came from)
-    job: str | None  # dir exchange: the job key's fingerprint (its `job-done` names it)
 
 
 def mounted_keys(config: Config) -> tuple[keys.KeyPair, list[tuple[str, str]]] | None:
@@ -76,32 +68,7 @@ def needs_exchange(config: Config) -> None:
 
 def identity(config: Config, log: Log) -> Identity:
     """Keys for this start: the host key, and the client keys sshd will authorise."""
-    state = config.state_dir
-    mounted = mounted_keys(config)
-    if config.ex.key == MOUNTED:
-        if mounted is None:
-            raise ConfigError(
-                [
-                    f"MPI_BOOTSTRAP_EXCHANGE: {config.exchange!r} but no key is mounted at "
-                    f"{config.ssh_auth_dir} (set MPI_BOOTSTRAP_SSH_AUTH_DIR to "
-                    "the MPIJob's sshAuthMountPath)"
-                ]
-            )
-        pair, from_mount = mounted
-        # The job's key is every sshd's host key, so clients can pin it with no exchange.
-        return Identity(pair.private_path, pair.public, tuple(from_mount), None)
-    host = keys.generate(
-        os.path.join(state, "ssh_host_ed25519_key"),
-        f"mpi-bootstrap host key of {socket.gethostname()}",
-    )
-    authorized: list[tuple[str, str]] = list(mounted[1]) if mounted else []
-    job = None
-    if config.ex.key == SHARED and config.exchange_dir:  # Config ensures the dir is set
-        key = dirx.DirExchange(config.exchange_dir).job_key(keys.make_job_key, log)
-        authorized.append((key.public, f"{config.exchange_dir}/{records.KEY_DIR}"))
-        job = key.fingerprint
-    unique = {k: origin for k, origin in reversed(authorized)}  # first origin wins
-    return Identity(host.private_path, host.public, tuple(reversed(unique.items())), job)
+    return sides.of(config.ex).identity(config, mounted_keys(config), log)
 
 
 def sshd_argv(config: Config, config_path: str) -> list[str]:
@@ -131,22 +98,6 @@ def _listen(config: Config, log: Log) -> tuple[list[str], str, str]:
     return [], "127.0.0.1", "0.0.0.0"  # noqa: S104 - no control interface: listen on all
 
 
-def _net_listener(config: Config, bind_addr: str) -> socket.socket:
-    """The net exchange's listening socket, inherited by the resident PID 1."""
-    listener = socket.socket(socket.AF_INET6 if ":" in bind_addr else socket.AF_INET)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listener.bind((bind_addr, config.exchange_port))
-    except OSError as exc:
-        raise PeerUnavailableError(
-            f"net exchange: cannot listen on {bind_addr}:{config.exchange_port} ({exc.strerror})",
-            phase="net exchange",
-        ) from None
-    listener.listen(64)
-    listener.set_inheritable(True)
-    return listener
-
-
 def _publish(
     config: Config,
     record: records.Record,
@@ -158,39 +109,9 @@ def _publish(
 ) -> Spec:
     """Make the record known to the launcher; what the resident PID 1 must keep doing
     (the spec's `stop` and `net`, to be completed by the caller)."""
-    spec = Spec(argv=(), env={})
-    if config.ex.records == READ and config.exchange_dir:
-        where = dirx.DirExchange(config.exchange_dir).publish(record)
-        spec = dataclasses.replace(
-            spec,
-            stop=Marker(
-                os.path.join(config.exchange_dir, records.DONE_FILE),
-                records.done_text(ident.job or ""),
-            ),
-        )
-        log("record published", exchange=config.exchange, path=where, port=record.port)
-    elif config.ex.records == FETCHED and config.token is not None:
-        # detach(): the fd outlives this socket object (else its collection closes the
-        # fd before the resident PID 1 inherits it).
-        listener = _net_listener(config, bind_addr)
-        spec = dataclasses.replace(
-            spec,
-            net=NetExchange(
-                listener.detach(),
-                config.token,
-                record.to_dict(),
-                authorized_path,
-                tuple(k for k, _ in ident.authorized),
-            ),
-        )
-        log(
-            "record published",
-            exchange=config.exchange,
-            port=record.port,
-            exchange_port=config.exchange_port,
-        )
-    else:
-        log("record published", exchange=config.exchange, port=record.port)
+    spec = sides.of(config.ex).publish(
+        config, record, ident, bind=bind_addr, authorized=authorized_path, log=log
+    )
     # The local copy is what `mpi-bootstrap probe` checks (it is also the dir record).
     atomic_write(
         os.path.join(config.state_dir, RECORD_FILE), json.dumps(record.to_dict()) + "\n", 0o644
@@ -267,10 +188,7 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
     control = control_fifo(config, openssh, log)
     env = {k: v for k, v in environ.items() if not k.startswith("MPI_BOOTSTRAP_")}
     short = socket.gethostname().split(".")[0]
-    if config.ex.records == READ and config.exchange_dir:
-        # A restarted worker's previous record names a port nobody listens on: withdraw
-        # it, so the launcher waits for the new one instead of a dead port.
-        dirx.DirExchange(config.exchange_dir).withdraw(short)
+    sides.of(config.ex).withdraw(config, short)
     settings = functools.partial(
         sshd.config_text,
         listen=listen,
@@ -374,12 +292,8 @@ def probe(config: Config) -> int:
     except (OSError, records.RecordError) as exc:
         print(f"not ready: no record yet ({exc})")
         return int(ExitStatus.PEER_UNAVAILABLE)
-    if (
-        config.ex.records == READ
-        and config.exchange_dir
-        and dirx.DirExchange(config.exchange_dir).read(record.host) != record
-    ):
-        print(f"not ready: record not in {config.exchange_dir}")
+    if why := sides.of(config.ex).unpublished(config, record):
+        print(f"not ready: {why}")
         return int(ExitStatus.PEER_UNAVAILABLE)
     address = record.addresses[0] if record.addresses else "127.0.0.1"
     # (By port only: a probe may run in a PID namespace of its own, where sshd's PID is

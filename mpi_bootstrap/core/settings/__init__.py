@@ -8,6 +8,7 @@ it. Pure: nothing here reads the system.
 
 from __future__ import annotations
 
+from mpi_bootstrap.core.exchanges import SECRET_SSHD_PORT
 from mpi_bootstrap.core.settings import agent, job
 from mpi_bootstrap.core.settings.base import (
     DATA_IFACE_CANDIDATES,
@@ -16,7 +17,6 @@ from mpi_bootstrap.core.settings.base import (
     MPI_CHOICES,
     REWRITE_MODES,
     ROLES,
-    SECRET_SSHD_PORT,
     Setting,
     Source,
 )

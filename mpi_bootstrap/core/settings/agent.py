@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from mpi_bootstrap.core import nodechecks
 from mpi_bootstrap.core import values as v
-from mpi_bootstrap.core.exchanges import EXCHANGES
-from mpi_bootstrap.core.settings.base import LOG_FORMATS, LOG_LEVELS, SECRET_SSHD_PORT, Setting
+from mpi_bootstrap.core.exchanges import EXCHANGES, SECRET_SSHD_PORT
+from mpi_bootstrap.core.settings.base import LOG_FORMATS, LOG_LEVELS, Setting
 from mpi_bootstrap.core.termination import DEFAULT_PATH as DEFAULT_TERMINATION_LOG
 
 NODE_CHECKS = nodechecks.NAMES  # core/nodechecks.py, the one table of the checks

@@ -12,9 +12,6 @@ from mpi_bootstrap.core import runtimes
 ROLES = ("launcher", "worker", "probe", "doctor")
 # Names a secondary "fast" NIC gets: Multus/SR-IOV attaches `net1`, DraNet `dranet0`.
 DATA_IFACE_CANDIDATES = ("net1", "dranet0")
-# The port MPI Operator's base images run sshd on: the secret exchange's fixed port
-# (no exchange tells the launcher another).
-SECRET_SSHD_PORT = 2222
 REWRITE_MODES = ("none", "fqdn", "ip")
 MPI_CHOICES = ("auto", *runtimes.CHOICES)  # auto, openmpi, openmpi4, openmpi5, mpich, intel
 LOG_FORMATS = ("auto", "json", "console")
