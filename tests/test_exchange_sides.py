@@ -29,7 +29,7 @@ from mpi_bootstrap.launcher.arrivals import Arrivals
 from mpi_bootstrap.launcher.model import Gathered
 from mpi_bootstrap.launcher.plan import build_plan
 from mpi_bootstrap.ssh import keys, peers, secretside
-from mpi_bootstrap.ssh.sides import Host, Put, Reader, Side
+from mpi_bootstrap.ssh.sides import Ask, Host, Put, Reader, Side
 from tests.support.machine import HOST, MPIS
 
 LISTING = "listing.json"
@@ -75,29 +75,19 @@ class ListingSide(Side):
     def client_key(self, config: Config, *, write: bool, log: Log) -> ClientKey | None:
         return secretside.SIDE.client_key(config, write=write, log=log)
 
-    def collect(
-        self,
-        config: Config,
-        hosts: Sequence[Host],
-        key: ClientKey | None,
-        deadline: float,
-        last: dict[str, str],
-        *,
-        fetch: bool,
-    ) -> dict[str, Record]:
+    def collect(self, ask: Ask, hosts: Sequence[Host], *, fetch: bool) -> dict[str, Record]:
         found: dict[str, Record] = {}
         while True:
             for host in hosts:
-                if host[1] not in found and (r := listed(config.exchange_dir or "", host, last)):
+                where = ask.config.exchange_dir or ""
+                if host[1] not in found and (r := listed(where, host, ask.last)):
                     found[host[1]] = r
-            if len(found) == len(hosts) or not fetch or time.monotonic() >= deadline:
+            if len(found) == len(hosts) or not fetch or time.monotonic() >= ask.deadline:
                 return found
             time.sleep(0.05)
 
-    def reader(
-        self, config: Config, key: ClientKey | None, deadline: float, last: dict[str, str], put: Put
-    ) -> Reader:
-        return _Watched(config.exchange_dir or "", deadline, last, put)
+    def reader(self, ask: Ask, put: Put) -> Reader:
+        return _Watched(ask.config.exchange_dir or "", ask.deadline, ask.last, put)
 
     def where(self, config: Config) -> str:
         return f"in {config.exchange_dir}/{LISTING}"

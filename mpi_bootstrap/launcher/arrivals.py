@@ -82,9 +82,8 @@ class Arrivals:
         threading.Thread(target=self._dns, name="dns", daemon=True).start()
         if self.records:
             side = sides.of(self.config.ex)
-            self.reader = side.reader(
-                self.config, self.base.client, self.base.deadline, self.last, self.events.put
-            )
+            ask = sides.Ask(self.config, self.base.client, self.base.deadline, self.last)
+            self.reader = side.reader(ask, self.events.put)
             self.reader.start(
                 [(w.orig, w.new, w.address) for w in self.workers.values()], self.stop
             )

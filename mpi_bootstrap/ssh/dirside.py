@@ -19,7 +19,7 @@ from mpi_bootstrap.core.names import is_ip_literal
 from mpi_bootstrap.core.records import Record, RecordError
 from mpi_bootstrap.core.spec import Marker, Spec
 from mpi_bootstrap.ssh import dirx, keys
-from mpi_bootstrap.ssh.sides import Host, Identity, Mounted, Put, Reader, Side
+from mpi_bootstrap.ssh.sides import Ask, Host, Identity, Mounted, Put, Reader, Side
 from mpi_bootstrap.system.retry import PEER, retry_until
 
 
@@ -42,8 +42,8 @@ class _Polled(Reader):
     """Polls the directory for every record not yet in, until all are or the deadline
     (then each missing one is put as None)."""
 
-    def __init__(self, where: str, deadline: float, last: dict[str, str], put: Put) -> None:
-        self.ex, self.deadline, self.last, self.put = dirx.DirExchange(where), deadline, last, put
+    def __init__(self, ask: Ask, put: Put) -> None:
+        self.ex, self.ask, self.put = dirx.DirExchange(ask.config.exchange_dir or ""), ask, put
 
     def start(self, hosts: Sequence[Host], stop: threading.Event) -> None:
         args = ({h[1]: h for h in hosts}, stop)
@@ -52,10 +52,10 @@ class _Polled(Reader):
     def _poll(self, todo: dict[str, Host], stop: threading.Event) -> None:
         while todo and not stop.is_set():
             for new, host in list(todo.items()):
-                if (rec := read(self.ex, host, self.last)) is not None:
+                if (rec := read(self.ex, host, self.ask.last)) is not None:
                     del todo[new]
                     self.put(("record", new, rec))
-            if time.monotonic() >= self.deadline:
+            if time.monotonic() >= self.ask.deadline:
                 for new in todo:
                     self.put(("record", new, None))
                 return
@@ -76,32 +76,21 @@ class DirSide(Side):
             path, job.public, PlannedFile(path, job.private, 0o600, why), job.fingerprint
         )
 
-    def collect(
-        self,
-        config: Config,
-        hosts: Sequence[Host],
-        key: ClientKey | None,
-        deadline: float,
-        last: dict[str, str],
-        *,
-        fetch: bool,
-    ) -> dict[str, Record]:
-        ex = dirx.DirExchange(config.exchange_dir or "")
+    def collect(self, ask: Ask, hosts: Sequence[Host], *, fetch: bool) -> dict[str, Record]:
+        ex = dirx.DirExchange(ask.config.exchange_dir or "")
         found: dict[str, Record] = {}
 
         def attempt() -> bool | None:
             for host in hosts:
-                if host[1] not in found and (rec := read(ex, host, last)) is not None:
+                if host[1] not in found and (rec := read(ex, host, ask.last)) is not None:
                     found[host[1]] = rec
             return True if len(found) == len(hosts) or not fetch else None
 
-        retry_until(deadline, attempt, every=PEER)
+        retry_until(ask.deadline, attempt, every=PEER)
         return found
 
-    def reader(
-        self, config: Config, key: ClientKey | None, deadline: float, last: dict[str, str], put: Put
-    ) -> Reader:
-        return _Polled(config.exchange_dir or "", deadline, last, put)
+    def reader(self, ask: Ask, put: Put) -> Reader:
+        return _Polled(ask, put)
 
     def where(self, config: Config) -> str:
         return f"in {config.exchange_dir}"

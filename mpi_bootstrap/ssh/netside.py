@@ -4,6 +4,7 @@ the job's token; a worker's resident PID 1 answers there (ssh/netserver.py)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from collections.abc import Sequence
@@ -16,7 +17,7 @@ from mpi_bootstrap.core.names import is_ip_literal
 from mpi_bootstrap.core.records import Record, RecordError
 from mpi_bootstrap.core.spec import NetExchange, Spec
 from mpi_bootstrap.ssh import keys, netx
-from mpi_bootstrap.ssh.sides import Host, Identity, Put, Reader, Side
+from mpi_bootstrap.ssh.sides import Ask, Host, Identity, Put, Reader, Side
 from mpi_bootstrap.system import parallel
 from mpi_bootstrap.system.retry import NETWORK, retry_until
 
@@ -27,11 +28,10 @@ def target_of(name: str) -> str:
     return name if is_ip_literal(name) else name.split(".", 1)[0]
 
 
-def ask(
-    config: Config, key: ClientKey, host: Host, deadline: float, last: dict[str, str]
-) -> Record | None:
-    """A worker's record from its agent, asked until `deadline`."""
-    assert config.token is not None  # noqa: S101 - Config requires it with `net`
+def fetch_one(ask: Ask, host: Host) -> Record | None:
+    """A worker's record from its agent, asked until the deadline."""
+    config, key, deadline, last = ask.config, ask.key, ask.deadline, ask.last
+    assert config.token is not None and key is not None  # noqa: S101 - Config, client_key
     token, port = config.token, config.exchange_port
     orig, new, _ = host
 
@@ -56,10 +56,8 @@ def ask(
 class _Fetched(Reader):
     """Asks each worker once its name resolved, 32 at a time."""
 
-    def __init__(
-        self, config: Config, key: ClientKey, deadline: float, last: dict[str, str], put: Put
-    ) -> None:
-        self.config, self.key, self.deadline, self.last, self.put = config, key, deadline, last, put
+    def __init__(self, ask: Ask, put: Put) -> None:
+        self.ask, self.put = ask, put
         self.pool = parallel.Workers(self._fetch, 32, "records")
 
     def answered(self, host: Host) -> Record | None:
@@ -68,7 +66,7 @@ class _Fetched(Reader):
 
     def _fetch(self, host: Host) -> None:
         try:
-            rec = ask(self.config, self.key, host, self.deadline, self.last)
+            rec = fetch_one(self.ask, host)
         except BaseException as exc:  # refused by the worker: said as is
             self.put(("error", exc, None))
             return
@@ -98,27 +96,14 @@ class NetSide(Side):
             return ClientKey(path, "(generated at run time)", None)
         return ClientKey(path, keys.generate(path, "mpi-bootstrap launcher key").public, None)
 
-    def collect(
-        self,
-        config: Config,
-        hosts: Sequence[Host],
-        key: ClientKey | None,
-        deadline: float,
-        last: dict[str, str],
-        *,
-        fetch: bool,
-    ) -> dict[str, Record]:
+    def collect(self, ask: Ask, hosts: Sequence[Host], *, fetch: bool) -> dict[str, Record]:
         if not fetch:
             return {}
-        assert key is not None  # noqa: S101 - client_key() returns one
-        found = parallel.map_all(lambda h: ask(config, key, h, deadline, last), list(hosts), 32)
+        found = parallel.map_all(functools.partial(fetch_one, ask), list(hosts), 32)
         return {new: r for (_, new, _), r in zip(hosts, found, strict=True) if r is not None}
 
-    def reader(
-        self, config: Config, key: ClientKey | None, deadline: float, last: dict[str, str], put: Put
-    ) -> Reader:
-        assert key is not None  # noqa: S101 - client_key() returns one
-        return _Fetched(config, key, deadline, last, put)
+    def reader(self, ask: Ask, put: Put) -> Reader:
+        return _Fetched(ask, put)
 
     def where(self, config: Config) -> str:
         return f"on port {config.exchange_port}"

@@ -49,7 +49,8 @@ def collect(
     reads what is already there and never talks to a worker.
     """
     last: dict[str, str] = {}  # the last failure per worker, for the error message
-    records = sides.of(config.ex).collect(config, hosts, key, deadline, last, fetch=fetch)
+    ask = sides.Ask(config, key, deadline, last)
+    records = sides.of(config.ex).collect(ask, hosts, fetch=fetch)
     if fetch:
         missing = [new for _, new, _ in hosts if new not in records]
         if missing:

@@ -14,7 +14,7 @@ from mpi_bootstrap.core.model import ClientKey, PlannedFile
 from mpi_bootstrap.core.records import Record
 from mpi_bootstrap.core.settings import SECRET_SSHD_PORT
 from mpi_bootstrap.ssh import keys
-from mpi_bootstrap.ssh.sides import Host, Identity, Mounted, Put, Reader, Side
+from mpi_bootstrap.ssh.sides import Ask, Host, Identity, Mounted, Put, Reader, Side
 from mpi_bootstrap.system import account
 
 
@@ -47,24 +47,13 @@ class SecretSide(Side):
         why = "the job's key, copied from the Secret with the mode ssh accepts (mpi-operator #429)"
         return ClientKey(path, keys.public_of(text, src), PlannedFile(path, text, 0o600, why))
 
-    def collect(
-        self,
-        config: Config,
-        hosts: Sequence[Host],
-        key: ClientKey | None,
-        deadline: float,
-        last: dict[str, str],
-        *,
-        fetch: bool,
-    ) -> dict[str, Record]:
-        assert key is not None  # noqa: S101 - client_key() returns one
-        return {new: record(config, key, new, addr) for _, new, addr in hosts}
+    def collect(self, ask: Ask, hosts: Sequence[Host], *, fetch: bool) -> dict[str, Record]:
+        assert ask.key is not None  # noqa: S101 - client_key() returns one
+        return {new: record(ask.config, ask.key, new, addr) for _, new, addr in hosts}
 
-    def reader(
-        self, config: Config, key: ClientKey | None, deadline: float, last: dict[str, str], put: Put
-    ) -> Reader:
-        assert key is not None  # noqa: S101 - client_key() returns one
-        return _Made(config, key)
+    def reader(self, ask: Ask, put: Put) -> Reader:
+        assert ask.key is not None  # noqa: S101 - client_key() returns one
+        return _Made(ask.config, ask.key)
 
     def where(self, config: Config) -> str:
         return f"in the Secret at {config.ssh_auth_dir}"

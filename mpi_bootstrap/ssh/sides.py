@@ -37,6 +37,17 @@ Mounted = tuple[keys.KeyPair, list[tuple[str, str]]]
 
 
 @dataclasses.dataclass(frozen=True)
+class Ask:
+    """What reading the records takes: the launcher's key, the deadline, and where each
+    worker's last failure is kept (by the name mpirun uses), for the message at the end."""
+
+    config: Config
+    key: ClientKey | None
+    deadline: float
+    last: dict[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
 class Identity:
     """A worker's keys for this start: its host key, and the keys its sshd lets in."""
 
@@ -68,25 +79,14 @@ class Side:
         del config, write, log
         return None
 
-    def collect(
-        self,
-        config: Config,
-        hosts: Sequence[Host],
-        key: ClientKey | None,
-        deadline: float,
-        last: dict[str, str],
-        *,
-        fetch: bool,
-    ) -> dict[str, Record]:
-        """Each host's record by the name mpirun uses, as far as found by `deadline`
-        (`last`: each one's last failure); `fetch=False` (--explain) talks to nobody."""
-        del config, hosts, key, deadline, last, fetch
+    def collect(self, ask: Ask, hosts: Sequence[Host], *, fetch: bool) -> dict[str, Record]:
+        """Each host's record by the name mpirun uses, as far as found by the deadline;
+        `fetch=False` (--explain) talks to nobody."""
+        del ask, hosts, fetch
         return {}
 
-    def reader(
-        self, config: Config, key: ClientKey | None, deadline: float, last: dict[str, str], put: Put
-    ) -> Reader:
-        del config, key, deadline, last, put
+    def reader(self, ask: Ask, put: Put) -> Reader:
+        del ask, put
         return Reader()
 
     def where(self, config: Config) -> str:
