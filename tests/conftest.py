@@ -119,6 +119,23 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         resources.grant(None)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test prints the whole log of every pod's program it started (the one at
+    fault among them), not only what its assertion quoted; the list starts empty for
+    each test."""
+    from tests.support.job import Agent  # (it imports this module)
+
+    if call.when == "setup":
+        Agent.started.clear()
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed and call.when != "teardown":
+        for a in Agent.started:
+            title = f"pod {a.pod.name}: {' '.join(a.argv)[:100]} (stdout, then stderr)"
+            report.sections.append((title, a.stdout() + a.stderr()))
+
+
 # ---------------------------------------------------------------- the resources
 
 

@@ -10,7 +10,7 @@ import subprocess
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, ClassVar
 
 from tests.conftest import AGENT, RealMPI
 from tests.conftest import Pod as OnePod
@@ -34,12 +34,15 @@ __all__ = [
 
 class Agent:
     """A program running in a pod (the agent, as a rule) whose output, and so its JSON log
-    on stderr, is collected as it comes: its events can be awaited while it runs."""
+    on stderr, is collected as it comes: its events can be awaited while it runs. A test
+    that fails prints every one it started, whole (conftest.py `pytest_runtest_makereport`)."""
+
+    started: ClassVar[list[Agent]] = []  # this test's, in order (emptied for each test)
 
     def __init__(
         self, cluster: Cluster, pod: Pod, argv: Sequence[str], env: dict[str, str]
     ) -> None:
-        self.c, self.pod = cluster, pod
+        self.c, self.pod, self.argv = cluster, pod, list(argv)
         self.p = cluster.start(pod, argv, env)
         self.out: list[str] = []
         self.lines: list[str] = []  # stderr
@@ -49,6 +52,7 @@ class Agent:
         ]
         for t in self._readers:
             t.start()
+        Agent.started.append(self)
 
     @staticmethod
     def _read(stream: IO[str] | None, into: list[str]) -> None:
