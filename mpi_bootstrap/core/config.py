@@ -78,6 +78,7 @@ class Config:
     ssh_auth_dir: str
     sshd_port: int | None
     sshd: str
+    ssh_server: str  # the worker's: auto | openssh | agent (ssh/server.py)
     ssh_user: str | None
     preflight: bool
     ssh_reuse: bool

@@ -12,8 +12,9 @@ import functools
 import json
 import os
 import socket
+import sys
 from collections.abc import Callable, Mapping
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from mpi_bootstrap.core import datanet, nccl, records
 from mpi_bootstrap.core.config import Config
@@ -154,11 +155,14 @@ def data_nic(
     return found, names
 
 
-def control_fifo(config: Config, openssh: tuple[int, int] | None, log: Log) -> str | None:
+def control_fifo(
+    config: Config, openssh: tuple[int, int] | None, log: Log, own_server: bool = False
+) -> str | None:
     """The FIFO through which PID 1 serves ssh sessions (pid1/control.py: the claims of
-    launchers, the data check), where its sshd (OpenSSH `openssh`) can name it to the
-    sessions (`SetEnv`); else no launcher can claim this worker nor check its data NIC."""
-    if not sshd.takes_setenv(openssh):
+    launchers, the data check), where its ssh server can name it to the sessions (the
+    agent's own, or OpenSSH `openssh`'s `SetEnv`); else no launcher can claim this worker
+    nor check its data NIC."""
+    if not own_server and not sshd.takes_setenv(openssh):
         log(
             "no SetEnv",
             level="warning",
@@ -181,11 +185,14 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
     ident = identity(config, log)
     authorized_path = _authorize(state, ident, log)
     listen, probe_addr, bind_addr = _listen(config, log)
-    if os.geteuid() == 0:
+    own_server = _server(config, log)
+    if own_server:
+        from mpi_bootstrap.ssh import server  # paramiko: imported only where it serves
+    if os.geteuid() == 0 and not own_server:
         _privsep_dir()
     nic, ifaces = data_nic(config, environ, log)
-    openssh = sshd.version(config.sshd)
-    control = control_fifo(config, openssh, log)
+    openssh = None if own_server else sshd.version(config.sshd)
+    control = control_fifo(config, openssh, log, own_server)
     env = {k: v for k, v in environ.items() if not k.startswith("MPI_BOOTSTRAP_")}
     short = socket.gethostname().split(".")[0]
     sides.of(config.ex).withdraw(config, short)
@@ -198,8 +205,22 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
         user=account.user(),
         control=control,
     )
+    argv_for: Callable[[int], list[str]] = functools.partial(_sshd_argv, config, settings)
+    if own_server:  # the same keys, user and FIFO, for the agent's own server
+        argv_for = functools.partial(
+            _server_argv,
+            config,
+            functools.partial(
+                server.Settings,
+                listen=tuple(listen),
+                host_key=ident.host_key_path,
+                authorized_keys=authorized_path,
+                user=account.user(),
+                control=control,
+            ),
+        )
     pid, port, argv = sshd.start(
-        functools.partial(_sshd_argv, config, settings),
+        argv_for,
         env,
         fixed_port=config.sshd_port or 0,
         probe_address=probe_addr,
@@ -263,6 +284,39 @@ def _privsep_dir(path: str = "/run/sshd") -> None:
             "to the pod spec volumes: [{name: sshd-privsep, emptyDir: {}}] and, in the "
             f"container, volumeMounts: [{{name: sshd-privsep, mountPath: {path}}}]"
         ]) from None  # fmt: skip
+
+
+def _server(config: Config, log: Log) -> bool:
+    """Whether this worker serves ssh itself (ssh/server.py) rather than run OpenSSH's
+    sshd: as set, or (`auto`) where the image has no usable sshd — none at --sshd, or
+    root's without /run/sshd, which it cannot make (a read-only root)."""
+    why = f"MPI_BOOTSTRAP_SSH_SERVER={config.ssh_server}"
+    if config.ssh_server == "auto":
+        if not os.access(config.sshd, os.X_OK):
+            why = f"auto: {config.sshd} is not executable"
+        elif os.geteuid() == 0 and not _can_make("/run/sshd"):
+            why = "auto: root's sshd needs /run/sshd, and it cannot be made"
+        else:
+            log("ssh server", server="openssh", sshd=config.sshd, reason="auto: it is there")
+            return False
+    own = config.ssh_server != "openssh"
+    log("ssh server", server="agent" if own else "openssh", reason=why)
+    return own
+
+
+def _can_make(path: str) -> bool:
+    try:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+    except OSError:
+        return False
+    return True
+
+
+def _server_argv(config: Config, settings: Callable[..., Any], port: int) -> list[str]:
+    """The agent's own server's argv for `port`, its settings written first."""
+    path = os.path.join(config.state_dir, "ssh_server.json")
+    atomic_write(path, settings(port=port).to_json(), 0o600)
+    return [sys.executable, "-m", "mpi_bootstrap.ssh.server", path]
 
 
 def _sshd_argv(config: Config, settings: Callable[..., str], port: int) -> list[str]:

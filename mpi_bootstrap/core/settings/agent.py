@@ -135,6 +135,15 @@ ROWS: tuple[Setting, ...] = (
         "the OpenSSH sshd binary",
     ),
     Setting(
+        "ssh_server",
+        "--ssh-server",
+        ("MPI_BOOTSTRAP_SSH_SERVER",),
+        "auto",
+        v.choice(("auto", "openssh", "agent")),
+        "the worker's ssh server: openssh (--sshd), agent (its own), auto (its own where "
+        "the image has no usable sshd)",
+    ),
+    Setting(
         "ssh_user",
         "--ssh-user",
         ("MPI_BOOTSTRAP_SSH_USER",),
