@@ -54,6 +54,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "token",
             "ssh_auth_dir",
             "sshd",
+            "ssh_server",
             "sshd_port",
             "ssh_user",
             "preflight",
