@@ -131,6 +131,8 @@ def world(
 
 # The net exchange (no job-done poll wakes the workers' loops, as dir's does).
 NET = {"MPI_BOOTSTRAP_EXCHANGE": "net", "MPI_BOOTSTRAP_TOKEN": secrets.token_hex(16)}
+# Workers whose image has no sshd: they serve ssh themselves (ssh/server.py).
+NO_SSHD = {"MPI_BOOTSTRAP_SSHD": "/nonexistent/sshd"}
 
 
 def cut_off(pod: Pod) -> None:
@@ -225,6 +227,16 @@ class TestLostWorker:
         # (By mpirun itself where it could still reach them, else by the `stop`.)
         ended = logs.named(world.workers[0].stderr(), "ended launch")
         assert all(e["reason"] == "worker lost" for e in ended), world.workers[0].stderr()
+
+    @pytest.mark.parametrize("world", [NO_SSHD], ids=["agent-ssh-server"], indirect=True)
+    @pytest.mark.parametrize(
+        ("real_mpi", "fault"), [("openmpi4", "killed"), ("mpich", "frozen")], indirect=["real_mpi"]
+    )
+    def test_on_the_agents_ssh_server(self, world: World, fault: str) -> None:
+        """The same where the workers serve ssh themselves: a closed channel (hydra's
+        proxy keeps its own for the whole job) is not read as a lost worker; a lost one is."""
+        assert logs.event(world.workers[0].stderr(), "ssh server", server="agent")
+        self.test_ends_the_job_named(world, fault)
 
 
 @pytest.mark.parametrize("real_mpi", ["openmpi4", "mpich"], indirect=True)  # MPI-free
@@ -372,14 +384,24 @@ class TestRestartedLauncher:
         assert cleared and cleared <= {w.pod.name for w in world.workers}, err
         for w in world.workers:
             # What was there before and still is: the pod itself (unshare, the agent as
-            # its PID 1) and its sshd; not the last launch's daemon, ranks or sessions.
+            # its PID 1) and its ssh server (sshd, or the agent's own); not the last
+            # launch's daemon, ranks or sessions.
             now, pod = _processes(w.pod), {w.p.pid, world.c.pid_of(w.p)}
             before = old[w.pod.name]  # the same process: the same pid and start time
             same = {p: n for p, (t, n) in now.items() if before.get(p, ("",))[0] == t}
-            left = {p: n for p, n in same.items() if p not in pod}
+            left = {p: n for p, n in same.items() if p not in pod and not _ssh_server(p)}
             assert set(left.values()) <= {"sshd"}, left
             ended = [e["reason"] for e in logs.named(w.stderr(), "ended launch")]
             assert ("superseded" in ended) == (w.pod.name in cleared), w.stderr()
+
+    @pytest.mark.parametrize("world", [NO_SSHD], ids=["agent-ssh-server"], indirect=True)
+    @pytest.mark.parametrize("again", [0, 3], ids=["same-pod", "new-pod"])
+    def test_clears_the_last_launch_on_the_agents_ssh_server(
+        self, world: World, again: int
+    ) -> None:
+        """The same where the workers serve ssh themselves: the claim's session is one of
+        the server's own."""
+        self.test_clears_the_last_launch(world, again)
 
     @pytest.mark.parametrize("world", [NET], ids=["net"], indirect=True)
     def test_clears_the_last_launch_with_net(self, world: World) -> None:
@@ -387,6 +409,14 @@ class TestRestartedLauncher:
         replaces the old launcher's key on each worker, then its claim clears the old
         launch (the claim rides preflight's ssh session on every exchange)."""
         self.test_clears_the_last_launch(world, 3)
+
+
+def _ssh_server(pid: int) -> bool:
+    """Whether `pid` is the agent's own ssh server (ssh/server.py)."""
+    try:
+        return b"mpi_bootstrap.ssh.server" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def _processes(pod: Pod) -> dict[int, tuple[str, str]]:

@@ -173,7 +173,7 @@ class TestAsTheyCome:
             w0 = Agent(c, c.pods[1], [AGENT, "worker"], job.env(c.pods[1]))
             job.workers.append(w0)
             job.wait_ready(w0)
-            launcher = job.launcher([str(prog)], slots=1, names=W3[:2], MPI_DNS_WAIT_SECONDS="20")
+            launcher = job.launcher([str(prog)], slots=1, names=W3[:2], MPI_DNS_WAIT_SECONDS="6")
             code, _, err = launcher.finish(timeout=120)
             assert list(marks.iterdir()) == [], f"ranks ran: {sorted(marks.iterdir())}\n{err}"
             assert code == 69, err

@@ -27,6 +27,7 @@ TOKEN = "platforms-" + "t" * 32
 # /run/mpi-bootstrap (docs/exchanges.md's advice for root).
 SHAPES = {
     "openshift": (OPENSHIFT_UID, 0, "/", "", ""),
+    "openshift-agent-ssh-server": (OPENSHIFT_UID, 0, "/", "", ""),
     "readonly-root": (0, 0, "/root", "ro", ""),
     "readonly-root-run-emptydir": (0, 0, "/root", "ro+run", ""),
     "readonly-uid1000": (1000, 1000, "/home/mpiuser", "ro", ""),
@@ -85,8 +86,9 @@ def test_job_runs(
         "MPI_BOOTSTRAP_LOG_FORMAT": "json",
         **({"MPI_BOOTSTRAP_STATE_DIR": state} if state else {}),
     }
+    own = {"MPI_BOOTSTRAP_SSH_SERVER": "agent"} if "agent-ssh-server" in shape else {}
     workers = [
-        pods.start(pod, _in_pod(shape, runtime_for_others, ["worker"]), env)
+        pods.start(pod, _in_pod(shape, runtime_for_others, ["worker"]), {**env, **own})
         for pod in pods.pods[1:]
     ]
     done = pods.pods[0].run(
@@ -107,6 +109,9 @@ def test_job_runs(
     assert Path("/etc/passwd").read_bytes() == passwd
     assert ("passwd entry" in done.stderr) == (uid == OPENSHIFT_UID)
     assert "state directory held" in done.stderr  # /tmp/mpi-bootstrap-UID in an emptyDir
+    # A worker on the agent's own ssh server gives its uid no entry (no nss_wrapper).
+    entries = list(Path(pods.pods[1].tmp or "/nonexistent").glob("mpi-bootstrap-*/*/passwd"))
+    assert bool(entries) == (shape == "openshift"), entries
 
 
 def test_privsep_dir_that_cannot_be_made_says_what_to_mount() -> None:

@@ -231,7 +231,8 @@ def run(channel: paramiko.Channel, command: str, env: dict[str, str]) -> None:
         t.daemon = True
         t.start()
     while proc.poll() is None:
-        if channel.closed or not channel.get_transport().is_active():
+        transport = channel.get_transport()
+        if channel.closed or transport is None or not transport.is_active():
             _end_group(proc)
             break
         time.sleep(0.05)

@@ -29,10 +29,14 @@ def user() -> str:
         return f"user{os.geteuid()}"
 
 
-def settle(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Config, dict[str, str]]:
+def settle(
+    config: Config, environ: Mapping[str, str], log: Log, *, needs_entry: bool = True
+) -> tuple[Config, dict[str, str]]:
     """`config` with its state directory held and every path below it moved where it is
     held (/proc/PID/fd/N where others could rename it); `environ` with nss_wrapper's
-    variables where the uid has no entry (set in this process's too, for its children)."""
+    variables where the uid has no entry (set in this process's too, for its children).
+    Without nss_wrapper that is refused where sshd or ssh will run (`needs_entry`); a
+    worker on the agent's own ssh server has no use for either, and goes on without."""
     old, uid = config.state_dir, os.geteuid()
     state = files.state_dir(old, lock=True) or old
     if state != old:
@@ -42,6 +46,9 @@ def settle(config: Config, environ: Mapping[str, str], log: Log) -> tuple[Config
         config = dataclasses.replace(config, state_dir=state, output_hostfile=out)
     with contextlib.suppress(KeyError):
         pwd.getpwuid(uid)  # an entry of its own
+        return config, dict(environ)
+    if not needs_entry:
+        log("no passwd entry", uid=uid, reason="the agent's own ssh server needs none")
         return config, dict(environ)
     found = glob.glob("/usr/lib*/libnss_wrapper.so") + glob.glob("/usr/lib*/*/libnss_wrapper.so")
     if not found:

@@ -178,14 +178,15 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
     """Keys, a private sshd, the record published, then the resident PID 1 (module
     docstring)."""
     needs_exchange(config)
-    config, environ = account.settle(config, environ, log)  # nothing written before this
+    own_server = _server(config, log)
+    # Nothing is written before this.
+    config, environ = account.settle(config, environ, log, needs_entry=not own_server)
     state = config.state_dir
     for warning in config.token_warnings:
         log("token exposed", level="warning", reason=warning)
     ident = identity(config, log)
     authorized_path = _authorize(state, ident, log)
     listen, probe_addr, bind_addr = _listen(config, log)
-    own_server = _server(config, log)
     if own_server:
         from mpi_bootstrap.ssh import server  # paramiko: imported only where it serves
     if os.geteuid() == 0 and not own_server:
@@ -294,7 +295,7 @@ def _server(config: Config, log: Log) -> bool:
     if config.ssh_server == "auto":
         if not os.access(config.sshd, os.X_OK):
             why = f"auto: {config.sshd} is not executable"
-        elif os.geteuid() == 0 and not _can_make("/run/sshd"):
+        elif os.geteuid() == 0 and not _can_make("/run"):
             why = "auto: root's sshd needs /run/sshd, and it cannot be made"
         else:
             log("ssh server", server="openssh", sshd=config.sshd, reason="auto: it is there")
@@ -304,12 +305,9 @@ def _server(config: Config, log: Log) -> bool:
     return own
 
 
-def _can_make(path: str) -> bool:
-    try:
-        os.makedirs(path, mode=0o755, exist_ok=True)
-    except OSError:
-        return False
-    return True
+def _can_make(parent: str, name: str = "sshd") -> bool:
+    """Whether `parent/name` is a directory, or could be made (nothing is made here)."""
+    return os.path.isdir(os.path.join(parent, name)) or os.access(parent, os.W_OK | os.X_OK)
 
 
 def _server_argv(config: Config, settings: Callable[..., Any], port: int) -> list[str]:

@@ -66,6 +66,10 @@ def _agent() -> str:
     return found
 
 
+# Settings every worker gets (--worker-env), beside the job's.
+WORKER_ENV: dict[str, str] = {}
+
+
 class Scale:
     """N workers up in a fresh cluster; the jobs run against them."""
 
@@ -100,11 +104,12 @@ class Scale:
         self.hostfile.write_text("".join(f"{w} slots=1\n" for w in self.workers))
 
     def env(self, pod: Pod, **extra: str) -> dict[str, str]:
+        own = WORKER_ENV if pod.name != "launcher" else {}
         return agent_env(
             self.work,
             pod,
             path=f"{Path(self.mpirun).parent}:{PATH}",
-            **{"MPI_BOOTSTRAP_EXCHANGE_DIR": str(self.xdir), **extra},
+            **{"MPI_BOOTSTRAP_EXCHANGE_DIR": str(self.xdir), **own, **extra},
             **({"MPI_BOOTSTRAP_SSH_KEX": self.kex} if self.kex else {}),
         )
 
@@ -690,7 +695,16 @@ def main(argv: list[str] | None = None) -> int:
         help="workers ready one after another over S seconds (tests/bench/stagger.py): "
         "each run's time after the last worker was ready, agent and bare",
     )
+    ap.add_argument(
+        "--worker-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of every worker's (MPI_BOOTSTRAP_SSH_SERVER=agent: the agent's own "
+        "ssh server)",
+    )
     args = ap.parse_args(argv)
+    WORKER_ENV.update(dict(kv.split("=", 1) for kv in args.worker_env))
     if os.geteuid() != 0:
         raise SystemExit("needs root (network namespaces)")
     agent = args.agent or _agent()
