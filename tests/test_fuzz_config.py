@@ -240,6 +240,7 @@ EXPECTED: dict[str, Callable[[object], bool]] = {
     "ssh_auth_dir": _is_path,
     "sshd_port": _int_in(0, 65535),
     "sshd": _is_path,
+    "ssh_server": lambda v: v in ("auto", "openssh", "agent"),
     "ssh_user": _optional(lambda v: type(v) is str and names.is_user_name(v)),
     "preflight": lambda v: type(v) is bool,
     "ssh_reuse": lambda v: type(v) is bool,

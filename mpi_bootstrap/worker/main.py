@@ -187,8 +187,6 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
     ident = identity(config, log)
     authorized_path = _authorize(state, ident, log)
     listen, probe_addr, bind_addr = _listen(config, log)
-    if own_server:
-        from mpi_bootstrap.ssh import server  # paramiko: imported only where it serves
     if os.geteuid() == 0 and not own_server:
         _privsep_dir()
     nic, ifaces = data_nic(config, environ, log)
@@ -197,29 +195,14 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
     env = {k: v for k, v in environ.items() if not k.startswith("MPI_BOOTSTRAP_")}
     short = socket.gethostname().split(".")[0]
     sides.of(config.ex).withdraw(config, short)
-    settings = functools.partial(
-        sshd.config_text,
-        listen=listen,
-        host_key=ident.host_key_path,
-        authorized_keys=authorized_path,
-        pid_file=os.path.join(state, "sshd.pid"),
-        user=account.user(),
-        control=control,
-    )
-    argv_for: Callable[[int], list[str]] = functools.partial(_sshd_argv, config, settings)
-    if own_server:  # the same keys, user and FIFO, for the agent's own server
-        argv_for = functools.partial(
-            _server_argv,
-            config,
-            functools.partial(
-                server.Settings,
-                listen=tuple(listen),
-                host_key=ident.host_key_path,
-                authorized_keys=authorized_path,
-                user=account.user(),
-                control=control,
-            ),
-        )
+    keys_at = {
+        "listen": tuple(listen),
+        "host_key": ident.host_key_path,
+        "authorized_keys": authorized_path,
+        "user": account.user(),
+        "control": control,
+    }
+    argv_for = _argv_for(config, own_server, keys_at)
     pid, port, argv = sshd.start(
         argv_for,
         env,
@@ -243,6 +226,24 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
     address = probe_addr if listen else bind_addr
     watch = Watch(address, port, grace, leave) if control else None
     _supervise(config, duties, argv=argv, env=env, pid=pid, control=control, watch=watch)
+
+
+def _argv_for(
+    config: Config, own_server: bool, keys_at: dict[str, Any]
+) -> Callable[[int], list[str]]:
+    """The ssh server's argv for a port, its settings written first: OpenSSH's sshd, or
+    the agent's own with the same keys, user, addresses and FIFO (`keys_at`)."""
+    if own_server:
+        from mpi_bootstrap.ssh import server  # paramiko: imported only where it serves
+
+        return functools.partial(
+            _server_argv, config, functools.partial(server.Settings, **keys_at)
+        )
+    pid_file = os.path.join(config.state_dir, "sshd.pid")
+    settings = functools.partial(
+        sshd.config_text, pid_file=pid_file, **{**keys_at, "listen": list(keys_at["listen"])}
+    )
+    return functools.partial(_sshd_argv, config, settings)
 
 
 def _supervise(
