@@ -19,11 +19,13 @@ from typing import Any
 import paramiko
 import pytest
 
+from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.ssh import server
 from tests.conftest import AGENT, RealMPI
 from tests.support import logs
 from tests.support.cluster import REPO, Cluster
 from tests.support.job import PODS, WORKERS, Agent, Job, check_allreduce
+from tests.support.machine import HOST
 from tests.support.programs import compile_allreduce
 from tests.support.wait import wait_until
 
@@ -237,3 +239,33 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+class TestWhichServer:
+    def test_auto_takes_the_agents_own_where_no_sshd_would_run(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """auto: the agent's own where nothing is executable at --sshd, or (root) where
+        /run/sshd cannot be made; OpenSSH's where it would run; either, where set."""
+        from mpi_bootstrap.worker import main as worker
+
+        said: list[dict[str, object]] = []
+
+        def config(**env: str) -> Config:
+            return Config.from_env(env, ["worker"], host=HOST)
+
+        def log(event: str, **fields: object) -> None:
+            said.append({"event": event, **fields})
+
+        sshd = tmp_path / "sshd"
+        sshd.write_text("#!/bin/sh\n")
+        sshd.chmod(0o755)
+        assert worker._server(config(MPI_BOOTSTRAP_SSHD="/nonexistent/sshd"), log)
+        assert "/nonexistent/sshd is not executable" in str(said[-1]["reason"])
+        assert not worker._server(config(MPI_BOOTSTRAP_SSHD=str(sshd)), log)
+        monkeypatch.setattr(worker, "_can_make", lambda *_: False)  # a read-only root
+        assert worker._server(config(MPI_BOOTSTRAP_SSHD=str(sshd)), log) == (os.geteuid() == 0)
+        forced = {"MPI_BOOTSTRAP_SSHD": "/nonexistent/sshd", "MPI_BOOTSTRAP_SSH_SERVER": "openssh"}
+        assert not worker._server(config(**forced), log)
+        assert worker._server(config(MPI_BOOTSTRAP_SSH_SERVER="agent"), log)
+        assert {s["server"] for s in said} == {"agent", "openssh"}
