@@ -54,12 +54,21 @@ def main() -> int:
     ap.add_argument(
         "--together", action="store_true", help="the first launcher started with the workers"
     )
+    ap.add_argument(
+        "--worker-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of every worker's (MPI_BOOTSTRAP_SSH_SERVER=agent: the agent's own "
+        "ssh server)",
+    )
     args = ap.parse_args()
+    worker_env = dict(kv.split("=", 1) for kv in args.worker_env)
     results = {}
     for exchange in args.exchange:
         with tempfile.TemporaryDirectory(prefix="mpib-soak-", dir="/run") as d:
             t0 = time.monotonic()
-            soak = Soak(Path(d), args.workers, exchange)
+            soak = Soak(Path(d), args.workers, exchange, worker_env)
             try:
                 outcomes = run_soak(
                     soak,

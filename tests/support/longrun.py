@@ -61,8 +61,11 @@ class Outcome:
 class Soak:
     """`n` worker pods (PID 1 agents) and a launcher pod, one exchange, run after run."""
 
-    def __init__(self, work: Path, n: int, exchange: str) -> None:
+    def __init__(
+        self, work: Path, n: int, exchange: str, worker_env: dict[str, str] | None = None
+    ) -> None:
         self.work, self.n, self.exchange = work, n, exchange
+        self.worker_env = worker_env or {}  # beside the job's, in the worker pods
         self.names = [f"w{i}" for i in range(n)]
         self.xdir = work / "exchange"
         self.xdir.mkdir(exist_ok=True)
@@ -92,7 +95,8 @@ class Soak:
             if self.exchange == "dir"
             else {"MPI_BOOTSTRAP_EXCHANGE": "net", "MPI_BOOTSTRAP_TOKEN": self.token}
         )
-        return agent_env(self.work, pod, path=PATH, **mode, **extra)
+        own = self.worker_env if pod.name != "launcher" else {}
+        return agent_env(self.work, pod, path=PATH, **mode, **own, **extra)
 
     def state(self, pod: Pod) -> Path:
         return self.work / pod.name / "state"
