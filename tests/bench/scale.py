@@ -35,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench import stagger
+from tests.bench import add_worker_env, stagger, worker_env
 from tests.support import logs
 from tests.support.cluster import Cluster, Pod, agent_env
 from tests.support.interrupt import run_main
@@ -695,16 +695,9 @@ def main(argv: list[str] | None = None) -> int:
         help="workers ready one after another over S seconds (tests/bench/stagger.py): "
         "each run's time after the last worker was ready, agent and bare",
     )
-    ap.add_argument(
-        "--worker-env",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a setting of every worker's (MPI_BOOTSTRAP_SSH_SERVER=agent: the agent's own "
-        "ssh server)",
-    )
+    add_worker_env(ap)
     args = ap.parse_args(argv)
-    WORKER_ENV.update(dict(kv.split("=", 1) for kv in args.worker_env))
+    WORKER_ENV.update(worker_env(args))
     if os.geteuid() != 0:
         raise SystemExit("needs root (network namespaces)")
     agent = args.agent or _agent()

@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.bench import add_worker_env, worker_env
 from tests.support.interrupt import run_main
 from tests.support.longrun import EXPECTED, Soak, flat, run_soak
 
@@ -54,21 +55,14 @@ def main() -> int:
     ap.add_argument(
         "--together", action="store_true", help="the first launcher started with the workers"
     )
-    ap.add_argument(
-        "--worker-env",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a setting of every worker's (MPI_BOOTSTRAP_SSH_SERVER=agent: the agent's own "
-        "ssh server)",
-    )
+    add_worker_env(ap)
     args = ap.parse_args()
-    worker_env = dict(kv.split("=", 1) for kv in args.worker_env)
+    own = worker_env(args)
     results = {}
     for exchange in args.exchange:
         with tempfile.TemporaryDirectory(prefix="mpib-soak-", dir="/run") as d:
             t0 = time.monotonic()
-            soak = Soak(Path(d), args.workers, exchange, worker_env)
+            soak = Soak(Path(d), args.workers, exchange, own)
             try:
                 outcomes = run_soak(
                     soak,
