@@ -201,6 +201,18 @@ def realmpi() -> dict[str, RealMPI]:
     return REAL_MPIS
 
 
+# A worker's settings for each of its ssh servers: OpenSSH's sshd, and the agent's own
+# (ssh/server.py) as `auto` takes it for an image with no sshd.
+SSH_SERVERS = {"openssh": {}, "agent-ssh-server": {"MPI_BOOTSTRAP_SSHD": "/nonexistent/sshd"}}
+NO_SSHD = SSH_SERVERS["agent-ssh-server"]
+
+
+@pytest.fixture(params=sorted(SSH_SERVERS))
+def ssh_server(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Each ssh server in turn, as a worker's settings (SSH_SERVERS)."""
+    return SSH_SERVERS[request.param]
+
+
 @pytest.fixture(params=sorted(REAL_MPIS))
 def real_mpi(request: pytest.FixtureRequest, realmpi: dict[str, RealMPI]) -> RealMPI:
     """Each real MPI in turn. Missing is a failure, not a skip: `make test` installs them."""

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import pytest
 
 from mpi_bootstrap.core import names
 from mpi_bootstrap.ssh import keys, sshd
-from tests.conftest import AGENT
+from tests.conftest import AGENT, SSH_SERVERS
 from tests.support import logs, wire
 from tests.support.attacker import as_attacker
 from tests.support.cluster import Cluster, agent_env
@@ -116,7 +117,9 @@ class TestStateDirSwap:
     still runs (an emptyDir at /tmp is all a hardened pod has: tests/test_platforms.py)."""
 
     @pytest.mark.parametrize("how", ["emptydir", "owned-by-1000"])
-    def test_swap_gets_no_login(self, cluster: Cluster, base: Path, how: str) -> None:
+    def test_swap_gets_no_login(
+        self, cluster: Cluster, base: Path, how: str, ssh_server: dict[str, str]
+    ) -> None:
         """uid 1000 renames the worker's state directory away and puts its own key and
         host key in its place: its login is refused, and a launcher whose own state
         directory is in such a place too runs the job on the worker after the swap."""
@@ -139,6 +142,7 @@ class TestStateDirSwap:
                 MPI_BOOTSTRAP_STATE_DIR=str(state),
                 MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
                 MPI_BOOTSTRAP_SSHD_PORT="2222",
+                **ssh_server,
             ),
         )
         worker_up_or_gone(p, xdir / f"{worker.name}.json")
@@ -265,7 +269,9 @@ class TestDirExchangeKeyPlanting:
     refused (64), never authorised."""
 
     @pytest.mark.parametrize("form", ["directory", "symlink"])
-    def test_planted_key_is_refused(self, cluster: Cluster, base: Path, form: str) -> None:
+    def test_planted_key_is_refused(
+        self, cluster: Cluster, base: Path, form: str, ssh_server: dict[str, str]
+    ) -> None:
         """A job-key dir planted by uid 1000 in a shared exchange dir, or a symlink to one, is
         refused (64): the attacker's key never logs in nor reaches authorized_keys."""
         xdir = base / "exchange"
@@ -284,7 +290,11 @@ class TestDirExchangeKeyPlanting:
             worker,
             [AGENT, "worker"],
             agent_env(
-                base, worker, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir), MPI_BOOTSTRAP_SSHD_PORT="2222"
+                base,
+                worker,
+                MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir),
+                MPI_BOOTSTRAP_SSHD_PORT="2222",
+                **ssh_server,
             ),
         )
         worker_up_or_gone(p, xdir / f"{worker.name}.json")
@@ -349,7 +359,9 @@ class TestBakedKeys:
     authorised is logged with its fingerprint and where it came from."""
 
     @pytest.mark.parametrize("mode", ["net", "dir"])
-    def test_image_key_is_not_trusted(self, cluster: Cluster, base: Path, mode: str) -> None:
+    def test_image_key_is_not_trusted(
+        self, cluster: Cluster, base: Path, mode: str, ssh_server: dict[str, str]
+    ) -> None:
         """Keys baked into the image's ~/.ssh cannot log in under the net or dir exchange, while
         the job's key does (dir); only the job's key is logged as authorised (dir), and none
         at all (net)."""
@@ -370,7 +382,7 @@ class TestBakedKeys:
         )
         if mode == "dir":
             (base / "exchange").mkdir()
-        env = agent_env(base, worker, MPI_BOOTSTRAP_SSHD_PORT="2222", **extra)
+        env = agent_env(base, worker, MPI_BOOTSTRAP_SSHD_PORT="2222", **extra, **ssh_server)
         p = cluster.start(worker, [AGENT, "worker"], env)
         wait_until(
             lambda: (home / "state" / "record.json").exists() or p.poll() is not None,
@@ -394,7 +406,9 @@ class TestBakedKeys:
                 (names.fingerprint(job), f"{base}/exchange/job-key")
             ]
 
-    def test_explicit_mount_is_trusted_and_logged(self, cluster: Cluster, base: Path) -> None:
+    def test_explicit_mount_is_trusted_and_logged(
+        self, cluster: Cluster, base: Path, ssh_server: dict[str, str]
+    ) -> None:
         """Set explicitly, the directory is the job's Secret: its keys log in, and the log
         says which keys, from which file and line."""
         worker = cluster.pods[1]
@@ -409,6 +423,7 @@ class TestBakedKeys:
             MPI_BOOTSTRAP_SSHD_PORT="2222",
             MPI_BOOTSTRAP_TOKEN=TOKEN,
             MPI_BOOTSTRAP_SSH_AUTH_DIR=str(mount),
+            **ssh_server,
         )
         p = cluster.start(worker, [AGENT, "worker"], env)
         wait_until(
@@ -702,7 +717,9 @@ def execs_while(
     return ran
 
 
-def scan_job(base: Path, form: str) -> tuple[list[dict[str, Any]], dict[str, str], int]:
+def scan_job(
+    base: Path, form: str, server: Mapping[str, str] = SSH_SERVERS["openssh"]
+) -> tuple[list[dict[str, Any]], dict[str, str], int]:
     """A real job whose ranks scan their pods' /proc/*/environ (RANK) while the workers'
     readiness probe and the launcher pod's doctor are exec'd kubelet-style, again and
     again, with the token given in `form` ("file": MPI_BOOTSTRAP_TOKEN_FILE from a Secret
@@ -715,7 +732,7 @@ def scan_job(base: Path, form: str) -> tuple[list[dict[str, Any]], dict[str, str
         else {"MPI_BOOTSTRAP_TOKEN": TOKEN}
     )
     with Cluster(["job-launcher", *WORKERS], pid1=True) as c:
-        procs = start_workers(c, base, **how)
+        procs = start_workers(c, base, **how, **server)
         script = base / "rank.py"
         script.write_text(RANK)
         hostfile = "job-launcher slots=1\n" + "".join(f"{w} slots=1\n" for w in WORKERS)
@@ -766,11 +783,11 @@ class TestTokenNotInEnviron:
     Secret volume's file. In the environment it would be (the control), and the agent,
     --explain and the doctor say so."""
 
-    def test_no_process_has_it(self, base: Path, netns: None) -> None:
+    def test_no_process_has_it(self, base: Path, netns: None, ssh_server: dict[str, str]) -> None:
         """With the token in a file, a rank scanning its pod's /proc/*/environ for 6 s, while the
         readiness probe and the doctor are exec'd into the pods with the container's
         environment again and again, finds it nowhere; nor does a scan from outside."""
-        reports, outside, ran = scan_job(base, "file")
+        reports, outside, ran = scan_job(base, "file", ssh_server)
         assert ran >= 6, ran
         assert all(r["scans"] > 100 for r in reports), reports
         # The ranks did see the probes (both workers) and the doctor (the launcher) run.

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from mpi_bootstrap.core import liveness
-from tests.conftest import AGENT, REAL_MPIS, RealMPI
+from tests.conftest import AGENT, NO_SSHD, REAL_MPIS, RealMPI
 from tests.support import logs
 from tests.support.cluster import Cluster, Pod
 from tests.support.job import Agent, Job, pod_processes
@@ -131,8 +131,6 @@ def world(
 
 # The net exchange (no job-done poll wakes the workers' loops, as dir's does).
 NET = {"MPI_BOOTSTRAP_EXCHANGE": "net", "MPI_BOOTSTRAP_TOKEN": secrets.token_hex(16)}
-# Workers whose image has no sshd: they serve ssh themselves (ssh/server.py).
-NO_SSHD = {"MPI_BOOTSTRAP_SSHD": "/nonexistent/sshd"}
 
 
 def cut_off(pod: Pod) -> None:
@@ -230,7 +228,9 @@ class TestLostWorker:
 
     @pytest.mark.parametrize("world", [NO_SSHD], ids=["agent-ssh-server"], indirect=True)
     @pytest.mark.parametrize(
-        ("real_mpi", "fault"), [("openmpi4", "killed"), ("mpich", "frozen")], indirect=["real_mpi"]
+        ("real_mpi", "fault"),
+        [("openmpi4", "killed"), ("mpich", "frozen"), ("openmpi5", "cut-off")],
+        indirect=["real_mpi"],
     )
     def test_on_the_agents_ssh_server(self, world: World, fault: str) -> None:
         """The same where the workers serve ssh themselves: a closed channel (hydra's

@@ -25,7 +25,7 @@ import pytest
 from mpi_bootstrap.core import records
 from mpi_bootstrap.ssh import keys
 from mpi_bootstrap.ssh import netx as exchange
-from tests.conftest import AGENT
+from tests.conftest import AGENT, SSH_SERVERS
 from tests.support import logs
 from tests.support.audit import mode_problems, private_key_lines
 from tests.support.cluster import Cluster, Pod, agent_env
@@ -76,17 +76,24 @@ class JobRun:
 
 
 def run_job(
-    cluster: Cluster, tmp: Path, mode: str, *, level: str = "info", fmt: str = "json"
+    cluster: Cluster,
+    tmp: Path,
+    mode: str,
+    *,
+    level: str = "info",
+    fmt: str = "json",
+    server: Mapping[str, str] = SSH_SERVERS["openssh"],
 ) -> JobRun:
-    """Workers, `launcher --explain` (text and JSON), then a real job whose program is
-    `env` on every rank, one of them on the launcher itself (so it inherits mpirun's
-    environment); then the workers are stopped. Returns all that was printed."""
+    """Workers (on `server`: SSH_SERVERS), `launcher --explain` (text and JSON), then a
+    real job whose program is `env` on every rank, one of them on the launcher itself (so
+    it inherits mpirun's environment); then the workers are stopped. Returns all that was
+    printed."""
     extra = {
         **exchange_env(tmp, mode),
         "MPI_BOOTSTRAP_LOG_LEVEL": level,
         "MPI_BOOTSTRAP_LOG_FORMAT": fmt,
     }
-    procs = start_workers(cluster, tmp, **extra)
+    procs = start_workers(cluster, tmp, **extra, **server)
     hostfile = "job-launcher slots=1\n" + "".join(f"{w} slots=1\n" for w in WORKERS)
     name, _, value = MARKER.partition("=")
     env = launcher_env(tmp, cluster, hostfile, **{name: value}, **extra)
@@ -124,6 +131,7 @@ WORKER_STATE = {
     "authorized_keys": 0o600,
     "sshd_config": 0o600,
     "sshd.pid": 0o644,  # written by sshd itself
+    "ssh_server.json": 0o600,  # the agent's own ssh server's settings, in sshd's place
     "record.json": 0o644,
     "control": 0o600,  # the watch's control FIFO: claims from the launcher's sessions
     ".lock": 0o600,  # held by the agent's PID 1: the directory is this pod's alone
@@ -192,12 +200,17 @@ class TestFileModes:
     """Every key and config file the agent writes is private (0600 in a 0700 directory) or
     public on purpose, none is writable by group or others, and no temporary file stays."""
 
-    @pytest.mark.parametrize("mode", ["dir", "net", "secret"])
-    def test_after_a_job(self, cluster: Cluster, tmp_path: Path, mode: str) -> None:
+    @pytest.mark.parametrize(
+        ("mode", "server"),
+        [*((m, "openssh") for m in ("dir", "net", "secret")), ("dir", "agent-ssh-server")],
+    )
+    def test_after_a_job(self, cluster: Cluster, tmp_path: Path, mode: str, server: str) -> None:
         """After a real job in each exchange mode, every path the agent wrote has exactly its listed
         mode (keys 0600, dirs 0700), none is writable by others, and no temporary file remains."""
-        run = run_job(cluster, tmp_path, mode)
+        run = run_job(cluster, tmp_path, mode, server=SSH_SERVERS[server])
         worker_req, launcher_req, exchange_req = REQUIRED[mode]
+        if server != "openssh":
+            worker_req = worker_req - {"sshd_config"} | {"ssh_server.json"}
         problems = []
         for w in WORKERS:
             problems += mode_problems(
@@ -292,13 +305,16 @@ class Live:
     tmp: Path
 
 
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory, netns: None) -> Iterator[Live]:
+@pytest.fixture(scope="module", params=sorted(SSH_SERVERS))
+def live(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, netns: None
+) -> Iterator[Live]:
+    """Each of the worker's ssh servers in turn (SSH_SERVERS)."""
     tmp = tmp_path_factory.mktemp("live")
     with Cluster(["job-launcher", "job-worker-0"]) as c:
         xdir = tmp / "exchange"
         xdir.mkdir()
-        start_workers(c, tmp, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+        start_workers(c, tmp, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir), **SSH_SERVERS[request.param])
         rec = record_of(tmp, c.pods[1])
         yield Live(
             c.pods[0],
@@ -659,20 +675,28 @@ def leaks(outputs: Mapping[str, str], key_lines: set[str]) -> list[str]:
     return found
 
 
-# Every level for the exchange that uses the token; every exchange at debug.
+# Every level for the exchange that uses the token; every exchange at debug; each
+# exchange at debug on the agent's own ssh server too.
 LOG_CASES = [
     *(
-        pytest.param("net", level, "json", id=f"net-{level}-json")
+        pytest.param(("net", level, "json", "openssh"), id=f"net-{level}-json")
         for level in ("debug", "info", "warning", "error")
     ),
-    *(pytest.param(mode, "debug", "json", id=f"{mode}-debug-json") for mode in ("dir", "secret")),
     *(
-        pytest.param(mode, "debug", "console", id=f"{mode}-debug-console")
+        pytest.param((mode, "debug", "json", "openssh"), id=f"{mode}-debug-json")
+        for mode in ("dir", "secret")
+    ),
+    *(
+        pytest.param((mode, "debug", "console", "openssh"), id=f"{mode}-debug-console")
         for mode in ("dir", "net", "secret")
     ),
     *(
-        pytest.param("net-file", "debug", fmt, id=f"net-file-debug-{fmt}")
+        pytest.param(("net-file", "debug", fmt, "openssh"), id=f"net-file-debug-{fmt}")
         for fmt in ("json", "console")
+    ),
+    *(
+        pytest.param((mode, "debug", "json", "agent-ssh-server"), id=f"{mode}-agent-ssh-server")
+        for mode in ("dir", "net", "secret")
     ),
 ]
 
@@ -682,13 +706,14 @@ class TestNoSecretInOutput:
     or command line, at any log level and format, and the token never reaches mpirun's
     environment."""
 
-    @pytest.mark.parametrize(("mode", "level", "fmt"), LOG_CASES)
+    @pytest.mark.parametrize("case", LOG_CASES)
     def test_job_and_explain(
-        self, cluster: Cluster, tmp_path: Path, mode: str, level: str, fmt: str
+        self, cluster: Cluster, tmp_path: Path, case: tuple[str, str, str, str]
     ) -> None:
         """At each log level and format, no token or private key line appears in logs, --explain,
         probe or command lines, and no rank's environment holds the token."""
-        run = run_job(cluster, tmp_path, mode, level=level, fmt=fmt)
+        mode, level, fmt, server = case
+        run = run_job(cluster, tmp_path, mode, level=level, fmt=fmt, server=SSH_SERVERS[server])
         roots = [tmp_path / p.name / "state" for p in cluster.pods]
         roots += [tmp_path / d for d in ("exchange", "secret") if (tmp_path / d).exists()]
         count, key_lines = private_key_lines(roots)

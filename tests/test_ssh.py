@@ -122,11 +122,14 @@ class TestDirExchange:
         assert "mpi-bootstrap: mpirun exited" in tail
         assert "Likely cause: the sshd that answered for job-worker-1 presented a host key" in tail
 
-    def test_sshd_down_is_exit_69_before_mpirun(self, cluster: Cluster, tmp_path: Path) -> None:
-        """A worker whose sshd is gone: 69 naming its address within 15 s, before mpirun starts."""
+    def test_sshd_down_is_exit_69_before_mpirun(
+        self, cluster: Cluster, tmp_path: Path, ssh_server: dict[str, str]
+    ) -> None:
+        """A worker whose ssh server is gone: 69 naming its address within 15 s, before
+        mpirun starts."""
         xdir = tmp_path / "exchange"
         xdir.mkdir()
-        procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir))
+        procs = start_workers(cluster, tmp_path, MPI_BOOTSTRAP_EXCHANGE_DIR=str(xdir), **ssh_server)
         procs[0].send_signal(signal.SIGTERM)
         assert procs[0].wait(timeout=15) == 0
         t0 = time.monotonic()
@@ -178,14 +181,14 @@ class TestSecretExchange:
     """MPI Operator's Secret: one key, mounted 0644; the agent copies it 0600 and pins it."""
 
     def test_mounted_0644_key_works_and_is_untouched(
-        self, cluster: Cluster, tmp_path: Path
+        self, cluster: Cluster, tmp_path: Path, ssh_server: dict[str, str]
     ) -> None:
         """A Secret mounted 0644 works: the job runs, the mount is left unchanged, the launcher's
         copy is 0600, and the private key never shows in the output."""
         mount = make_mount(tmp_path)
         before = {f.name: f.read_bytes() for f in mount.iterdir()}
         extra = {"MPI_BOOTSTRAP_SSH_AUTH_DIR": str(mount)}
-        start_workers(cluster, tmp_path, **extra)
+        start_workers(cluster, tmp_path, **extra, **ssh_server)
         assert all(record_of(tmp_path, p)["port"] == 2222 for p in cluster.pods[1:])
         done = launch(cluster, tmp_path, ["hostname"], **extra)
         assert done.returncode == 0, done.stderr

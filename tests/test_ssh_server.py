@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,15 +22,13 @@ import pytest
 
 from mpi_bootstrap.core.config import Config
 from mpi_bootstrap.ssh import server
-from tests.conftest import AGENT, RealMPI
+from tests.conftest import AGENT, NO_SSHD, RealMPI
 from tests.support import logs
 from tests.support.cluster import REPO, Cluster
 from tests.support.job import PODS, WORKERS, Agent, Job, check_allreduce
 from tests.support.machine import HOST
 from tests.support.programs import compile_allreduce
 from tests.support.wait import wait_until
-
-NO_SSHD = {"MPI_BOOTSTRAP_SSHD": "/nonexistent/sshd"}  # an image without OpenSSH's server
 
 
 @pytest.mark.usefixtures("dnsmasq", "realmpi")
@@ -57,6 +56,7 @@ class Served:
     """The agent's server on loopback, with a job key it lets in and one it does not."""
 
     port: int
+    pid: int
     dir: Path
     known_hosts: Path
     key: Path  # authorized
@@ -108,6 +108,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
         env = {
             "PATH": "/usr/bin:/bin",
             "LD_PRELOAD": "/nonexistent.so",
+            "LD_LIBRARY_PATH": "/image/lib",
             "BASH_ENV": "/x",
             "KEPT": "1",
         }
@@ -119,7 +120,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
         )
         try:
             wait_until(lambda: _answers(port), 10, lambda: "the server answers")
-            yield Served(port, d, known, d / "key", d / "stranger")
+            yield Served(port, p.pid, d, known, d / "key", d / "stranger")
         finally:
             p.kill()
             p.wait()
@@ -165,12 +166,14 @@ class TestServer:
     def test_environment(self, served: Served) -> None:
         """A session gets the container's environment less the loader's and the shell's
         start-up variables, and of what the client sends only what AcceptEnv lets through."""
-        done = served.ssh(
-            "env", "-o", "SetEnv=NCCL_DEBUG=INFO LD_AUDIT=/evil.so PATH=/evil BASH_ENV=/evil"
-        )
+        asked = "NCCL_DEBUG=INFO LD_AUDIT=/evil.so PATH=/evil BASH_ENV=/evil"
+        done = served.ssh("env", "-o", f"SetEnv={asked} LD_LIBRARY_PATH=/opt/mpi/lib")
         env = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
         assert env["NCCL_DEBUG"] == "INFO" and env["KEPT"] == "1" and env["PATH"] == "/usr/bin:/bin"
         assert not {"LD_PRELOAD", "LD_AUDIT", "BASH_ENV"} & set(env), env
+        assert env["LD_LIBRARY_PATH"] == "/opt/mpi/lib"  # AcceptEnv's, as with sshd
+        done = served.ssh("echo $LD_LIBRARY_PATH")
+        assert done.stdout == "/image/lib\n"  # the image's own stays
 
     def test_nothing_but_exec(self, served: Served) -> None:
         """No pty, no shell, no subsystem, no forwarding of any kind."""
@@ -194,7 +197,8 @@ class TestServer:
             c.close()
 
     def test_bounded_channels(self, served: Served) -> None:
-        """At most server.CHANNELS sessions on one connection; several run at once."""
+        """At most server.CHANNELS sessions open at once on one connection; several run at
+        once, and a channel that ended gives its place back."""
         c = served.client()
         try:
             t = c.get_transport()
@@ -205,8 +209,53 @@ class TestServer:
             for i, ch in enumerate(chans[:3]):
                 ch.exec_command(f"echo {i}")
             assert [ch.makefile().read().decode() for ch in chans[:3]] == ["0\n", "1\n", "2\n"]
+            for ch in chans[:3]:
+                assert ch.recv_exit_status() == 0
+                ch.close()
+            again = wait_until(lambda: _opens(t), 10, lambda: "a place given back")
+            again.exec_command("echo again")
+            assert again.makefile().read() == b"again\n"
         finally:
             c.close()
+
+    def test_a_client_that_never_reads(self, served: Served) -> None:
+        """A command that writes without end to a client that never reads: the server
+        holds at most a window of it (its memory stays put), another login runs, and the
+        command ends with the connection."""
+        before = _rss_kib(served.pid)
+        c = served.client()
+        ch = c.get_transport().open_session()  # type: ignore[union-attr]
+        ch.exec_command("echo $$; exec yes")
+        pid = int(ch.recv(64).split(b"\n")[0])
+        time.sleep(3)  # stdout at a full window for seconds
+        grown = _rss_kib(served.pid) - before
+        assert grown < 32 * 1024, f"the server grew {grown} KiB"
+        done = served.ssh("echo in")
+        assert (done.returncode, done.stdout) == (0, "in\n"), done.stderr
+        c.close()
+        wait_until(lambda: not _alive(pid), server.GRACE + 5, lambda: f"pid {pid} ended")
+
+    def test_slow_key_exchanges(self, served: Served) -> None:
+        """40 clients that send their banner and one byte of key exchange, then stall: a
+        real login runs meanwhile, and each stalled one is dropped by server.AUTH_SECONDS."""
+        socks = []
+        try:
+            for i in range(40):
+                s = socket.socket()
+                s.bind((f"127.0.0.{2 + i % 4}", 0))
+                s.connect(("127.0.0.1", served.port))
+                s.sendall(b"SSH-2.0-slow\r\n\x00")
+                socks.append(s)
+            t0 = time.monotonic()
+            done = served.ssh("echo in")
+            assert (done.returncode, done.stdout) == (0, "in\n"), done.stderr
+            for s in socks:
+                s.settimeout(max(0.1, t0 + server.AUTH_SECONDS + 5 - time.monotonic()))
+                assert _drained(s), "a stalled key exchange was kept"
+            assert time.monotonic() - t0 < server.AUTH_SECONDS + 5
+        finally:
+            for s in socks:
+                s.close()
 
     def test_a_channel_closed_mid_command_ends_it(self, served: Served) -> None:
         """The client goes while its command runs: the command's process group ends."""
@@ -231,6 +280,32 @@ class TestServer:
         finally:
             for s in socks:
                 s.close()
+
+
+def _opens(t: paramiko.Transport) -> paramiko.Channel | None:
+    try:
+        return t.open_session()
+    except paramiko.ChannelException:
+        return None
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def _drained(s: socket.socket) -> bool:
+    """Whether the server closed `s` before its timeout (what it sent read and dropped)."""
+    try:
+        while s.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except OSError:
+        pass  # reset: closed too
+    return True
 
 
 def _alive(pid: int) -> bool:

@@ -56,11 +56,14 @@ from paramiko.common import (  # noqa: E402
 AUTH_SECONDS = 10  # from the connection to a login
 PER_PEER = 32  # connections at once from one address
 CONNECTIONS = 512  # connections at once
-CHANNELS = 64  # sessions on one connection
+CHANNELS = 64  # sessions open at once on one connection
 GRACE = 2.0  # a channel closed: its command's group gets this long after SIGTERM
 CHUNK = 32768
-# Never passed on, whatever the container has: what makes the loader or a shell run code.
+# Never passed on from the container's environment: what makes the loader or a shell run
+# code. Its library path stays (CUDA images set it); a client's variables are only those
+# AcceptEnv names, as with sshd (LD_LIBRARY_PATH among them: hydra's proxies need it).
 DROPPED = ("LD_", "BASH_ENV", "ENV", "BASH_FUNC_", "PROMPT_COMMAND", "PS4", "SHELLOPTS")
+KEPT = ("LD_LIBRARY_PATH",)
 BANNER = "mpi-bootstrap"  # after "SSH-2.0-", with paramiko's own version
 
 
@@ -105,8 +108,8 @@ def authorized(path: str) -> frozenset[str]:
 def session_env(base: Mapping[str, str], asked: Mapping[str, str], s: Settings) -> dict[str, str]:
     """A command's environment: the container's less what makes code run, the variables
     the client sent that AcceptEnv lets through, the login's own, and the control FIFO."""
-    env = {k: v for k, v in base.items() if not k.startswith(DROPPED)}
-    env.update({k: v for k, v in asked.items() if not k.startswith(DROPPED)})
+    env = {k: v for k, v in base.items() if k in KEPT or not k.startswith(DROPPED)}
+    env.update(asked)  # what AcceptEnv lets through (_Login.check_channel_env_request)
     env.update({"USER": s.user, "LOGNAME": s.user, "SHELL": "/bin/sh"})
     env.setdefault("HOME", "/")
     if s.control:
@@ -119,7 +122,8 @@ class _Login(paramiko.ServerInterface):
 
     def __init__(self, s: Settings) -> None:
         self.s = s
-        self.channels = 0
+        self.lock = threading.Lock()
+        self.channels = 0  # open now: a channel's end gives its place back (done)
         self.env: dict[int, dict[str, str]] = {}
         self.execs: dict[int, str] = {}  # by channel: Server.channels polls it
 
@@ -137,10 +141,17 @@ class _Login(paramiko.ServerInterface):
     def check_channel_request(self, kind: str, chanid: int) -> int:
         if kind != "session":
             return OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
-        if self.channels >= CHANNELS:
-            return OPEN_FAILED_RESOURCE_SHORTAGE
-        self.channels += 1
+        with self.lock:
+            if self.channels >= CHANNELS:
+                return OPEN_FAILED_RESOURCE_SHORTAGE
+            self.channels += 1
         return OPEN_SUCCEEDED
+
+    def done(self, channel: paramiko.Channel) -> None:
+        with self.lock:
+            self.channels -= 1
+            self.env.pop(channel.get_id(), None)
+            self.execs.pop(channel.get_id(), None)
 
     def check_channel_env_request(
         self, channel: paramiko.Channel, name: bytes, value: bytes
@@ -248,6 +259,13 @@ def run(channel: paramiko.Channel, command: str, env: dict[str, str]) -> None:
         channel.close()
 
 
+def _session(ch: paramiko.Channel, command: str, env: dict[str, str], login: _Login) -> None:
+    try:
+        run(ch, command, env)
+    finally:
+        login.done(ch)
+
+
 def _end_group(proc: subprocess.Popen[bytes]) -> None:
     """The command's process group: SIGTERM, then SIGKILL after GRACE."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -346,9 +364,12 @@ class Server:
                 if command is not None:
                     waiting.remove(ch)
                     env = session_env(self.env, login.env.get(ch.get_id(), {}), self.s)
-                    threading.Thread(target=run, args=(ch, command, env), daemon=True).start()
+                    threading.Thread(
+                        target=_session, args=(ch, command, env, login), daemon=True
+                    ).start()
                 elif ch.closed:
                     waiting.remove(ch)
+                    login.done(ch)
 
 
 def main(argv: list[str]) -> int:
