@@ -78,6 +78,7 @@ def test_every_manifest_is_checked() -> None:
         "jobset.yaml",
         "volcano.yaml",
         "trainer-v2.yaml",
+        "no-sshd.yaml",
     }
 
 
@@ -221,6 +222,35 @@ def test_net_exchange_token_from_a_secret_volume() -> None:
         (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
         assert volume["secret"] == {"secretName": secret["metadata"]["name"], "defaultMode": 0o400}
         assert path.name in secret["stringData"], role
+
+
+def test_no_sshd_job_runs_the_image_its_header_builds() -> None:
+    """no-sshd.yaml: both roles run the one image its header builds with `--build-arg
+    SSH_SERVER=agent` (what that does: tests/test_dockerfile.py), the workers say
+    MPI_BOOTSTRAP_SSH_SERVER=agent too, and every pod meets Pod Security "restricted" with
+    a read-only root and nothing mounted at /run/sshd."""
+    path = ROOT / "container" / "k8s" / "no-sshd.yaml"
+    header = " ".join(
+        ln.lstrip("#").strip().rstrip("\\") for ln in path.read_text().splitlines() if ln[:1] == "#"
+    )
+    build = header.split("podman build ", 1)[1].split(" .", 1)[0].split()
+    assert "SSH_SERVER=agent" in build[build.index("--build-arg") :]
+    (job,) = mpijobs(path)
+    for role, spec in job["spec"]["mpiReplicaSpecs"].items():
+        pod = spec["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert all(set(v) == {"name", "emptyDir"} for v in pod["volumes"])
+        (c,) = pod["containers"]
+        assert c["image"] == build[build.index("-t") + 1], role
+        assert c["securityContext"] == {
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        }
+        assert [m["mountPath"] for m in c["volumeMounts"]] == ["/tmp"]
+        env = {e["name"]: e["value"] for e in c["env"]}
+        assert env.get("MPI_BOOTSTRAP_SSH_SERVER") == ("agent" if role == "Worker" else None)
 
 
 def test_exchanges_page_shows_the_net_manifest() -> None:
