@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import AGENT, REAL_MPIS
+from tests.conftest import AGENT, NO_SSHD, REAL_MPIS
 from tests.support.cluster import Cluster
-from tests.support.job import Job
+from tests.support.job import Agent, Job
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.timeout(180)]
@@ -44,28 +44,45 @@ def about(report: dict[str, Any], host_part: str) -> list[dict[str, Any]]:
     return [f for f in report["findings"] if host_part in f["host"]]
 
 
-def start_workers(c: Cluster, work: Path) -> None:
+def start_workers(c: Cluster, work: Path, *, first: dict[str, str] | None = None) -> Job:
     """Both workers, with the dir exchange in work/exchange (where `doctor` looks), up
-    once both have published their records."""
+    once both have published their records; `first`: the first worker's own settings."""
     job = Job(c, work, REAL_MPIS["openmpi4"])
-    job.start_workers()
+    job.workers += [Agent(c, c.pods[1], [AGENT, "worker"], job.env(c.pods[1], **(first or {})))]
+    job.start_workers(c.pods[2:])
     wait_until(
         lambda: len(list(job.xdir.glob("job-worker-*.json"))) >= 2, 20, "both workers' records"
     )
+    return job
 
 
 @pytest.mark.usefixtures("dnsmasq", "realmpi")  # the workers of an Open MPI 4 job
 def test_all_well(tmp_path: Path) -> None:
-    """With both workers up, doctor finds no problem (exit 0): ssh answers on both, and the
-    headless Service has 2 addresses."""
+    """With both workers up, doctor finds no problem (exit 0): ssh answers on both, each
+    server named (worker 0 on the agent's own, worker 1 on OpenSSH's sshd, as do the
+    launcher's --explain and the probe), and the headless Service has 2 addresses."""
     tmp_path.chmod(0o755)
     with Cluster(PODS, dns=True) as c:
-        start_workers(c, tmp_path)
+        job = start_workers(c, tmp_path, first=NO_SSHD)
         report = doctor(c, tmp_path)
         assert report["problems"] == 0, [f for f in report["findings"] if not f["ok"]]
         assert report["exit"] == 0
-        ssh = [f for f in report["findings"] if f["check"] == "ssh"]
-        assert len(ssh) == 2 and all("answers" in f["detail"] for f in ssh)
+        ssh = {
+            f["host"].split(".")[0]: f["detail"] for f in report["findings"] if f["check"] == "ssh"
+        }
+        assert "answers (the agent's own ssh server)" in ssh["job-worker-0"], ssh
+        assert "answers (OpenSSH_" in ssh["job-worker-1"], ssh
+        explain = c.pods[0].run(
+            [AGENT, "launcher", "--explain", "--json", "--", "true"],
+            job.launcher_env(slots=1),
+            timeout=60,
+        )
+        decided = {d["setting"]: d["value"] for d in json.loads(explain.stdout)["decisions"]}
+        assert decided["workers' ssh server"] == (
+            f"the agent's own on {c.svc('job-worker-0')}; OpenSSH's sshd on 1 worker"
+        ), decided
+        probe = c.pods[1].run([AGENT, "probe"], job.env(c.pods[1], **NO_SSHD))
+        assert probe.stdout.startswith("ready: the agent's ssh server on"), probe
         svc = [f for f in report["findings"] if f["check"] == "headless Service"]
         assert len(svc) == 1 and svc[0]["ok"] and svc[0]["detail"].startswith("2 addresses")
 

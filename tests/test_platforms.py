@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import AGENT, REAL_MPIS
+from tests.conftest import AGENT, NO_SSHD, REAL_MPIS
 from tests.support.cluster import Cluster
 from tests.support.job import check_allreduce
 from tests.support.programs import compile_allreduce
@@ -24,15 +24,31 @@ TOKEN = "platforms-" + "t" * 32
 
 # (uid, gid, HOME, root file system, a state directory set): the pod's securityContext
 # and volumes. "ro": read-only, an emptyDir at /tmp only; "ro+run": and one at
-# /run/mpi-bootstrap (docs/exchanges.md's advice for root).
+# /run/mpi-bootstrap (docs/exchanges.md's advice for root); "ro-sshd": read-only, and
+# the image has no /run/sshd (auto then takes the agent's own ssh server for root).
 SHAPES = {
     "openshift": (OPENSHIFT_UID, 0, "/", "", ""),
-    "openshift-agent-ssh-server": (OPENSHIFT_UID, 0, "/", "", ""),
+    "openshift-no-sshd": (OPENSHIFT_UID, 0, "/", "", ""),
     "readonly-root": (0, 0, "/root", "ro", ""),
+    "readonly-root-no-run-sshd": (0, 0, "/root", "ro-sshd", ""),
     "readonly-root-run-emptydir": (0, 0, "/root", "ro+run", ""),
     "readonly-uid1000": (1000, 1000, "/home/mpiuser", "ro", ""),
+    "readonly-uid1000-no-sshd": (1000, 1000, "/home/mpiuser", "ro-sshd", ""),
     "readonly-uid1000-state-in-tmp": (1000, 1000, "/home/mpiuser", "ro", "/tmp/mpi-state"),
 }
+# The workers' own settings beside the job's: an image with no OpenSSH server.
+WORKERS_OWN = {"openshift-no-sshd": NO_SSHD, "readonly-uid1000-no-sshd": NO_SSHD}
+# The pod's /run without sshd's directory, as an image without it has: every other entry
+# of this machine's /run (the tests' files) bound read-only into a tmpfs (`mount` itself
+# makes /run/mount on the way).
+NO_RUN_SSHD = (
+    "mkdir -p /tmp/.run && mount --rbind /run /tmp/.run && mount -t tmpfs -o mode=0755 run /run"
+    ' && for e in /tmp/.run/* /tmp/.run/.[!.]*; do n=${e##*/}; [ -e "$e" ] || continue;'
+    ' [ "$n" != sshd ] || continue; if [ -d "$e" ]; then mkdir -p "/run/$n";'
+    ' else : > "/run/$n"; fi; mount --rbind "$e" "/run/$n"'
+    ' && mount -o remount,bind,ro "/run/$n" || exit; done'
+    " && mount -o remount,ro /run && "
+)
 
 
 @pytest.fixture
@@ -55,6 +71,7 @@ def _in_pod(shape: str, runtime: Path, argv: list[str]) -> list[str]:
     remounted read-only where asked, then setpriv to its uid and gid."""
     uid, gid, _, root, _ = SHAPES[shape]
     remount = "mount -t tmpfs -o mode=0777 run /run/mpi-bootstrap && " if "run" in root else ""
+    remount += NO_RUN_SSHD if "sshd" in root else ""
     remount += "mount -o remount,bind,ro / && " if root else ""
     user = [] if uid == 0 else [
         "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs",
@@ -86,7 +103,7 @@ def test_job_runs(
         "MPI_BOOTSTRAP_LOG_FORMAT": "json",
         **({"MPI_BOOTSTRAP_STATE_DIR": state} if state else {}),
     }
-    own = {"MPI_BOOTSTRAP_SSH_SERVER": "agent"} if "agent-ssh-server" in shape else {}
+    own = WORKERS_OWN.get(shape, {})
     workers = [
         pods.start(pod, _in_pod(shape, runtime_for_others, ["worker"]), {**env, **own})
         for pod in pods.pods[1:]
@@ -105,13 +122,26 @@ def test_job_runs(
         [*enter, *_in_pod(shape, runtime_for_others, ["probe"])[3:]],
         env=env, capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
-    assert probe.returncode == 0 and probe.stdout.startswith("ready: sshd on"), probe
+    server = "the agent's ssh server" if own or "sshd" in shape else "sshd"
+    assert probe.returncode == 0 and probe.stdout.startswith(f"ready: {server} on"), probe
     assert Path("/etc/passwd").read_bytes() == passwd
     assert ("passwd entry" in done.stderr) == (uid == OPENSHIFT_UID)
     assert "state directory held" in done.stderr  # /tmp/mpi-bootstrap-UID in an emptyDir
-    # A worker on the agent's own ssh server gives its uid no entry (no nss_wrapper).
+    # A worker on the agent's own ssh server gives its uid no entry: nss_wrapper is in
+    # none of its pod's processes, and no passwd file is written; nor has it /run/sshd.
     entries = list(Path(pods.pods[1].tmp or "/nonexistent").glob("mpi-bootstrap-*/*/passwd"))
     assert bool(entries) == (shape == "openshift"), entries
+    if server != "sshd":
+        assert not [p for p in pods.pods[1].netns.pids() if _maps_nss_wrapper(p)]
+        runs = subprocess.run([*enter, "test", "-e", "/run/sshd"], check=False)
+        assert runs.returncode == (1 if "sshd" in SHAPES[shape][3] else 0)
+
+
+def _maps_nss_wrapper(pid: int) -> bool:
+    try:
+        return "libnss_wrapper" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
 
 
 def test_privsep_dir_that_cannot_be_made_says_what_to_mount() -> None:

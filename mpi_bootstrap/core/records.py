@@ -49,6 +49,7 @@ class Record:
     data: DataNIC | None = None  # the data NIC, when the worker has one
     ifaces: tuple[str, ...] | None = None  # the interfaces NCCL could use, in its order
     openssh: str | None = None  # its sshd's OpenSSH version ("9.2"), where known
+    server: str | None = None  # "agent": it serves ssh itself (ssh/server.py), not sshd
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -65,6 +66,8 @@ class Record:
             out["ifaces"] = list(self.ifaces)
         if self.openssh is not None:
             out["openssh"] = self.openssh
+        if self.server is not None:
+            out["server"] = self.server
         return out
 
 
@@ -74,7 +77,7 @@ def record_from(data: Any) -> Record:
         raise RecordError("not a JSON object")
     expected, optional = (
         {"v", "host", "addresses", "port", "host_key", "user"},
-        {"data", "ifaces", "openssh"},
+        {"data", "ifaces", "openssh", "server"},
     )
     if set(data) - optional != expected:
         raise RecordError(
@@ -100,7 +103,9 @@ def record_from(data: Any) -> Record:
     if not listed(addrs, 16, is_ip_literal):
         raise RecordError("addresses is not a list of IP addresses")
     nic, ifaces, openssh = _optional(data)
-    return Record(host, tuple(addrs), port, key, user, nic, ifaces, openssh)
+    if data.get("server", "agent") != "agent":
+        raise RecordError("server is not agent")
+    return Record(host, tuple(addrs), port, key, user, nic, ifaces, openssh, data.get("server"))
 
 
 def _optional(data: dict[str, Any]) -> tuple[DataNIC | None, tuple[str, ...] | None, str | None]:

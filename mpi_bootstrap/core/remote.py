@@ -91,6 +91,9 @@ def node(sysfs: str = "/sys") -> str:
 
 
 CONTROL_ENV = "MPI_BOOTSTRAP_CONTROL"  # the worker's control FIFO (sshd's SetEnv)
+# The agent's own ssh server says so in its banner, `SSH-2.0-mpi-bootstrap_<paramiko's>`
+# (ssh/server.py): the doctor names the server that answered by it.
+SERVER_BANNER = "mpi-bootstrap"
 
 
 def claim() -> str:

@@ -12,10 +12,11 @@ import functools
 import socket
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from mpi_bootstrap.core import failures, records, remote, runtimes
 from mpi_bootstrap.core.config import Config
-from mpi_bootstrap.core.errors import BootstrapError
+from mpi_bootstrap.core.errors import BootstrapError, printable
 from mpi_bootstrap.doctor.finding import Finding
 from mpi_bootstrap.ssh import sides
 from mpi_bootstrap.system import dns as sysdns
@@ -97,7 +98,8 @@ def ssh_finding(
             f"{remote.script(runtimes.DAEMONS, ())}; {remote.node(sysfs)}", timeout=timeout
         )
         report = remote.parse(out.read(1 << 20).decode(errors="replace"))
-        return Finding(name, "ssh", True, f"{user}@{target}:{port} answers; {report.summary()}")
+        said = f"{user}@{target}:{port} answers ({_server(client)}); {report.summary()}"
+        return Finding(name, "ssh", True, said)
     except (OSError, paramiko.SSHException) as exc:
         failure = _failure_of(exc)
         if failure is None:
@@ -107,6 +109,15 @@ def ssh_finding(
         return Finding(name, "ssh", False, sig.cause.format(host=name, path=""), sig.fix)
     finally:
         client.close()
+
+
+def _server(client: Any) -> str:
+    """Which server answered, by its banner: the agent's own (ssh/server.py) or another."""
+    transport = client.get_transport()
+    banner = str(getattr(transport, "remote_version", "") or "")
+    if banner.startswith(f"SSH-2.0-{remote.SERVER_BANNER}_"):
+        return "the agent's own ssh server"
+    return printable(banner.removeprefix("SSH-2.0-"))[:60] or "an ssh server"
 
 
 def ssh_jobs(

@@ -163,7 +163,7 @@ def ssh_setup(
         for new, rec in facts.records.items()
         if new in by_new
     }
-    decisions = (kex_said, *_stale_dns(facts, by_new), _trust(config, facts))
+    decisions = (kex_said, *_servers(facts), *_stale_dns(facts, by_new), _trust(config, facts))
     return SshSetup(("ssh", "-F", cfg_path), tuple(files), targets, decisions)
 
 
@@ -194,6 +194,17 @@ def _peers(
             for p in ps
         ]
     return ps, kex_all, said
+
+
+def _servers(facts: Gathered) -> tuple[Decision, ...]:
+    """Which ssh server the workers published that they run (a record's `server`); none
+    said where no record is read (the `secret` exchange)."""
+    own = sorted(n for n, r in facts.records.items() if r.server == "agent")
+    others = len(facts.records) - len(own)
+    said = [f"the agent's own on {', '.join(own)}"] if own else []
+    said += [f"OpenSSH's sshd on {others} worker{'s' * (others != 1)}"] if others else []
+    why = "as each worker published it (MPI_BOOTSTRAP_SSH_SERVER on the worker)"
+    return (Decision("workers' ssh server", "; ".join(said), "exchange record", why),) * bool(said)
 
 
 def _stale_dns(facts: Gathered, by_new: Mapping[str, HostEntry]) -> list[Decision]:

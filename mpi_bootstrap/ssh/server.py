@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mpi_bootstrap.core.env import ACCEPT_ENV
-from mpi_bootstrap.core.remote import CONTROL_ENV
+from mpi_bootstrap.core.remote import CONTROL_ENV, SERVER_BANNER
 
 # paramiko's ssh_config support imports `invoke` (for `Match exec`), which a server never
 # uses: 130 ms and 7 MB of every worker's start, spared.
@@ -64,7 +64,6 @@ CHUNK = 32768
 # AcceptEnv names, as with sshd (LD_LIBRARY_PATH among them: hydra's proxies need it).
 DROPPED = ("LD_", "BASH_ENV", "ENV", "BASH_FUNC_", "PROMPT_COMMAND", "PS4", "SHELLOPTS")
 KEPT = ("LD_LIBRARY_PATH",)
-BANNER = "mpi-bootstrap"  # after "SSH-2.0-", with paramiko's own version
 
 
 @dataclasses.dataclass(frozen=True)
@@ -332,7 +331,7 @@ class Server:
     def connection(self, conn: socket.socket, peer: str) -> None:
         transport = paramiko.Transport(conn)
         try:
-            transport.local_version = f"SSH-2.0-{BANNER}_{paramiko.__version__}"
+            transport.local_version = f"SSH-2.0-{SERVER_BANNER}_{paramiko.__version__}"
             transport.banner_timeout = transport.auth_timeout = AUTH_SECONDS
             transport.handshake_timeout = AUTH_SECONDS
             transport.add_server_key(self.key)

@@ -223,6 +223,7 @@ def start(config: Config, environ: Mapping[str, str], log: Log) -> NoReturn:
         data=nic,
         ifaces=ifaces,
         openssh=".".join(map(str, openssh)) if openssh else None,
+        server="agent" if own_server else None,
     )
     duties = _publish(config, record, ident, bind_addr, authorized_path=authorized_path, log=log)
     grace, leave = config.launcher_grace_seconds, config.exit_on_launcher_loss
@@ -357,5 +358,6 @@ def probe(config: Config) -> int:
     if not sshd.listening(record.port):
         print(f"not ready: nothing listens on port {record.port}")
         return int(ExitStatus.PEER_UNAVAILABLE)
-    print(f"ready: sshd on {address}:{record.port}")
+    server = "the agent's ssh server" if record.server else "sshd"
+    print(f"ready: {server} on {address}:{record.port}")
     return 0
