@@ -10,7 +10,7 @@ children, lines in authorized_keys, files in the state directory; the exchange
 directory's files; per launcher pod: its state directory's files, ControlMaster sockets,
 its processes; and job processes left anywhere. Prints the series, every run whose exit
 code is not the documented one, and what grew after the first sample; JSON with --json.
-Never asserts a time. Needs root, iproute2, OpenSSH, Open MPI 4 and the agent.
+Never asserts a time. Needs root, iproute2, OpenSSH, Open MPI 4 (or --mpi's) and the agent.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.bench import add_worker_env, worker_env
+from tests.conftest import REAL_MPIS
 from tests.support.interrupt import run_main
 from tests.support.longrun import EXPECTED, Soak, flat, run_soak
 
@@ -55,14 +56,16 @@ def main() -> int:
     ap.add_argument(
         "--together", action="store_true", help="the first launcher started with the workers"
     )
+    ap.add_argument("--mpi", default="openmpi4", choices=sorted(REAL_MPIS), help="whose mpirun")
     add_worker_env(ap)
     args = ap.parse_args()
     own = worker_env(args)
+    bindir = None if args.mpi == "openmpi4" else REAL_MPIS[args.mpi].bindir
     results = {}
     for exchange in args.exchange:
         with tempfile.TemporaryDirectory(prefix="mpib-soak-", dir="/run") as d:
             t0 = time.monotonic()
-            soak = Soak(Path(d), args.workers, exchange, own)
+            soak = Soak(Path(d), args.workers, exchange, own, bindir)
             try:
                 outcomes = run_soak(
                     soak,

@@ -62,10 +62,18 @@ class Soak:
     """`n` worker pods (PID 1 agents) and a launcher pod, one exchange, run after run."""
 
     def __init__(
-        self, work: Path, n: int, exchange: str, worker_env: dict[str, str] | None = None
+        self,
+        work: Path,
+        n: int,
+        exchange: str,
+        worker_env: dict[str, str] | None = None,
+        bindir: str | None = None,
     ) -> None:
         self.work, self.n, self.exchange = work, n, exchange
         self.worker_env = worker_env or {}  # beside the job's, in the worker pods
+        # Another MPI's bin directory (RealMPI.bindir), first on every pod's PATH.
+        self.mpirun = f"{bindir}/mpirun" if bindir else MPIRUN
+        self.path = f"{bindir}:{PATH}" if bindir else PATH
         self.names = [f"w{i}" for i in range(n)]
         self.xdir = work / "exchange"
         self.xdir.mkdir(exist_ok=True)
@@ -96,7 +104,7 @@ class Soak:
             else {"MPI_BOOTSTRAP_EXCHANGE": "net", "MPI_BOOTSTRAP_TOKEN": self.token}
         )
         own = self.worker_env if pod.name != "launcher" else {}
-        return agent_env(self.work, pod, path=PATH, **mode, **own, **extra)
+        return agent_env(self.work, pod, path=self.path, **mode, **own, **extra)
 
     def state(self, pod: Pod) -> Path:
         return self.work / pod.name / "state"
@@ -154,7 +162,10 @@ class Soak:
         )
         t0 = time.monotonic()
         a = Agent(
-            self.c, pod, [AGENT, "launcher", "--mpirun", MPIRUN, "--", *self.program(kind)], env
+            self.c,
+            pod,
+            [AGENT, "launcher", "--mpirun", self.mpirun, "--", *self.program(kind)],
+            env,
         )
         if kind == "SIGTERM":
             wait_until(
