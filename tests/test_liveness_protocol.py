@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from mpi_bootstrap.core import liveness as lv
 from mpi_bootstrap.core import spec
-from mpi_bootstrap.pid1 import tree, watch
+from mpi_bootstrap.pid1 import monitor, tree, watch
 
 KEY = secrets.token_hex(32)
 OTHER = secrets.token_hex(32)
@@ -341,3 +341,17 @@ class TestControlFraming:
             os.close(control.fd)
         assert got == [["KEY", "30", "1234"], ["K2", "30", "99"]]
         assert said.count("control resynced") == 2
+
+
+class TestRoundTrips:
+    @given(st.lists(st.floats(min_value=0, max_value=3), min_size=1, max_size=200))
+    def test_quantiles_by_the_ms(self, seconds: list[float]) -> None:
+        """The monitor's round trips (pid1/monitor.py): p50 and p99 within a ms of the
+        samples' own, a second or more counted as 1000 ms."""
+        trips = monitor._RoundTrips()
+        for s in seconds:
+            trips.add(s)
+        ms = sorted(min(int(s * 1000), 1000) for s in seconds)
+        assert trips.count() == len(seconds)
+        for q in (0.5, 0.99):
+            assert trips.quantile(q) == next(m for i, m in enumerate(ms) if i + 1 >= q * len(ms))

@@ -71,6 +71,29 @@ class _Watched:
         self.probe: _Probe | None = None
         self.lost: str | None = None
         self.acked = False
+        self.pinged = 0.0  # when its last ping (counter `sent`) went
+
+
+class _RoundTrips:
+    """How long pongs took, by the ms (a pong answers its ping's counter), said when the
+    launch ends: what the workers' PID 1 answered with, whatever else it served."""
+
+    def __init__(self) -> None:
+        self.by_ms = [0] * 1001  # the last: a second or more
+
+    def add(self, seconds: float) -> None:
+        self.by_ms[min(int(seconds * 1000), 1000)] += 1
+
+    def quantile(self, q: float) -> int:
+        need, seen = q * sum(self.by_ms), 0
+        for ms, count in enumerate(self.by_ms):
+            seen += count
+            if seen >= need:
+                return ms
+        return 1000
+
+    def count(self) -> int:
+        return sum(self.by_ms)
 
 
 Lost = tuple[Peer, str, float]  # the worker, what was seen, seconds silent
@@ -97,12 +120,14 @@ class MonitorService:
         self.last_tick = now
         self.until = 0.0  # the end of verifying or stopping
         self.why = "job over"
+        self.trips = _RoundTrips()
         log("monitor", workers=len(self.watched), bound_s=spec.bound, port=self.udp.port)
 
     # ------------------------------------------------------------ sending
 
     def _send(self, w: _Watched, kind: str, **fields: str) -> None:
         w.sent += 1
+        w.pinged = time.monotonic()
         self.udp.send(w.key, self.sid, kind, w.sent, (w.peer.address, w.peer.port), **fields)
 
     def _ping_all(self, now: float) -> None:
@@ -130,6 +155,8 @@ class MonitorService:
         elif msg["t"] == "pong" and msg.get("b") != w.peer.boot:
             self._lose(w, lv.RESTARTED, now)
         elif msg["t"] == "pong":
+            if msg["n"] == w.sent:
+                self.trips.add(now - w.pinged)
             if w.probe is not None:
                 self.log("worker answers again", host=w.peer.name, silent_s=round(now - w.heard, 1))
                 w.probe.close()
@@ -239,6 +266,9 @@ class MonitorService:
         for w in self.watched:
             if w.probe is not None:
                 w.probe.close()
+        if n := self.trips.count():
+            p50, p99 = self.trips.quantile(0.5), self.trips.quantile(0.99)
+            self.log("liveness round trips", pongs=n, p50_ms=p50, p99_ms=p99)
 
     def busy(self) -> bool:
         return self.state in ("verifying", "stopping")

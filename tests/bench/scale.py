@@ -86,6 +86,7 @@ class Scale:
     ) -> None:
         self.n, self.work, self.agent, self.mpirun, self.kex = n, work, agent, mpirun, kex
         self.profile: Path | None = None  # where Profile keeps its files, when asked
+        self.worker_env = WORKER_ENV  # every worker's own settings (--worker-env)
         self.workers = [f"w{i}" for i in range(n)]
         self.xdir = work / "exchange"
         self.xdir.mkdir()
@@ -104,7 +105,7 @@ class Scale:
         self.hostfile.write_text("".join(f"{w} slots=1\n" for w in self.workers))
 
     def env(self, pod: Pod, **extra: str) -> dict[str, str]:
-        own = WORKER_ENV if pod.name != "launcher" else {}
+        own = self.worker_env if pod.name != "launcher" else {}
         return agent_env(
             self.work,
             pod,
