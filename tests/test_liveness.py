@@ -717,6 +717,7 @@ class TestControlFifo:
             assert not logs.named(w.stderr(), "claimed"), w.stderr()
 
 
+@pytest.mark.parametrize("world", [{}, NO_SSHD], ids=["openssh", "agent-ssh-server"], indirect=True)
 @pytest.mark.parametrize("real_mpi", ["mpich"], indirect=True)
 class TestClaimWriter:
     """A claim is what it says: a writer outside the worker's PID namespace (a sidecar
