@@ -27,7 +27,7 @@ MPICH_VERSION := 5.0.2
 # 2021.19 needs a libfabric wheel PyPI does not have; 2021.18.1 bundles its own.
 IMPI_VERSION := 2021.18.1
 
-.PHONY: install system-deps mpi-venvs wheelhouse test test-unit test-fast compose-test lint docs bench bench-scale bench-stagger soak chaos loaded demo clean
+.PHONY: install system-deps mpi-venvs wheelhouse test test-unit test-fast compose-test lint docs bench bench-scale bench-stagger soak chaos mpi4py-suite loaded demo clean
 
 install: $(VENV)/.installed
 
@@ -195,6 +195,14 @@ CHAOS_ARGS ?=
 chaos: system-deps install
 	$(PY) tests/bench/chaos.py --runs $(CHAOS_RUNS) $(if $(SEED),--seed $(SEED)) \
 		$(CHAOS_ARGS) --json bench-chaos.json
+
+# mpi4py's own test suite through the agent on 2 worker pods x 2 ranks (tests/bench/mpi4py_suite.py),
+# e.g. MPI4PY_ARGS="--mpi openmpi4 mpich --worker-env MPI_BOOTSTRAP_SSH_SERVER=agent": the
+# workers on the agent's own ssh server. mpi4py goes to build/mpi4py (PyPI's wheel).
+MPI4PY_ARGS ?= --mpi openmpi4 mpich
+mpi4py-suite: system-deps install mpi-venvs
+	@mkdir -p .bench
+	$(PY) tests/bench/mpi4py_suite.py $(MPI4PY_ARGS) --json .bench/mpi4py-suite.json
 
 LOADED_MINUTES ?= 30
 LOADED_ARGS ?=

@@ -145,6 +145,11 @@ class TestServer:
         assert (done.returncode, done.stdout, done.stderr) == (7, "hello\n", "err\n")
         killed = served.ssh("kill -9 $$")
         assert killed.returncode == 255, killed.stderr
+        # OpenSSH's keepalives (a global request each second, one unanswered ends it)
+        kept = served.ssh(
+            "sleep 3; echo on", "-o", "ServerAliveInterval=1", "-o", "ServerAliveCountMax=1"
+        )
+        assert (kept.returncode, kept.stdout) == (0, "on\n"), kept.stderr
 
     def test_strangers_are_refused(self, served: Served) -> None:
         """A key that is not the job's, or another user, gets nothing; the server offers
