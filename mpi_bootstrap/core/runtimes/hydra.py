@@ -244,6 +244,13 @@ INTEL = Runtime(
         ),
         TCP_IFACE,
         SHM,
+        EnvDefault(
+            "I_MPI_HYDRA_BRANCH_COUNT",
+            "-1",
+            "every proxy started from the launcher, through its gate and pinned keys: past "
+            "127 hosts Intel MPI starts proxies from proxies, and a worker has no key to "
+            "another",
+        ),
     ),
     gate=GATE,
     forward=NameList("-genvlist", ENV_MODES, mode_env="I_MPI_HYDRA_ENV"),
