@@ -292,6 +292,11 @@ class TestErrors:
         with pytest.raises(ConfigError, match="--json: only valid with --explain or doctor"):
             cfg(argv=["--json", "launcher", *PROG])
 
+    def test_explain_is_the_launchers(self) -> None:
+        """`worker --explain` is refused: a dry run must not start a worker for real."""
+        with pytest.raises(ConfigError, match="--explain: only the launcher's"):
+            cfg(argv=["--explain", "worker"])
+
 
 class TestHelp:
     """--help a person reads, --help-all for every setting; both print the exit codes."""

@@ -336,6 +336,8 @@ def _role_checks(d: _Draft, role: str, program: list[str], ns: argparse.Namespac
     values = d.values
     if ns.json and not ns.explain and role != "doctor":
         d.problems.append("--json: only valid with --explain or doctor")
+    if ns.explain and role != "launcher":  # else it would run the role for real
+        d.problems.append(f"--explain: only the launcher's (a {role} has no plan to show)")
     if role == "worker" and program:
         d.notes.append(f"worker command {program[0]!r} ignored: the agent runs its own sshd")
     if role == "launcher":
