@@ -31,6 +31,9 @@ def doctor(c: Cluster, work: Path, **extra: str) -> dict[str, Any]:
         "MPI_HOSTFILE": str(hf),
         "MPI_BOOTSTRAP_EXCHANGE_DIR": str(xdir),
         "MPI_BOOTSTRAP_LOG_FORMAT": "json",
+        # its own: root's default (/run/mpi-bootstrap) may hold another test's launcher's
+        # ssh config, whose data network check then finds that test's workers gone
+        "MPI_BOOTSTRAP_STATE_DIR": str(work / "doctor-state"),
         **extra,
     }
     done = c.pods[0].run([AGENT, "doctor", "--json"], env, timeout=60)

@@ -745,7 +745,9 @@ class TestClaimWriter:
             os.close(answer)
         code, _, err = launcher.finish(timeout=120)
         assert code == 0, err
-        assert not logs.named(w.stderr(), "ended launch"), w.stderr()
+        # (the job's own end, once it wrote job-done, may end what its sessions left)
+        ended = [e for e in logs.named(w.stderr(), "ended launch") if e["reason"] != "job over"]
+        assert not ended, w.stderr()
 
 
 def _comm(pid: int) -> str:

@@ -85,7 +85,8 @@ class Trainer:
 K8S = Path(__file__).resolve().parent.parent / "container" / "k8s"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "operators"
 TAGS = {"openmpi4": "openmpi4", "latest": "openmpi4", "openmpi5": "openmpi5",
-        "mpich": "mpich", "intel-mpi": "intel"}  # fmt: skip  # image tag → its MPI
+        "mpich": "mpich", "intel-mpi": "intel",
+        "no-sshd": "openmpi4"}  # fmt: skip  # image tag → its MPI
 IMAGES = {"mpich-mpi-bootstrap": "mpich", "intel-mpi-mpi-bootstrap": "intel"}  # by name
 
 
@@ -196,6 +197,7 @@ MPIJOBS = {  # the file's MPIJob (its index in the file) → (ranks, hosts); 0: 
     "mpich.yaml": (4, 2),
     "hardened.yaml": (4, 2),  # restricted-readonly: uid 1000, a read-only root, /tmp
     "hardened.yaml#1": (4, 2),  # openshift-restricted, under OpenShift's restricted SCC
+    "no-sshd.yaml": (4, 2),  # the workers on the agent's own ssh server, restricted, read-only
     "intel-mpi.yaml": (0, 2),
     "net-exchange.yaml": (2, 2),
     # all_reduce_perf: the image's program at nccl-tests' path is the suite's allreduce

@@ -319,7 +319,16 @@ def _server_argv(config: Config, settings: Callable[..., Any], port: int) -> lis
     """The agent's own server's argv for `port`, its settings written first."""
     path = os.path.join(config.state_dir, "ssh_server.json")
     atomic_write(path, settings(port=port).to_json(), 0o600)
-    return [sys.executable, "-m", "mpi_bootstrap.ssh.server", path]
+    # Where this process found the agent, first on the server's path: an image may run it
+    # from a directory its python does not search by itself (a script that adds it).
+    where = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return [sys.executable, "-c", _SERVER_MAIN, os.path.dirname(where), path]
+
+
+_SERVER_MAIN = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "from mpi_bootstrap.ssh.server import main; sys.exit(main(sys.argv[1:]))"
+)
 
 
 def _sshd_argv(config: Config, settings: Callable[..., str], port: int) -> list[str]:
